@@ -1,0 +1,33 @@
+//! The seam between server functions (in `app`) and the server's domain code (in `server`).
+//!
+//! `app` must not depend on `server`, so the server puts an `Arc<dyn Backend>` into Leptos
+//! context and server functions call it. Each method maps to one domain function that the JSON
+//! API calls too: the server function is just a second thin edge over the same logic.
+
+use std::sync::Arc;
+
+use crate::{error::AppError, model::*};
+
+/// A signed-in browser session that was just created.
+pub struct SignedIn {
+    pub member: MemberView,
+    /// Complete `Set-Cookie` value for the session cookie.
+    pub set_cookie: String,
+}
+
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The member behind the request's session cookie, if any (ID-2).
+    async fn member_for(&self, headers: &http::HeaderMap) -> Result<Option<MemberView>, AppError>;
+    /// Checks a password and opens a session.
+    async fn sign_in(&self, username: &str, password: &str) -> Result<SignedIn, AppError>;
+    /// Ends the request's session; returns the `Set-Cookie` value that clears the cookie.
+    async fn sign_out(&self, headers: &http::HeaderMap) -> Result<String, AppError>;
+    async fn my_keys(&self, me: &MemberView) -> Result<Vec<ApiKeyView>, AppError>;
+    async fn my_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError>;
+    async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError>;
+    async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError>;
+}
+
+/// How the server provides the backend to Leptos context.
+pub type SharedBackend = Arc<dyn Backend>;

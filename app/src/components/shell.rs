@@ -1,0 +1,101 @@
+//! The signed-in frame: header, navigation by role, and the page outlet.
+//!
+//! It loads the current member once; a visitor without a session is redirected to `/login`
+//! (on the server as an HTTP redirect, in the browser as a navigation).
+
+use leptos::{either::EitherOf3, prelude::*};
+use leptos_router::components::{A, Outlet, Redirect};
+
+use crate::{
+    model::MemberView,
+    rpc::{Logout, get_me},
+};
+
+#[component]
+pub fn Shell() -> impl IntoView {
+    let me = Resource::new(|| (), |_| get_me());
+    view! {
+        <Suspense fallback=|| view! { <p class="p-6 text-sm text-slate-500">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match me.await {
+                    Ok(Some(member)) => EitherOf3::A(view! { <Frame member /> }),
+                    Ok(None) => EitherOf3::B(view! { <Redirect path="/login" /> }),
+                    Err(e) => EitherOf3::C(view! {
+                        <div class="p-6"><crate::components::ErrorNote message=e.message /></div>
+                    }),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Frame(member: MemberView) -> impl IntoView {
+    let logout = ServerAction::<Logout>::new();
+    let is_admin = member.is_admin();
+    view! {
+        <a href="#main" class="sr-only focus:not-sr-only focus:absolute focus:left-2 focus:top-2 focus:rounded focus:bg-white focus:px-3 focus:py-2">
+            "Skip to content"
+        </a>
+        <div class="md:flex md:min-h-screen">
+            <aside class="border-b border-slate-200 bg-white md:w-60 md:shrink-0 md:border-b-0 md:border-r">
+                <div class="flex items-center justify-between px-5 py-4">
+                    <span class="text-lg font-semibold tracking-tight">"SubLane"</span>
+                    <span class="rounded bg-slate-100 px-2 py-0.5 text-xs text-slate-600" data-testid="whoami">
+                        {member.username.clone()}
+                        {is_admin.then_some(" · admin")}
+                    </span>
+                </div>
+                <nav aria-label="Main" class="flex flex-wrap gap-x-6 gap-y-2 px-5 pb-4 md:block md:space-y-6">
+                    <NavSection title="General">
+                        <NavLink href="/" exact=true label="Requests" />
+                        <NavLink href="/keys" label="API keys" />
+                    </NavSection>
+                    {is_admin.then(|| view! {
+                        <NavSection title="Admin">
+                            <NavLink href="/admin/requests" label="All requests" />
+                            <NavLink href="/admin/accounts" label="Accounts" />
+                            <NavLink href="/admin/members" label="Members" />
+                            <NavLink href="/admin/pools" label="Pools" />
+                        </NavSection>
+                    })}
+                </nav>
+                <div class="px-5 pb-5">
+                    <ActionForm action=logout>
+                        <button type="submit" class="text-sm text-slate-600 underline-offset-2 hover:text-slate-900 hover:underline focus-visible:outline-2 focus-visible:outline-slate-900">
+                            "Sign out"
+                        </button>
+                    </ActionForm>
+                </div>
+            </aside>
+            <main id="main" class="flex-1 px-5 py-6 md:px-10 md:py-8">
+                <Outlet />
+            </main>
+        </div>
+    }
+}
+
+#[component]
+fn NavSection(title: &'static str, children: Children) -> impl IntoView {
+    view! {
+        <div>
+            <h2 class="mb-1 text-xs font-semibold uppercase tracking-wide text-slate-500">{title}</h2>
+            <ul class="flex gap-1 md:block md:space-y-0.5">{children()}</ul>
+        </div>
+    }
+}
+
+#[component]
+fn NavLink(href: &'static str, label: &'static str, #[prop(optional)] exact: bool) -> impl IntoView {
+    view! {
+        <li>
+            <A
+                href=href
+                exact=exact
+                attr:class="block rounded-md px-2 py-1.5 text-sm text-slate-700 hover:bg-slate-100 focus-visible:outline-2 focus-visible:outline-slate-900 aria-[current=page]:bg-slate-900 aria-[current=page]:text-white"
+            >
+                {label}
+            </A>
+        </li>
+    }
+}

@@ -1,0 +1,400 @@
+//! Wire types shared by the JSON API, the server functions and the WASM front end.
+//!
+//! These are views: they never carry secrets (no password hashes, no sealed credentials, no key
+//! hashes). Database row types stay in `server`.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A member's role in the workspace (ID-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+/// A workspace member as people and scripts see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub id: i64,
+    pub username: String,
+    pub role: Role,
+    pub enabled: bool,
+    /// Concurrent model requests allowed for this member (ADM-3); 0 = unlimited.
+    pub concurrency_limit: u32,
+    /// Optional requests-per-minute limit (ADM-3).
+    pub rpm_limit: Option<u32>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl MemberView {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+}
+
+/// `POST /api/members`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewMember {
+    pub username: String,
+    pub password: String,
+    #[serde(default = "default_role")]
+    pub role: Role,
+    #[serde(default)]
+    pub concurrency_limit: Option<u32>,
+    #[serde(default)]
+    pub rpm_limit: Option<u32>,
+    /// Pools the new member may use.
+    #[serde(default)]
+    pub pool_ids: Vec<i64>,
+}
+
+fn default_role() -> Role {
+    Role::Member
+}
+
+/// `PATCH /api/members/{id}`: every field optional; absent fields stay as they are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberPatch {
+    pub role: Option<Role>,
+    pub enabled: Option<bool>,
+    pub concurrency_limit: Option<u32>,
+    /// `null` clears the limit, a number sets it; absent leaves it alone.
+    #[serde(default, with = "double_option")]
+    pub rpm_limit: Option<Option<u32>>,
+    pub password: Option<String>,
+}
+
+/// Which models a pool serves (ID-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyMode {
+    /// Every model its accounts support.
+    #[default]
+    All,
+    /// Only the listed models.
+    Allow,
+    /// Every model except the listed ones.
+    Deny,
+}
+
+/// A pool's model policy: allow/deny list plus optional aliases (alias -> real model id).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPolicy {
+    #[serde(default)]
+    pub mode: PolicyMode,
+    #[serde(default)]
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
+}
+
+/// A resource group (pool): accounts, members allowed to use it, and its model policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    pub id: i64,
+    pub name: String,
+    pub model_policy: ModelPolicy,
+    pub member_ids: Vec<i64>,
+    pub account_ids: Vec<i64>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `POST /api/pools`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewPool {
+    pub name: String,
+    #[serde(default)]
+    pub model_policy: ModelPolicy,
+    #[serde(default)]
+    pub member_ids: Vec<i64>,
+}
+
+/// `PATCH /api/pools/{id}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolPatch {
+    pub name: Option<String>,
+    pub model_policy: Option<ModelPolicy>,
+    /// Replaces the member list.
+    pub member_ids: Option<Vec<i64>>,
+}
+
+/// A pool a member may target with a key (for pickers; no account details).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolChoice {
+    pub id: i64,
+    pub name: String,
+}
+
+/// Upstream provider of an account (closed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// ChatGPT OAuth (Codex backend).
+    Codex,
+    /// Claude OAuth.
+    Claude,
+    /// Google Antigravity OAuth (Cloud Code Assist).
+    Antigravity,
+    /// OpenAI platform API key.
+    OpenaiApi,
+    /// Anthropic platform API key.
+    AnthropicApi,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 5] = [
+        Provider::Codex,
+        Provider::Claude,
+        Provider::Antigravity,
+        Provider::OpenaiApi,
+        Provider::AnthropicApi,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Codex => "codex",
+            Provider::Claude => "claude",
+            Provider::Antigravity => "antigravity",
+            Provider::OpenaiApi => "openai_api",
+            Provider::AnthropicApi => "anthropic_api",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Provider> {
+        Provider::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// Whether this provider authenticates with OAuth tokens (else with an API key).
+    pub fn uses_oauth(self) -> bool {
+        matches!(self, Provider::Codex | Provider::Claude | Provider::Antigravity)
+    }
+}
+
+/// Credentials supplied by an admin. Write-only: they are sealed at rest and never returned.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CredentialInput {
+    #[serde(rename = "oauth")]
+    OAuth {
+        access_token: String,
+        #[serde(default)]
+        refresh_token: Option<String>,
+        #[serde(default)]
+        expires_at: Option<DateTime<Utc>>,
+        /// `chatgpt-account-id` for Codex, the Cloud Code project for Antigravity.
+        #[serde(default)]
+        provider_account_id: Option<String>,
+    },
+    ApiKey {
+        api_key: String,
+    },
+}
+
+impl std::fmt::Debug for CredentialInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CredentialInput::OAuth { .. } => f.write_str("CredentialInput::OAuth(*****)"),
+            CredentialInput::ApiKey { .. } => f.write_str("CredentialInput::ApiKey(*****)"),
+        }
+    }
+}
+
+/// What may be shown about an account's stored credential.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CredentialSummary {
+    /// `oauth`, `api_key`, or `none`.
+    pub kind: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub provider_account_id: Option<String>,
+}
+
+/// Lifecycle status of an account (ACC-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountStatus {
+    Active,
+    Error,
+    Disabled,
+}
+
+/// An upstream account as admins see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountView {
+    pub id: i64,
+    pub provider: Provider,
+    pub name: String,
+    pub pool_ids: Vec<i64>,
+    pub priority: i32,
+    /// Concurrent model requests allowed on this account (ADM-1).
+    pub max_concurrency: u32,
+    pub status: AccountStatus,
+    pub schedulable: bool,
+    pub credential: CredentialSummary,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `POST /api/accounts`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewAccount {
+    pub provider: Provider,
+    pub name: String,
+    #[serde(default)]
+    pub pool_ids: Vec<i64>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    #[serde(default)]
+    pub credentials: Option<CredentialInput>,
+}
+
+/// `PATCH /api/accounts/{id}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountPatch {
+    pub provider: Option<Provider>,
+    pub name: Option<String>,
+    pub pool_ids: Option<Vec<i64>>,
+    pub priority: Option<i32>,
+    pub max_concurrency: Option<u32>,
+    pub credentials: Option<CredentialInput>,
+}
+
+/// Whether a key can currently be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    Active,
+    Disabled,
+    Revoked,
+    Expired,
+}
+
+/// A gateway API key (ID-3). The secret is never part of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiKeyView {
+    pub id: i64,
+    pub name: String,
+    pub member_id: i64,
+    pub pool_id: i64,
+    pub pool_name: String,
+    /// Recognisable but useless fragment of the secret, e.g. `sk-sl-Ab3d…x9Qz`.
+    pub hint: String,
+    pub status: KeyStatus,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// `POST /api/me/keys` (and, with `member_id`, `POST /api/keys`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewApiKey {
+    pub name: String,
+    /// The pool the key targets; may be omitted when the member belongs to exactly one pool.
+    #[serde(default)]
+    pub pool_id: Option<i64>,
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Admin route only: whose key it is.
+    #[serde(default)]
+    pub member_id: Option<i64>,
+}
+
+/// The answer to a key creation: the only time the secret is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreatedApiKey {
+    pub key: ApiKeyView,
+    pub secret: String,
+}
+
+/// `POST /api/session`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+/// Body of every JSON API error: `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// serde helper: distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
+mod double_option {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        T: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Option::<T>::deserialize(d).map(Some)
+    }
+
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Option<Option<T>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_patch_tells_absent_from_null() {
+        let p: MemberPatch = serde_json::from_str("{}").unwrap();
+        assert_eq!(p.rpm_limit, None);
+        let p: MemberPatch = serde_json::from_str(r#"{"rpm_limit":null}"#).unwrap();
+        assert_eq!(p.rpm_limit, Some(None));
+        let p: MemberPatch = serde_json::from_str(r#"{"rpm_limit":60}"#).unwrap();
+        assert_eq!(p.rpm_limit, Some(Some(60)));
+    }
+
+    #[test]
+    fn credential_input_debug_hides_secrets() {
+        let c: CredentialInput =
+            serde_json::from_str(r#"{"kind":"api_key","api_key":"sk-very-secret"}"#).unwrap();
+        assert!(!format!("{c:?}").contains("very-secret"));
+    }
+
+    #[test]
+    fn provider_names_round_trip() {
+        for p in Provider::ALL {
+            assert_eq!(Provider::parse(p.as_str()), Some(p));
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(json, format!("\"{}\"", p.as_str()));
+        }
+    }
+}

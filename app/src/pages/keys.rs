@@ -1,0 +1,169 @@
+//! General -> API keys (ID-3): create a key (its secret is shown once, with copy), list the
+//! member's keys, revoke one. Every action is a form posting to a server function, so it also
+//! works without JavaScript; with it, the list refreshes in place.
+
+use leptos::{either::Either, prelude::*};
+use leptos_meta::Title;
+
+use crate::{
+    components::{ErrorNote, PageHeader, Timestamp},
+    model::{ApiKeyView, CreatedApiKey, KeyStatus},
+    rpc::{CreateKey, RevokeKey, list_my_keys, list_my_pools},
+};
+
+const INPUT: &str = "mt-1 block w-full rounded-md border border-slate-300 bg-white px-3 py-2 text-sm focus:border-slate-900 focus:outline-none focus:ring-1 focus:ring-slate-900";
+const BUTTON: &str = "rounded-md bg-slate-900 px-3 py-2 text-sm font-medium text-white hover:bg-slate-700 focus-visible:outline-2 focus-visible:outline-offset-2 focus-visible:outline-slate-900 disabled:opacity-60";
+
+#[component]
+pub fn KeysPage() -> impl IntoView {
+    let create = ServerAction::<CreateKey>::new();
+    let revoke = ServerAction::<RevokeKey>::new();
+    let keys = Resource::new(move || (create.version().get(), revoke.version().get()), |_| list_my_keys());
+    let pools = Resource::new(|| (), |_| list_my_pools());
+
+    view! {
+        <Title text="API keys" />
+        <PageHeader title="API keys" description="Keys let your tools call models through SubLane. Each key targets one pool." />
+
+        <section aria-labelledby="new-key" class="mb-8 rounded-lg border border-slate-200 bg-white p-5">
+            <h2 id="new-key" class="mb-3 text-base font-semibold">"Create a key"</h2>
+            <ActionForm action=create>
+                <div class="grid gap-4 md:grid-cols-[1fr_1fr_auto] md:items-end">
+                    <div>
+                        <label for="key-name" class="block text-sm font-medium">"Name"</label>
+                        <input id="key-name" name="name" required maxlength="64" placeholder="laptop codex" class=INPUT />
+                    </div>
+                    <div>
+                        <label for="key-pool" class="block text-sm font-medium">"Pool"</label>
+                        <Suspense fallback=|| view! { <select id="key-pool" disabled class=INPUT></select> }>
+                            {move || Suspend::new(async move {
+                                let pools = pools.await.unwrap_or_default();
+                                view! {
+                                    <select id="key-pool" name="pool_id" class=INPUT>
+                                        {pools.into_iter().map(|p| view! { <option value=p.id.to_string()>{p.name}</option> }).collect_view()}
+                                    </select>
+                                }
+                            })}
+                        </Suspense>
+                    </div>
+                    <button type="submit" class=BUTTON disabled=move || create.pending().get()>"Create key"</button>
+                </div>
+            </ActionForm>
+            {move || create.value().get().map(|result| match result {
+                Ok(created) => Either::Left(view! { <NewSecret created /> }),
+                Err(e) => Either::Right(view! { <div class="mt-3"><ErrorNote message=e.message /></div> }),
+            })}
+        </section>
+
+        <section aria-labelledby="your-keys">
+            <h2 id="your-keys" class="mb-3 text-base font-semibold">"Your keys"</h2>
+            {move || revoke.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> })}
+            <Transition fallback=|| view! { <p class="text-sm text-slate-500">"Loading keys…"</p> }>
+                {move || Suspend::new(async move {
+                    match keys.await {
+                        Ok(keys) => Either::Left(view! { <KeyTable keys revoke /> }),
+                        Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+/// The freshly created secret, shown exactly once.
+#[component]
+fn NewSecret(created: CreatedApiKey) -> impl IntoView {
+    let copied = RwSignal::new(false);
+    let secret = created.secret.clone();
+    let copy = move |_| {
+        // The clipboard exists only in the browser; the server renders the button inert.
+        #[cfg(feature = "hydrate")]
+        let _ = window().navigator().clipboard().write_text(&secret);
+        #[cfg(not(feature = "hydrate"))]
+        let _ = &secret;
+        copied.set(true);
+    };
+    view! {
+        <div role="status" class="mt-4 rounded-md border border-emerald-200 bg-emerald-50 p-4" data-testid="new-key">
+            <p class="text-sm font-medium text-emerald-900">
+                "Key \u{201c}"{created.key.name.clone()}"\u{201d} created. Copy the secret now: it is never shown again."
+            </p>
+            <div class="mt-2 flex flex-wrap items-center gap-2">
+                <code class="break-all rounded bg-white px-2 py-1 font-mono text-sm" data-testid="new-secret">{created.secret.clone()}</code>
+                <button type="button" on:click=copy class="rounded-md border border-emerald-300 bg-white px-2 py-1 text-sm hover:bg-emerald-100 focus-visible:outline-2 focus-visible:outline-emerald-700">
+                    {move || if copied.get() { "Copied" } else { "Copy" }}
+                </button>
+            </div>
+        </div>
+    }
+}
+
+#[component]
+fn KeyTable(keys: Vec<ApiKeyView>, revoke: ServerAction<RevokeKey>) -> impl IntoView {
+    if keys.is_empty() {
+        return Either::Left(view! {
+            <p class="rounded-lg border border-dashed border-slate-300 bg-white p-6 text-sm text-slate-600">
+                "You have no API keys yet."
+            </p>
+        });
+    }
+    Either::Right(view! {
+        <div class="overflow-x-auto rounded-lg border border-slate-200 bg-white">
+            <table class="min-w-full divide-y divide-slate-200 text-sm" data-testid="keys-table">
+                <thead class="bg-slate-50">
+                    <tr>
+                        {["Name", "Key", "Pool", "Status", "Created", "Last used", ""].into_iter().map(|c| view! {
+                            <th scope="col" class="whitespace-nowrap px-3 py-2 text-left font-medium text-slate-600">{c}</th>
+                        }).collect_view()}
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {keys.into_iter().map(|k| view! { <KeyRow key=k revoke /> }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    })
+}
+
+#[component]
+fn KeyRow(key: ApiKeyView, revoke: ServerAction<RevokeKey>) -> impl IntoView {
+    let active = key.status == KeyStatus::Active;
+    let label = format!("Revoke key {}", key.name);
+    view! {
+        <tr data-key-id=key.id.to_string()>
+            <td class="px-3 py-2 font-medium">{key.name.clone()}</td>
+            <td class="px-3 py-2"><code class="font-mono text-xs">{key.hint.clone()}</code></td>
+            <td class="px-3 py-2">{key.pool_name.clone()}</td>
+            <td class="px-3 py-2"><StatusBadge status=key.status /></td>
+            <td class="whitespace-nowrap px-3 py-2"><Timestamp at=key.created_at /></td>
+            <td class="whitespace-nowrap px-3 py-2">
+                {match key.last_used_at {
+                    Some(at) => Either::Left(view! { <Timestamp at /> }),
+                    None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
+                }}
+            </td>
+            <td class="px-3 py-2 text-right">
+                {active.then(|| view! {
+                    <ActionForm action=revoke>
+                        <input type="hidden" name="id" value=key.id.to_string() />
+                        <button type="submit" aria-label=label.clone()
+                            class="rounded-md border border-red-200 px-2 py-1 text-xs text-red-700 hover:bg-red-50 focus-visible:outline-2 focus-visible:outline-red-700">
+                            "Revoke"
+                        </button>
+                    </ActionForm>
+                })}
+            </td>
+        </tr>
+    }
+}
+
+#[component]
+fn StatusBadge(status: KeyStatus) -> impl IntoView {
+    let (text, class) = match status {
+        KeyStatus::Active => ("active", "bg-emerald-100 text-emerald-800"),
+        KeyStatus::Disabled => ("disabled", "bg-slate-200 text-slate-700"),
+        KeyStatus::Revoked => ("revoked", "bg-red-100 text-red-800"),
+        KeyStatus::Expired => ("expired", "bg-amber-100 text-amber-800"),
+    };
+    view! { <span class=format!("rounded px-2 py-0.5 text-xs font-medium {class}") data-testid="key-status">{text}</span> }
+}

@@ -1,0 +1,11 @@
+//! One module per page.
+
+mod keys;
+mod login;
+mod placeholders;
+mod requests;
+
+pub use keys::KeysPage;
+pub use login::LoginPage;
+pub use placeholders::{AccountsPage, AdminRequestsPage, MembersPage, NotFound, PoolsPage};
+pub use requests::RequestsPage;

@@ -1,0 +1,86 @@
+//! Server functions used by the web app. Each one authenticates the session, then calls one
+//! [`Backend`](crate::backend::Backend) method; all rules live behind that trait.
+//!
+//! They are mounted under `/rpc/`, apart from the JSON API under `/api/`, and the server applies
+//! the same-origin check (ID-5) to them.
+
+use leptos::prelude::*;
+
+use crate::{error::AppError, model::*};
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use leptos::prelude::*;
+
+    use crate::{backend::SharedBackend, error::AppError, model::MemberView};
+
+    pub fn backend() -> Result<SharedBackend, AppError> {
+        use_context::<SharedBackend>().ok_or_else(AppError::internal)
+    }
+
+    pub fn headers() -> http::HeaderMap {
+        use_context::<http::request::Parts>().map(|p| p.headers).unwrap_or_default()
+    }
+
+    /// The signed-in member, or `unauthorized`.
+    pub async fn require_member() -> Result<MemberView, AppError> {
+        backend()?.member_for(&headers()).await?.ok_or_else(AppError::unauthenticated)
+    }
+
+    pub fn set_cookie(value: &str) -> Result<(), AppError> {
+        let opts = use_context::<leptos_axum::ResponseOptions>().ok_or_else(AppError::internal)?;
+        let value = http::HeaderValue::from_str(value).map_err(|_| AppError::internal())?;
+        opts.append_header(http::header::SET_COOKIE, value);
+        Ok(())
+    }
+}
+
+/// The signed-in member, or `None` when the visitor is not signed in.
+#[server(prefix = "/rpc", endpoint = "me")]
+pub async fn get_me() -> Result<Option<MemberView>, AppError> {
+    ssr::backend()?.member_for(&ssr::headers()).await
+}
+
+/// Signs in and redirects to the app. Works as a plain HTML form post without JavaScript.
+#[server(prefix = "/rpc", endpoint = "login")]
+pub async fn login(username: String, password: String) -> Result<(), AppError> {
+    let signed_in = ssr::backend()?.sign_in(&username, &password).await?;
+    ssr::set_cookie(&signed_in.set_cookie)?;
+    leptos_axum::redirect("/");
+    Ok(())
+}
+
+/// Ends the session and returns to the login page.
+#[server(prefix = "/rpc", endpoint = "logout")]
+pub async fn logout() -> Result<(), AppError> {
+    let clear = ssr::backend()?.sign_out(&ssr::headers()).await?;
+    ssr::set_cookie(&clear)?;
+    leptos_axum::redirect("/login");
+    Ok(())
+}
+
+#[server(prefix = "/rpc", endpoint = "my_keys")]
+pub async fn list_my_keys() -> Result<Vec<ApiKeyView>, AppError> {
+    let me = ssr::require_member().await?;
+    ssr::backend()?.my_keys(&me).await
+}
+
+#[server(prefix = "/rpc", endpoint = "my_pools")]
+pub async fn list_my_pools() -> Result<Vec<PoolChoice>, AppError> {
+    let me = ssr::require_member().await?;
+    ssr::backend()?.my_pools(&me).await
+}
+
+/// Creates a key for the signed-in member; the answer holds the secret, shown once.
+#[server(prefix = "/rpc", endpoint = "create_key")]
+pub async fn create_key(name: String, pool_id: Option<i64>) -> Result<CreatedApiKey, AppError> {
+    let me = ssr::require_member().await?;
+    let new = NewApiKey { name, pool_id, expires_at: None, member_id: None };
+    ssr::backend()?.create_my_key(&me, new).await
+}
+
+#[server(prefix = "/rpc", endpoint = "revoke_key")]
+pub async fn revoke_key(id: i64) -> Result<(), AppError> {
+    let me = ssr::require_member().await?;
+    ssr::backend()?.revoke_my_key(&me, id).await
+}

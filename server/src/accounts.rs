@@ -1,0 +1,254 @@
+//! Upstream accounts: provider, name, pools, priority, concurrency limit (ADM-1) and sealed
+//! credentials (ID-6).
+//!
+//! Credentials are write-only: they are sealed with `credentials.key` and only a summary (kind,
+//! expiry, provider account id) is ever returned. Deleting an account keeps its row for history
+//! (ACC-5) but drops its credentials and pool memberships.
+
+use app::model::{
+    AccountPatch, AccountStatus, AccountView, CredentialInput, CredentialSummary, NewAccount, Provider,
+};
+use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
+
+use crate::{
+    clock::{Clock, from_unix, to_unix},
+    crypto::Sealer,
+    error::{Error, Result},
+    validate,
+};
+
+/// Per-account concurrency default for new accounts (ADM-1).
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 30;
+/// Per-account concurrency bounds (ADM-1).
+pub const MAX_CONCURRENCY_RANGE: (u32, u32) = (1, 1000);
+/// Purpose label for sealed account credentials.
+pub const SEAL_PURPOSE: &str = "account-credentials";
+
+#[derive(Debug, FromRow)]
+struct AccountRow {
+    id: i64,
+    provider: String,
+    name: String,
+    priority: i64,
+    max_concurrency: i64,
+    status: String,
+    schedulable: bool,
+    credential_kind: Option<String>,
+    token_expires_at: Option<i64>,
+    provider_account_id: Option<String>,
+    created_at: i64,
+    pool_ids: Option<String>,
+}
+
+impl AccountRow {
+    fn view(self) -> Result<AccountView> {
+        let provider = Provider::parse(&self.provider)
+            .ok_or_else(|| Error::Internal(format!("unknown provider {:?} in database", self.provider)))?;
+        Ok(AccountView {
+            id: self.id,
+            provider,
+            name: self.name,
+            pool_ids: validate::id_list(self.pool_ids),
+            priority: i32::try_from(self.priority).unwrap_or_default(),
+            max_concurrency: u32::try_from(self.max_concurrency).unwrap_or(DEFAULT_MAX_CONCURRENCY),
+            status: match self.status.as_str() {
+                "error" => AccountStatus::Error,
+                "disabled" => AccountStatus::Disabled,
+                _ => AccountStatus::Active,
+            },
+            schedulable: self.schedulable,
+            credential: CredentialSummary {
+                kind: self.credential_kind.unwrap_or_else(|| "none".into()),
+                expires_at: self.token_expires_at.map(from_unix),
+                provider_account_id: self.provider_account_id,
+            },
+            created_at: from_unix(self.created_at),
+        })
+    }
+}
+
+const SELECT: &str = "SELECT a.id, a.provider, a.name, a.priority, a.max_concurrency, a.status, a.schedulable,
+    a.credential_kind, a.token_expires_at, a.provider_account_id, a.created_at,
+    (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids
+    FROM accounts a WHERE a.deleted_at IS NULL";
+
+pub async fn list(db: &SqlitePool) -> Result<Vec<AccountView>> {
+    let rows: Vec<AccountRow> = sqlx::query_as(&format!("{SELECT} ORDER BY a.id")).fetch_all(db).await?;
+    rows.into_iter().map(AccountRow::view).collect()
+}
+
+pub async fn get(db: &SqlitePool, id: i64) -> Result<AccountView> {
+    let row: Option<AccountRow> =
+        sqlx::query_as(&format!("{SELECT} AND a.id = ?")).bind(id).fetch_optional(db).await?;
+    row.ok_or(Error::NotFound("account"))?.view()
+}
+
+/// Sealed credential plus the non-secret facts stored beside it.
+struct Sealed {
+    kind: &'static str,
+    blob: Vec<u8>,
+    expires_at: Option<i64>,
+    provider_account_id: Option<String>,
+}
+
+fn seal(sealer: &Sealer, provider: Provider, input: &CredentialInput) -> Result<Sealed> {
+    let nonempty = |field: &str, v: &str| -> Result<()> {
+        if v.trim().is_empty() {
+            return Err(Error::invalid(format!("credentials.{field} must not be empty")));
+        }
+        Ok(())
+    };
+    let (kind, expires_at, provider_account_id) = match input {
+        CredentialInput::OAuth { access_token, refresh_token, expires_at, provider_account_id } => {
+            if !provider.uses_oauth() {
+                return Err(Error::invalid(format!(
+                    "provider {} takes an API key (credentials.kind = \"api_key\")",
+                    provider.as_str()
+                )));
+            }
+            nonempty("access_token", access_token)?;
+            if let Some(r) = refresh_token {
+                nonempty("refresh_token", r)?;
+            }
+            ("oauth", expires_at.map(to_unix), provider_account_id.clone())
+        }
+        CredentialInput::ApiKey { api_key } => {
+            if provider.uses_oauth() {
+                return Err(Error::invalid(format!(
+                    "provider {} takes OAuth tokens (credentials.kind = \"oauth\")",
+                    provider.as_str()
+                )));
+            }
+            nonempty("api_key", api_key)?;
+            ("api_key", None, None)
+        }
+    };
+    let plaintext = serde_json::to_vec(input).map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(Sealed { kind, blob: sealer.seal(SEAL_PURPOSE, &plaintext)?, expires_at, provider_account_id })
+}
+
+/// Opens an account's credentials for use upstream (never for display).
+pub async fn credentials(db: &SqlitePool, sealer: &Sealer, id: i64) -> Result<Option<CredentialInput>> {
+    let blob: Option<Option<Vec<u8>>> =
+        sqlx::query_scalar("SELECT sealed_credential FROM accounts WHERE id = ? AND deleted_at IS NULL")
+            .bind(id)
+            .fetch_optional(db)
+            .await?;
+    let Some(blob) = blob.ok_or(Error::NotFound("account"))? else { return Ok(None) };
+    let plain = sealer.open(SEAL_PURPOSE, &blob)?;
+    serde_json::from_slice(&plain).map(Some).map_err(|e| Error::Internal(e.to_string()))
+}
+
+pub async fn create(db: &SqlitePool, clock: &dyn Clock, sealer: &Sealer, new: NewAccount) -> Result<AccountView> {
+    let name = validate::name("name", &new.name)?;
+    let (lo, hi) = MAX_CONCURRENCY_RANGE;
+    let max = validate::range("max_concurrency", new.max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY), lo, hi)?;
+    let sealed = new.credentials.as_ref().map(|c| seal(sealer, new.provider, c)).transpose()?;
+    let now = to_unix(clock.now());
+    let mut tx = db.begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO accounts (provider, name, priority, max_concurrency, credential_kind, sealed_credential,
+                               token_expires_at, provider_account_id, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+    )
+    .bind(new.provider.as_str())
+    .bind(&name)
+    .bind(new.priority.unwrap_or(0))
+    .bind(max)
+    .bind(sealed.as_ref().map(|s| s.kind))
+    .bind(sealed.as_ref().map(|s| s.blob.as_slice()))
+    .bind(sealed.as_ref().and_then(|s| s.expires_at))
+    .bind(sealed.as_ref().and_then(|s| s.provider_account_id.clone()))
+    .bind(now)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| Error::on_conflict(e, || format!("an account named {name:?} exists")))?;
+    replace_pools(&mut tx, id, &new.pool_ids).await?;
+    tx.commit().await?;
+    get(db, id).await
+}
+
+pub async fn update(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    sealer: &Sealer,
+    id: i64,
+    patch: AccountPatch,
+) -> Result<AccountView> {
+    let current = get(db, id).await?;
+    let provider = patch.provider.unwrap_or(current.provider);
+    if provider != current.provider && patch.credentials.is_none() && current.credential.kind != "none" {
+        return Err(Error::invalid("changing the provider needs new credentials for it"));
+    }
+    let name = match &patch.name {
+        Some(n) => validate::name("name", n)?,
+        None => current.name,
+    };
+    let (lo, hi) = MAX_CONCURRENCY_RANGE;
+    let max = validate::range("max_concurrency", patch.max_concurrency.unwrap_or(current.max_concurrency), lo, hi)?;
+    let sealed = patch.credentials.as_ref().map(|c| seal(sealer, provider, c)).transpose()?;
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "UPDATE accounts SET provider = ?, name = ?, priority = ?, max_concurrency = ?, updated_at = ? WHERE id = ?",
+    )
+    .bind(provider.as_str())
+    .bind(&name)
+    .bind(patch.priority.unwrap_or(current.priority))
+    .bind(max)
+    .bind(to_unix(clock.now()))
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| Error::on_conflict(e, || format!("an account named {name:?} exists")))?;
+    if let Some(s) = sealed {
+        // New credentials start a new lifecycle revision: old limits no longer apply (ACC-4).
+        sqlx::query(
+            "UPDATE accounts SET credential_kind = ?, sealed_credential = ?, token_expires_at = ?,
+                    provider_account_id = ?, lifecycle_revision = lifecycle_revision + 1 WHERE id = ?",
+        )
+        .bind(s.kind)
+        .bind(s.blob)
+        .bind(s.expires_at)
+        .bind(s.provider_account_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let Some(pool_ids) = &patch.pool_ids {
+        replace_pools(&mut tx, id, pool_ids).await?;
+    }
+    tx.commit().await?;
+    get(db, id).await
+}
+
+/// Soft delete (ACC-5): the row stays so history can say "deleted"; secrets and pools go.
+pub async fn delete(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<()> {
+    let mut tx = db.begin().await?;
+    let done = sqlx::query(
+        "UPDATE accounts SET deleted_at = ?, sealed_credential = NULL, status = 'disabled', schedulable = 0
+         WHERE id = ? AND deleted_at IS NULL",
+    )
+    .bind(to_unix(clock.now()))
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(Error::NotFound("account"));
+    }
+    sqlx::query("DELETE FROM account_pools WHERE account_id = ?").bind(id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn replace_pools(tx: &mut Transaction<'_, Sqlite>, account_id: i64, pool_ids: &[i64]) -> Result<()> {
+    sqlx::query("DELETE FROM account_pools WHERE account_id = ?").bind(account_id).execute(&mut **tx).await?;
+    for pool_id in pool_ids {
+        sqlx::query("INSERT OR IGNORE INTO account_pools (account_id, pool_id) VALUES (?, ?)")
+            .bind(account_id)
+            .bind(pool_id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! Extractors whose rejections are API errors instead of axum's plain-text ones: bad JSON is 400,
+//! JSON of the wrong shape 422, a missing JSON content type 415, a bad path parameter 400.
+
+use axum::{
+    Json,
+    extract::{FromRequest, FromRequestParts, Path, Request, rejection::JsonRejection},
+    http::request::Parts,
+};
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+
+/// A JSON body.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(Error::UnsupportedMediaType),
+            Err(JsonRejection::JsonDataError(e)) => Err(Error::Invalid(e.body_text())),
+            Err(e) => Err(Error::BadRequest(e.body_text())),
+        }
+    }
+}
+
+/// A typed path parameter.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(v)| ApiPath(v))
+            .map_err(|e| Error::BadRequest(e.body_text()))
+    }
+}

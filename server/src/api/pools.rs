@@ -1,0 +1,37 @@
+//! Admin: `GET/POST /api/pools`, `GET/PATCH /api/pools/{id}` (members, model policy).
+
+use app::model::{NewPool, PoolPatch, PoolView};
+use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+
+use crate::{
+    api::{ApiJson, ApiPath},
+    app_state::AppState,
+    auth::extract::Admin,
+    error::Result,
+    pools,
+};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/pools", get(list).post(create)).route("/pools/{id}", get(show).patch(update))
+}
+
+async fn list(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<PoolView>>> {
+    Ok(Json(pools::list(&s.db).await?))
+}
+
+async fn show(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<Json<PoolView>> {
+    Ok(Json(pools::get(&s.db, id).await?))
+}
+
+async fn create(_: Admin, State(s): State<AppState>, ApiJson(new): ApiJson<NewPool>) -> Result<(StatusCode, Json<PoolView>)> {
+    Ok((StatusCode::CREATED, Json(pools::create(&s.db, &*s.clock, new).await?)))
+}
+
+async fn update(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(patch): ApiJson<PoolPatch>,
+) -> Result<Json<PoolView>> {
+    Ok(Json(pools::update(&s.db, &*s.clock, id, patch).await?))
+}

@@ -1,0 +1,27 @@
+//! Everything a request handler may need, cloned cheaply into each handler.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use leptos::config::LeptosOptions;
+use sqlx::SqlitePool;
+
+use crate::{clock::SharedClock, config::Config, crypto::Sealer};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub db: SqlitePool,
+    /// Wall clock for stored times (sessions, key expiry); a fake one in tests.
+    pub clock: SharedClock,
+    /// Seals and opens provider credentials (ID-6).
+    pub sealer: Arc<Sealer>,
+    /// Where leptos_axum finds the built site and how it names the assets.
+    pub leptos: LeptosOptions,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos.clone()
+    }
+}

@@ -1,0 +1,111 @@
+//! Member passwords (ID-2): Argon2id with the crate's recommended parameters, PHC strings.
+//!
+//! Hashing is CPU-heavy by design, so the async wrappers run it on the blocking pool. Checking a
+//! login for an unknown user still verifies against a fixed hash so that timing does not reveal
+//! which usernames exist.
+
+use std::sync::LazyLock;
+
+use argon2::{
+    Argon2,
+    password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng},
+};
+
+use crate::error::{Error, Result};
+
+/// Shortest password accepted for a member (ID-2).
+pub const MIN_PASSWORD_LEN: usize = 8;
+/// Longest password accepted (keeps hashing cost bounded).
+pub const MAX_PASSWORD_LEN: usize = 256;
+
+/// Rejects passwords that are too short or too long.
+pub fn validate(password: &str) -> Result<()> {
+    let len = password.chars().count();
+    if len < MIN_PASSWORD_LEN {
+        return Err(Error::invalid(format!("password must have at least {MIN_PASSWORD_LEN} characters")));
+    }
+    if len > MAX_PASSWORD_LEN {
+        return Err(Error::invalid(format!("password must have at most {MAX_PASSWORD_LEN} characters")));
+    }
+    Ok(())
+}
+
+/// Hashes a password into a PHC string (`$argon2id$...`).
+pub fn hash(password: &str) -> Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| Error::Internal(format!("password hashing failed: {e}")))
+}
+
+/// Checks a password against a stored PHC string. A malformed hash never verifies.
+pub fn verify(password: &str, phc: &str) -> bool {
+    PasswordHash::new(phc)
+        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+        .unwrap_or(false)
+}
+
+/// A valid hash of a random password, verified against when the username is unknown.
+static DECOY: LazyLock<String> = LazyLock::new(|| {
+    let mut random = [0u8; 16];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut random);
+    hash(&format!("{random:?}")).unwrap_or_default()
+});
+
+pub async fn hash_async(password: String) -> Result<String> {
+    tokio::task::spawn_blocking(move || hash(&password))
+        .await
+        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?
+}
+
+/// Verifies on the blocking pool; with `None` it burns the same time on the decoy hash.
+pub async fn verify_async(password: String, phc: Option<String>) -> bool {
+    tokio::task::spawn_blocking(move || match phc {
+        Some(phc) => verify(&password, &phc),
+        None => {
+            let _ = verify(&password, &DECOY);
+            false
+        }
+    })
+    .await
+    .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_verifies_only_the_same_password() {
+        let h = hash("correct horse battery").unwrap();
+        assert!(h.starts_with("$argon2id$"), "{h}");
+        assert!(!h.contains("correct horse"));
+        assert!(verify("correct horse battery", &h));
+        assert!(!verify("correct horse batterY", &h));
+        assert!(!verify("", &h));
+    }
+
+    #[test]
+    fn same_password_gets_a_fresh_salt() {
+        assert_ne!(hash("password1").unwrap(), hash("password1").unwrap());
+    }
+
+    #[test]
+    fn malformed_hash_never_verifies() {
+        assert!(!verify("anything", "not-a-phc-string"));
+        assert!(!verify("anything", ""));
+    }
+
+    #[test]
+    fn length_rules() {
+        assert!(validate("short").is_err());
+        assert!(validate("12345678").is_ok());
+        assert!(validate(&"x".repeat(MAX_PASSWORD_LEN + 1)).is_err());
+    }
+
+    #[tokio::test]
+    async fn unknown_user_path_rejects() {
+        assert!(!verify_async("whatever1".into(), None).await);
+    }
+}

@@ -1,0 +1,131 @@
+//! The domain error: what a use case can answer besides success.
+//!
+//! Each variant's doc names its HTTP status and stable `code`. The JSON API renders it as
+//! `{"error":{"code","message"}}`, server functions as [`app::error::AppError`]. Internal faults
+//! are logged where they are converted and reach the client only as `internal_error`.
+
+use axum::http::StatusCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 400 `bad_request`: the request is malformed (unparsable JSON, bad path parameter).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 `unauthorized`: no valid session.
+    #[error("sign in first")]
+    Unauthenticated,
+    /// 401 `invalid_credentials`: wrong username or password, or a disabled member.
+    #[error("wrong username or password")]
+    InvalidCredentials,
+    /// 403 `forbidden`: signed in, but not allowed.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404 `not_found`.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// 409 `conflict`: the request clashes with existing state (duplicate name, last admin).
+    #[error("{0}")]
+    Conflict(String),
+    /// 415 `unsupported_media_type`: a mutating JSON route without `Content-Type: application/json`.
+    #[error("send the body as JSON with Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// 422 `invalid_request`: well-formed but invalid values.
+    #[error("{0}")]
+    Invalid(String),
+    /// 500 `internal_error`: a fault on our side; details go to the log only.
+    #[error("internal error")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+
+    pub fn forbidden(msg: impl Into<String>) -> Self {
+        Error::Forbidden(msg.into())
+    }
+
+    /// A database error in which a unique violation means `message` (e.g. a taken name).
+    pub fn on_conflict(e: sqlx::Error, message: impl FnOnce() -> String) -> Self {
+        match Error::from(e) {
+            Error::Conflict(_) => Error::Conflict(message()),
+            other => other,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthenticated | Error::InvalidCredentials => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadRequest(_) => "bad_request",
+            Error::Unauthenticated => "unauthorized",
+            Error::InvalidCredentials => "invalid_credentials",
+            Error::Forbidden(_) => "forbidden",
+            Error::NotFound(_) => "not_found",
+            Error::Conflict(_) => "conflict",
+            Error::UnsupportedMediaType => "unsupported_media_type",
+            Error::Invalid(_) => "invalid_request",
+            Error::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The message safe to show a client. Internal details are never part of it.
+    pub fn public_message(&self) -> String {
+        match self {
+            Error::Internal(_) => "internal error; see the server log".to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    /// Constraint violations are the client's doing (409/422); anything else is ours (500).
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e {
+            match db.kind() {
+                sqlx::error::ErrorKind::UniqueViolation => {
+                    return Error::Conflict("a record with that name already exists".into());
+                }
+                sqlx::error::ErrorKind::ForeignKeyViolation => {
+                    return Error::invalid("a referenced member, pool or account does not exist");
+                }
+                sqlx::error::ErrorKind::CheckViolation => {
+                    return Error::invalid("a value is out of its allowed range");
+                }
+                _ => {}
+            }
+        }
+        if matches!(e, sqlx::Error::RowNotFound) {
+            return Error::NotFound("record");
+        }
+        tracing::error!(error = %e, "database error");
+        Error::Internal(e.to_string())
+    }
+}
+
+impl From<crate::crypto::CryptoError> for Error {
+    fn from(e: crate::crypto::CryptoError) -> Self {
+        tracing::error!(error = %e, "credential sealing error");
+        Error::Internal(e.to_string())
+    }
+}
+
+impl From<Error> for app::error::AppError {
+    fn from(e: Error) -> Self {
+        app::error::AppError::new(e.code(), e.public_message())
+    }
+}

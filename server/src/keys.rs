@@ -1,0 +1,146 @@
+//! Gateway API keys (ID-3): created for a member and one pool, secret shown once, only its
+//! SHA-256 stored; listed with a status; revoked (kept for history, never deleted).
+
+use app::model::{ApiKeyView, CreatedApiKey, KeyStatus, NewApiKey};
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, SqlitePool};
+
+use crate::{
+    auth::secrets,
+    clock::{Clock, from_unix, to_unix},
+    error::{Error, Result},
+    validate,
+};
+
+#[derive(Debug, FromRow)]
+struct KeyRow {
+    id: i64,
+    name: String,
+    member_id: i64,
+    pool_id: i64,
+    pool_name: String,
+    hint: String,
+    enabled: bool,
+    created_at: i64,
+    expires_at: Option<i64>,
+    revoked_at: Option<i64>,
+    last_used_at: Option<i64>,
+}
+
+impl KeyRow {
+    fn view(self, now: DateTime<Utc>) -> ApiKeyView {
+        let expires_at = self.expires_at.map(from_unix);
+        let status = if self.revoked_at.is_some() {
+            KeyStatus::Revoked
+        } else if !self.enabled {
+            KeyStatus::Disabled
+        } else if expires_at.is_some_and(|e| e <= now) {
+            KeyStatus::Expired
+        } else {
+            KeyStatus::Active
+        };
+        ApiKeyView {
+            id: self.id,
+            name: self.name,
+            member_id: self.member_id,
+            pool_id: self.pool_id,
+            pool_name: self.pool_name,
+            hint: self.hint,
+            status,
+            created_at: from_unix(self.created_at),
+            expires_at,
+            revoked_at: self.revoked_at.map(from_unix),
+            last_used_at: self.last_used_at.map(from_unix),
+        }
+    }
+}
+
+const SELECT: &str = "SELECT k.id, k.name, k.member_id, k.pool_id, p.name AS pool_name, k.hint, k.enabled,
+    k.created_at, k.expires_at, k.revoked_at, k.last_used_at
+    FROM api_keys k JOIN pools p ON p.id = k.pool_id";
+
+/// The keys of one member, newest first (scoped in SQL).
+pub async fn list_for_member(db: &SqlitePool, clock: &dyn Clock, member_id: i64) -> Result<Vec<ApiKeyView>> {
+    let rows: Vec<KeyRow> = sqlx::query_as(&format!("{SELECT} WHERE k.member_id = ? ORDER BY k.id DESC"))
+        .bind(member_id)
+        .fetch_all(db)
+        .await?;
+    let now = clock.now();
+    Ok(rows.into_iter().map(|r| r.view(now)).collect())
+}
+
+/// Every key of the workspace (admin).
+pub async fn list_all(db: &SqlitePool, clock: &dyn Clock) -> Result<Vec<ApiKeyView>> {
+    let rows: Vec<KeyRow> = sqlx::query_as(&format!("{SELECT} ORDER BY k.id DESC")).fetch_all(db).await?;
+    let now = clock.now();
+    Ok(rows.into_iter().map(|r| r.view(now)).collect())
+}
+
+async fn get(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<ApiKeyView> {
+    let row: Option<KeyRow> =
+        sqlx::query_as(&format!("{SELECT} WHERE k.id = ?")).bind(id).fetch_optional(db).await?;
+    Ok(row.ok_or(Error::NotFound("API key"))?.view(clock.now()))
+}
+
+/// Creates a key owned by `owner_id`. The owner must be enabled and a member of the pool.
+pub async fn create(db: &SqlitePool, clock: &dyn Clock, owner_id: i64, new: NewApiKey) -> Result<CreatedApiKey> {
+    let name = validate::name("name", &new.name)?;
+    let now = clock.now();
+    if new.expires_at.is_some_and(|e| e <= now) {
+        return Err(Error::invalid("expires_at must be in the future"));
+    }
+    let enabled: Option<bool> = sqlx::query_scalar("SELECT enabled FROM members WHERE id = ?")
+        .bind(owner_id)
+        .fetch_optional(db)
+        .await?;
+    match enabled {
+        None => return Err(Error::invalid("member_id does not name a member")),
+        Some(false) => return Err(Error::invalid("the member is disabled")),
+        Some(true) => {}
+    }
+    let pools: Vec<i64> = sqlx::query_scalar("SELECT pool_id FROM pool_members WHERE member_id = ? ORDER BY pool_id")
+        .bind(owner_id)
+        .fetch_all(db)
+        .await?;
+    let pool_id = match (new.pool_id, pools.as_slice()) {
+        (Some(p), _) if pools.contains(&p) => p,
+        (Some(_), _) => return Err(Error::invalid("the member may not use that pool (or it does not exist)")),
+        (None, [only]) => *only,
+        (None, []) => return Err(Error::invalid("the member belongs to no pool; ask an admin to add them to one")),
+        (None, _) => return Err(Error::invalid("pool_id is required: the member belongs to several pools")),
+    };
+
+    let secret = secrets::new_api_key();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO api_keys (member_id, pool_id, name, secret_hash, hint, enabled, created_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, 1, ?, ?) RETURNING id",
+    )
+    .bind(owner_id)
+    .bind(pool_id)
+    .bind(&name)
+    .bind(secrets::hash(&secret))
+    .bind(secrets::hint(&secret))
+    .bind(to_unix(now))
+    .bind(new.expires_at.map(to_unix))
+    .fetch_one(db)
+    .await?;
+    Ok(CreatedApiKey { key: get(db, clock, id).await?, secret })
+}
+
+/// Revokes a key. With `owner_id`, only that member's key matches (others look absent: 404).
+/// Revoking twice keeps the first revocation time.
+pub async fn revoke(db: &SqlitePool, clock: &dyn Clock, owner_id: Option<i64>, id: i64) -> Result<ApiKeyView> {
+    let done = sqlx::query(
+        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND (? IS NULL OR member_id = ?)",
+    )
+    .bind(to_unix(clock.now()))
+    .bind(id)
+    .bind(owner_id)
+    .bind(owner_id)
+    .execute(db)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(Error::NotFound("API key"));
+    }
+    get(db, clock, id).await
+}

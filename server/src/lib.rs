@@ -1,0 +1,19 @@
+//! SubLane server: configuration, storage, identity, the JSON API and the web app.
+//! The binary (`main.rs`) only parses the command line, sets up logging and signals, and runs
+//! [`serve::start`]; integration tests call the same function.
+
+pub mod accounts;
+pub mod api;
+pub mod app_state;
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod crypto;
+pub mod db;
+pub mod error;
+pub mod keys;
+pub mod members;
+pub mod pools;
+pub mod serve;
+pub mod validate;
+pub mod web;

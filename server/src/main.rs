@@ -1,0 +1,86 @@
+//! The `sublane` binary.
+
+use std::{process::ExitCode, sync::Arc};
+
+use clap::Parser;
+use sublane::{
+    clock::SystemClock,
+    config::{Cli, Config},
+    members::Bootstrap,
+    serve,
+};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .init();
+
+    let config = match Config::load(Cli::parse(), |k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sublane: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let server = match serve::start(config, Arc::new(SystemClock)).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sublane: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    announce(&server);
+
+    let stop = server.shutdown_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new connections; open requests may finish");
+        stop.cancel();
+    });
+    match server.wait().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sublane: server error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The operator's first-start message; the only place that prints to stdout.
+#[allow(clippy::print_stdout)]
+fn announce(server: &serve::Server) {
+    let url = format!("http://{}", server.addr);
+    match &server.bootstrap {
+        Bootstrap::CreatedWithGeneratedPassword(password) => {
+            println!("\nSubLane first start: created the admin account.");
+            println!("  Sign in at {url}/login as `admin` with password: {password}");
+            println!("  This password is shown only once. Change it with PATCH /api/members/1.\n");
+        }
+        Bootstrap::CreatedWithConfiguredPassword => {
+            println!("\nSubLane first start: created `admin` with the password from SUBLANE_ADMIN_PASSWORD.\n");
+        }
+        Bootstrap::Existing => {}
+    }
+    println!("SubLane is serving on {url}");
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,165 @@
+//! Resource groups (ID-4): which members may use which accounts, and the model policy.
+
+use app::model::{ModelPolicy, NewPool, PolicyMode, PoolChoice, PoolPatch, PoolView};
+use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
+
+use crate::{
+    clock::{Clock, from_unix, to_unix},
+    error::{Error, Result},
+    validate,
+};
+
+#[derive(Debug, FromRow)]
+struct PoolRow {
+    id: i64,
+    name: String,
+    policy_mode: String,
+    policy_models: String,
+    model_aliases: String,
+    created_at: i64,
+    member_ids: Option<String>,
+    account_ids: Option<String>,
+}
+
+impl PoolRow {
+    fn view(self) -> PoolView {
+        let mode = match self.policy_mode.as_str() {
+            "allow" => PolicyMode::Allow,
+            "deny" => PolicyMode::Deny,
+            _ => PolicyMode::All,
+        };
+        PoolView {
+            id: self.id,
+            name: self.name,
+            model_policy: ModelPolicy {
+                mode,
+                models: serde_json::from_str(&self.policy_models).unwrap_or_default(),
+                aliases: serde_json::from_str(&self.model_aliases).unwrap_or_default(),
+            },
+            member_ids: validate::id_list(self.member_ids),
+            account_ids: validate::id_list(self.account_ids),
+            created_at: from_unix(self.created_at),
+        }
+    }
+}
+
+const SELECT: &str = "SELECT p.id, p.name, p.policy_mode, p.policy_models, p.model_aliases, p.created_at,
+    (SELECT group_concat(member_id) FROM pool_members WHERE pool_id = p.id) AS member_ids,
+    (SELECT group_concat(ap.account_id) FROM account_pools ap JOIN accounts a ON a.id = ap.account_id
+      WHERE ap.pool_id = p.id AND a.deleted_at IS NULL) AS account_ids
+    FROM pools p";
+
+pub async fn list(db: &SqlitePool) -> Result<Vec<PoolView>> {
+    let rows: Vec<PoolRow> = sqlx::query_as(&format!("{SELECT} ORDER BY p.id")).fetch_all(db).await?;
+    Ok(rows.into_iter().map(PoolRow::view).collect())
+}
+
+pub async fn get(db: &SqlitePool, id: i64) -> Result<PoolView> {
+    let row: Option<PoolRow> =
+        sqlx::query_as(&format!("{SELECT} WHERE p.id = ?")).bind(id).fetch_optional(db).await?;
+    row.map(PoolRow::view).ok_or(Error::NotFound("pool"))
+}
+
+/// Pools a member may target with a key.
+pub async fn choices_for(db: &SqlitePool, member_id: i64) -> Result<Vec<PoolChoice>> {
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT p.id, p.name FROM pools p JOIN pool_members pm ON pm.pool_id = p.id
+         WHERE pm.member_id = ? ORDER BY p.name",
+    )
+    .bind(member_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|(id, name)| PoolChoice { id, name }).collect())
+}
+
+pub async fn create(db: &SqlitePool, clock: &dyn Clock, new: NewPool) -> Result<PoolView> {
+    let name = validate::name("name", &new.name)?;
+    let (models, aliases) = policy_json(&new.model_policy)?;
+    let now = to_unix(clock.now());
+    let mut tx = db.begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO pools (name, policy_mode, policy_models, model_aliases, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+    )
+    .bind(&name)
+    .bind(mode_str(new.model_policy.mode))
+    .bind(models)
+    .bind(aliases)
+    .bind(now)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| Error::on_conflict(e, || format!("a pool named {name:?} exists")))?;
+    replace_members(&mut tx, id, &new.member_ids).await?;
+    tx.commit().await?;
+    get(db, id).await
+}
+
+pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: PoolPatch) -> Result<PoolView> {
+    let current = get(db, id).await?;
+    let name = match &patch.name {
+        Some(n) => validate::name("name", n)?,
+        None => current.name,
+    };
+    let policy = patch.model_policy.unwrap_or(current.model_policy);
+    let (models, aliases) = policy_json(&policy)?;
+    let mut tx = db.begin().await?;
+    sqlx::query(
+        "UPDATE pools SET name = ?, policy_mode = ?, policy_models = ?, model_aliases = ?, updated_at = ?
+         WHERE id = ?",
+    )
+    .bind(&name)
+    .bind(mode_str(policy.mode))
+    .bind(models)
+    .bind(aliases)
+    .bind(to_unix(clock.now()))
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| Error::on_conflict(e, || format!("a pool named {name:?} exists")))?;
+    if let Some(member_ids) = &patch.member_ids {
+        replace_members(&mut tx, id, member_ids).await?;
+    }
+    tx.commit().await?;
+    get(db, id).await
+}
+
+async fn replace_members(tx: &mut Transaction<'_, Sqlite>, pool_id: i64, member_ids: &[i64]) -> Result<()> {
+    sqlx::query("DELETE FROM pool_members WHERE pool_id = ?").bind(pool_id).execute(&mut **tx).await?;
+    for member_id in member_ids {
+        sqlx::query("INSERT OR IGNORE INTO pool_members (pool_id, member_id) VALUES (?, ?)")
+            .bind(pool_id)
+            .bind(member_id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+fn mode_str(mode: PolicyMode) -> &'static str {
+    match mode {
+        PolicyMode::All => "all",
+        PolicyMode::Allow => "allow",
+        PolicyMode::Deny => "deny",
+    }
+}
+
+/// Checks the policy and returns its model list and alias map as JSON text.
+fn policy_json(policy: &ModelPolicy) -> Result<(String, String)> {
+    let model_id = |field: &str, m: &str| -> Result<()> {
+        if m.trim().is_empty() || m.len() > 128 || m.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid(format!("{field} must be model ids of 1..=128 characters without spaces")));
+        }
+        Ok(())
+    };
+    for m in &policy.models {
+        model_id("model_policy.models", m)?;
+    }
+    for (alias, target) in &policy.aliases {
+        model_id("model_policy.aliases", alias)?;
+        model_id("model_policy.aliases", target)?;
+    }
+    let models = serde_json::to_string(&policy.models).map_err(|e| Error::Internal(e.to_string()))?;
+    let aliases = serde_json::to_string(&policy.aliases).map_err(|e| Error::Internal(e.to_string()))?;
+    Ok((models, aliases))
+}

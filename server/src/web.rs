@@ -1,0 +1,75 @@
+//! The Leptos web app inside the server: SSR routes, server functions, static files, and the
+//! [`Backend`] implementation that server functions call.
+//!
+//! The backend is a second thin edge over the same domain functions the JSON API uses.
+
+use std::sync::Arc;
+
+use app::{
+    backend::{Backend, SharedBackend, SignedIn},
+    error::AppError,
+    model::*,
+};
+use axum::Router;
+use leptos::prelude::provide_context;
+use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
+
+use crate::{app_state::AppState, auth::session, keys, pools};
+
+/// Server functions and pages, ready to merge into the main router.
+pub fn router(state: &AppState) -> Router<AppState> {
+    let backend: SharedBackend = Arc::new(ServerBackend { state: state.clone() });
+    let context = move || provide_context(backend.clone());
+    let routes = generate_route_list(app::App);
+    let shell = {
+        let options = state.leptos.clone();
+        move || app::shell(options.clone())
+    };
+    Router::new()
+        .leptos_routes_with_context(state, routes, context.clone(), shell)
+        .fallback(file_and_error_handler_with_context::<AppState, _>(context, app::shell))
+}
+
+struct ServerBackend {
+    state: AppState,
+}
+
+#[async_trait::async_trait]
+impl Backend for ServerBackend {
+    async fn member_for(&self, headers: &http::HeaderMap) -> Result<Option<MemberView>, AppError> {
+        let Some(token) = session::token_from(headers) else { return Ok(None) };
+        Ok(session::member_for_token(&self.state.db, &*self.state.clock, &token).await?)
+    }
+
+    async fn sign_in(&self, username: &str, password: &str) -> Result<SignedIn, AppError> {
+        let s = &self.state;
+        let (member, token) = session::sign_in(&s.db, &*s.clock, username, password, s.config.session_ttl).await?;
+        let set_cookie = session::set_cookie(&token, s.config.session_ttl, s.config.secure_cookies());
+        Ok(SignedIn { member, set_cookie })
+    }
+
+    async fn sign_out(&self, headers: &http::HeaderMap) -> Result<String, AppError> {
+        if let Some(token) = session::token_from(headers) {
+            session::end(&self.state.db, &token).await?;
+        }
+        Ok(session::clear_cookie(self.state.config.secure_cookies()))
+    }
+
+    async fn my_keys(&self, me: &MemberView) -> Result<Vec<ApiKeyView>, AppError> {
+        Ok(keys::list_for_member(&self.state.db, &*self.state.clock, me.id).await?)
+    }
+
+    async fn my_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError> {
+        Ok(pools::choices_for(&self.state.db, me.id).await?)
+    }
+
+    async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError> {
+        let new = NewApiKey { member_id: None, ..new };
+        Ok(keys::create(&self.state.db, &*self.state.clock, me.id, new).await?)
+    }
+
+    async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError> {
+        keys::revoke(&self.state.db, &*self.state.clock, Some(me.id), key_id).await?;
+        Ok(())
+    }
+}
