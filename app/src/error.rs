@@ -3,26 +3,33 @@
 //! It mirrors the JSON API's `{"error":{"code","message"}}` so both edges speak the same
 //! vocabulary. Messages are written for people and never contain secrets or internals.
 
-use serde::{Deserialize, Serialize};
 use leptos::server_fn::{
     codec::JsonEncoding,
     error::{FromServerFnError, ServerFnErrorErr},
 };
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
 pub struct AppError {
     pub code: String,
     pub message: String,
+    /// HTTP status the server answers with (not sent over the wire: the response carries it).
+    #[serde(skip)]
+    pub status: u16,
 }
 
 impl AppError {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into() }
+        Self { code: code.into(), message: message.into(), status: 500 }
+    }
+
+    pub fn with_status(self, status: u16) -> Self {
+        Self { status, ..self }
     }
 
     pub fn unauthenticated() -> Self {
-        Self::new("unauthorized", "Sign in to continue.")
+        Self::new("unauthorized", "Sign in to continue.").with_status(401)
     }
 
     pub fn internal() -> Self {
@@ -35,11 +42,12 @@ impl FromServerFnError for AppError {
 
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
         match value {
-            ServerFnErrorErr::Request(_) => {
-                Self::new("network_error", "The server could not be reached. Check your connection and retry.")
-            }
+            ServerFnErrorErr::Request(_) => Self::new(
+                "network_error",
+                "The server could not be reached. Check your connection and retry.",
+            ),
             ServerFnErrorErr::Args(msg) | ServerFnErrorErr::Deserialization(msg) => {
-                Self::new("bad_request", format!("Invalid input: {msg}"))
+                Self::new("bad_request", format!("Invalid input: {msg}")).with_status(400)
             }
             other => {
                 // Keep the detail out of the UI; it is a programming or transport fault.

@@ -27,6 +27,16 @@ mod ssr {
         backend()?.member_for(&headers()).await?.ok_or_else(AppError::unauthenticated)
     }
 
+    /// Answers errors with their HTTP status instead of a blanket 500 (a wrong password is a 401).
+    pub fn finish<T>(result: Result<T, AppError>) -> Result<T, AppError> {
+        if let (Err(e), Some(opts)) = (&result, use_context::<leptos_axum::ResponseOptions>())
+            && let Ok(status) = http::StatusCode::from_u16(e.status)
+        {
+            opts.set_status(status);
+        }
+        result
+    }
+
     pub fn set_cookie(value: &str) -> Result<(), AppError> {
         let opts = use_context::<leptos_axum::ResponseOptions>().ok_or_else(AppError::internal)?;
         let value = http::HeaderValue::from_str(value).map_err(|_| AppError::internal())?;
@@ -38,49 +48,55 @@ mod ssr {
 /// The signed-in member, or `None` when the visitor is not signed in.
 #[server(prefix = "/rpc", endpoint = "me")]
 pub async fn get_me() -> Result<Option<MemberView>, AppError> {
-    ssr::backend()?.member_for(&ssr::headers()).await
+    ssr::finish(async { ssr::backend()?.member_for(&ssr::headers()).await }.await)
 }
 
 /// Signs in and redirects to the app. Works as a plain HTML form post without JavaScript.
 #[server(prefix = "/rpc", endpoint = "login")]
 pub async fn login(username: String, password: String) -> Result<(), AppError> {
-    let signed_in = ssr::backend()?.sign_in(&username, &password).await?;
-    ssr::set_cookie(&signed_in.set_cookie)?;
-    leptos_axum::redirect("/");
-    Ok(())
+    ssr::finish(
+        async {
+            let signed_in = ssr::backend()?.sign_in(&username, &password).await?;
+            ssr::set_cookie(&signed_in.set_cookie)?;
+            leptos_axum::redirect("/");
+            Ok(())
+        }
+        .await,
+    )
 }
 
 /// Ends the session and returns to the login page.
 #[server(prefix = "/rpc", endpoint = "logout")]
 pub async fn logout() -> Result<(), AppError> {
-    let clear = ssr::backend()?.sign_out(&ssr::headers()).await?;
-    ssr::set_cookie(&clear)?;
-    leptos_axum::redirect("/login");
-    Ok(())
+    ssr::finish(
+        async {
+            let clear = ssr::backend()?.sign_out(&ssr::headers()).await?;
+            ssr::set_cookie(&clear)?;
+            leptos_axum::redirect("/login");
+            Ok(())
+        }
+        .await,
+    )
 }
 
 #[server(prefix = "/rpc", endpoint = "my_keys")]
 pub async fn list_my_keys() -> Result<Vec<ApiKeyView>, AppError> {
-    let me = ssr::require_member().await?;
-    ssr::backend()?.my_keys(&me).await
+    ssr::finish(async { ssr::backend()?.my_keys(&ssr::require_member().await?).await }.await)
 }
 
 #[server(prefix = "/rpc", endpoint = "my_pools")]
 pub async fn list_my_pools() -> Result<Vec<PoolChoice>, AppError> {
-    let me = ssr::require_member().await?;
-    ssr::backend()?.my_pools(&me).await
+    ssr::finish(async { ssr::backend()?.my_pools(&ssr::require_member().await?).await }.await)
 }
 
 /// Creates a key for the signed-in member; the answer holds the secret, shown once.
 #[server(prefix = "/rpc", endpoint = "create_key")]
 pub async fn create_key(name: String, pool_id: Option<i64>) -> Result<CreatedApiKey, AppError> {
-    let me = ssr::require_member().await?;
     let new = NewApiKey { name, pool_id, expires_at: None, member_id: None };
-    ssr::backend()?.create_my_key(&me, new).await
+    ssr::finish(async { ssr::backend()?.create_my_key(&ssr::require_member().await?, new).await }.await)
 }
 
 #[server(prefix = "/rpc", endpoint = "revoke_key")]
 pub async fn revoke_key(id: i64) -> Result<(), AppError> {
-    let me = ssr::require_member().await?;
-    ssr::backend()?.revoke_my_key(&me, id).await
+    ssr::finish(async { ssr::backend()?.revoke_my_key(&ssr::require_member().await?, id).await }.await)
 }

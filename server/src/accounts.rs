@@ -67,7 +67,8 @@ impl AccountRow {
     }
 }
 
-const SELECT: &str = "SELECT a.id, a.provider, a.name, a.priority, a.max_concurrency, a.status, a.schedulable,
+const SELECT: &str =
+    "SELECT a.id, a.provider, a.name, a.priority, a.max_concurrency, a.status, a.schedulable,
     a.credential_kind, a.token_expires_at, a.provider_account_id, a.created_at,
     (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids
     FROM accounts a WHERE a.deleted_at IS NULL";
@@ -134,15 +135,23 @@ pub async fn credentials(db: &SqlitePool, sealer: &Sealer, id: i64) -> Result<Op
             .bind(id)
             .fetch_optional(db)
             .await?;
-    let Some(blob) = blob.ok_or(Error::NotFound("account"))? else { return Ok(None) };
+    let Some(blob) = blob.ok_or(Error::NotFound("account"))? else {
+        return Ok(None);
+    };
     let plain = sealer.open(SEAL_PURPOSE, &blob)?;
     serde_json::from_slice(&plain).map(Some).map_err(|e| Error::Internal(e.to_string()))
 }
 
-pub async fn create(db: &SqlitePool, clock: &dyn Clock, sealer: &Sealer, new: NewAccount) -> Result<AccountView> {
+pub async fn create(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    sealer: &Sealer,
+    new: NewAccount,
+) -> Result<AccountView> {
     let name = validate::name("name", &new.name)?;
     let (lo, hi) = MAX_CONCURRENCY_RANGE;
-    let max = validate::range("max_concurrency", new.max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY), lo, hi)?;
+    let max =
+        validate::range("max_concurrency", new.max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY), lo, hi)?;
     let sealed = new.credentials.as_ref().map(|c| seal(sealer, new.provider, c)).transpose()?;
     let now = to_unix(clock.now());
     let mut tx = db.begin().await?;
@@ -186,7 +195,8 @@ pub async fn update(
         None => current.name,
     };
     let (lo, hi) = MAX_CONCURRENCY_RANGE;
-    let max = validate::range("max_concurrency", patch.max_concurrency.unwrap_or(current.max_concurrency), lo, hi)?;
+    let max =
+        validate::range("max_concurrency", patch.max_concurrency.unwrap_or(current.max_concurrency), lo, hi)?;
     let sealed = patch.credentials.as_ref().map(|c| seal(sealer, provider, c)).transpose()?;
     let mut tx = db.begin().await?;
     sqlx::query(

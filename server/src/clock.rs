@@ -53,6 +53,16 @@ impl Clock for FakeClock {
     }
 }
 
+/// Unix seconds as stored in the database.
+pub fn to_unix(at: DateTime<Utc>) -> i64 {
+    at.timestamp()
+}
+
+/// A stored unix-seconds value back as a UTC time (out-of-range values clamp to the epoch).
+pub fn from_unix(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,14 +76,4 @@ mod tests {
         other.advance(TimeDelta::seconds(90));
         assert_eq!(clock.now(), start + TimeDelta::seconds(90));
     }
-}
-
-/// Unix seconds as stored in the database.
-pub fn to_unix(at: DateTime<Utc>) -> i64 {
-    at.timestamp()
-}
-
-/// A stored unix-seconds value back as a UTC time (out-of-range values clamp to the epoch).
-pub fn from_unix(secs: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(secs, 0).unwrap_or_default()
 }

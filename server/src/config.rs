@@ -50,7 +50,11 @@ pub enum ConfigError {
 
 /// Command line of the `sublane` binary.
 #[derive(Debug, Parser)]
-#[command(name = "sublane", version, about = "SubLane: a self-hosted gateway for shared subscription accounts")]
+#[command(
+    name = "sublane",
+    version,
+    about = "SubLane: a self-hosted gateway for shared subscription accounts"
+)]
 pub struct Cli {
     /// Optional TOML file with the same keys as the flags below (snake_case).
     #[arg(long, value_name = "FILE")]
@@ -160,9 +164,7 @@ impl Settings {
     pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let var = |name: &'static str| lookup(name).filter(|v| !v.is_empty());
         let parse = |name: &'static str| -> Result<Option<url::Url>, ConfigError> {
-            var(name)
-                .map(|v| v.parse().map_err(|e: url::ParseError| env_err(name, e)))
-                .transpose()
+            var(name).map(|v| v.parse().map_err(|e: url::ParseError| env_err(name, e))).transpose()
         };
         Ok(Self {
             addr: var("SUBLANE_ADDR")
@@ -192,10 +194,8 @@ impl Settings {
 
     /// Parses a TOML file layer.
     pub fn from_toml(path: &std::path::Path, text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::ParseFile {
-            path: path.to_owned(),
-            message: e.message().to_owned(),
-        })
+        toml::from_str(text)
+            .map_err(|e| ConfigError::ParseFile { path: path.to_owned(), message: e.message().to_owned() })
     }
 
     /// Field-wise merge: values set in `over` win.
@@ -278,10 +278,8 @@ impl Config {
     pub fn load(cli: Cli, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let file = match &cli.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
-                    path: path.clone(),
-                    source,
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::ReadFile { path: path.clone(), source })?;
                 Settings::from_toml(path, &text)?
             }
             None => Settings::default(),

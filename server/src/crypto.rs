@@ -28,7 +28,9 @@ const AAD_PREFIX: &[u8] = b"sublane/sealed/v1/";
 pub enum CryptoError {
     #[error("cannot read or create the credentials key {path}: {source}")]
     KeyFile { path: String, source: std::io::Error },
-    #[error("credentials key {path} must be exactly {KEY_LEN} bytes; restore it from the backup made with the database")]
+    #[error(
+        "credentials key {path} must be exactly {KEY_LEN} bytes; restore it from the backup made with the database"
+    )]
     KeyLength { path: String },
     #[error("sealed credential is malformed or was sealed with another credentials.key")]
     Open,

@@ -43,11 +43,8 @@ pub async fn open(url: &str) -> Result<(SqlitePool, ProcessLock), DbError> {
         .foreign_keys(true)
         .busy_timeout(Duration::from_secs(5));
     let lock = lock(options.get_filename().to_path_buf())?;
-    let pool = SqlitePoolOptions::new()
-        .max_connections(8)
-        .connect_with(options)
-        .await
-        .map_err(DbError::Open)?;
+    let pool =
+        SqlitePoolOptions::new().max_connections(8).connect_with(options).await.map_err(DbError::Open)?;
     MIGRATOR.run(&pool).await.map_err(DbError::Migrate)?;
     Ok((pool, lock))
 }
@@ -65,18 +62,13 @@ fn lock(db_file: PathBuf) -> Result<ProcessLock, DbError> {
     if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(err)?;
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(err)?;
     match file.try_lock() {
         Ok(()) => Ok(ProcessLock { _file: Some(file) }),
-        Err(std::fs::TryLockError::WouldBlock) => Err(DbError::Locked {
-            db: db_file.display().to_string(),
-            lock: lock_path.display().to_string(),
-        }),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(DbError::Locked { db: db_file.display().to_string(), lock: lock_path.display().to_string() })
+        }
         Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
     }
 }

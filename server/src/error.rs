@@ -126,6 +126,6 @@ impl From<crate::crypto::CryptoError> for Error {
 
 impl From<Error> for app::error::AppError {
     fn from(e: Error) -> Self {
-        app::error::AppError::new(e.code(), e.public_message())
+        app::error::AppError::new(e.code(), e.public_message()).with_status(e.status().as_u16())
     }
 }

@@ -83,7 +83,12 @@ async fn get(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<ApiKeyView> 
 }
 
 /// Creates a key owned by `owner_id`. The owner must be enabled and a member of the pool.
-pub async fn create(db: &SqlitePool, clock: &dyn Clock, owner_id: i64, new: NewApiKey) -> Result<CreatedApiKey> {
+pub async fn create(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    owner_id: i64,
+    new: NewApiKey,
+) -> Result<CreatedApiKey> {
     let name = validate::name("name", &new.name)?;
     let now = clock.now();
     if new.expires_at.is_some_and(|e| e <= now) {
@@ -98,16 +103,23 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, owner_id: i64, new: NewA
         Some(false) => return Err(Error::invalid("the member is disabled")),
         Some(true) => {}
     }
-    let pools: Vec<i64> = sqlx::query_scalar("SELECT pool_id FROM pool_members WHERE member_id = ? ORDER BY pool_id")
-        .bind(owner_id)
-        .fetch_all(db)
-        .await?;
+    let pools: Vec<i64> =
+        sqlx::query_scalar("SELECT pool_id FROM pool_members WHERE member_id = ? ORDER BY pool_id")
+            .bind(owner_id)
+            .fetch_all(db)
+            .await?;
     let pool_id = match (new.pool_id, pools.as_slice()) {
         (Some(p), _) if pools.contains(&p) => p,
-        (Some(_), _) => return Err(Error::invalid("the member may not use that pool (or it does not exist)")),
+        (Some(_), _) => {
+            return Err(Error::invalid("the member may not use that pool (or it does not exist)"));
+        }
         (None, [only]) => *only,
-        (None, []) => return Err(Error::invalid("the member belongs to no pool; ask an admin to add them to one")),
-        (None, _) => return Err(Error::invalid("pool_id is required: the member belongs to several pools")),
+        (None, []) => {
+            return Err(Error::invalid("the member belongs to no pool; ask an admin to add them to one"));
+        }
+        (None, _) => {
+            return Err(Error::invalid("pool_id is required: the member belongs to several pools"));
+        }
     };
 
     let secret = secrets::new_api_key();
@@ -129,7 +141,12 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, owner_id: i64, new: NewA
 
 /// Revokes a key. With `owner_id`, only that member's key matches (others look absent: 404).
 /// Revoking twice keeps the first revocation time.
-pub async fn revoke(db: &SqlitePool, clock: &dyn Clock, owner_id: Option<i64>, id: i64) -> Result<ApiKeyView> {
+pub async fn revoke(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    owner_id: Option<i64>,
+    id: i64,
+) -> Result<ApiKeyView> {
     let done = sqlx::query(
         "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND (? IS NULL OR member_id = ?)",
     )

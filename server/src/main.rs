@@ -59,7 +59,9 @@ fn announce(server: &serve::Server) {
             println!("  This password is shown only once. Change it with PATCH /api/members/1.\n");
         }
         Bootstrap::CreatedWithConfiguredPassword => {
-            println!("\nSubLane first start: created `admin` with the password from SUBLANE_ADMIN_PASSWORD.\n");
+            println!(
+                "\nSubLane first start: created `admin` with the password from SUBLANE_ADMIN_PASSWORD.\n"
+            );
         }
         Bootstrap::Existing => {}
     }

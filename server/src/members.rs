@@ -54,9 +54,8 @@ pub const COLUMNS: &str =
     "id, username, password_hash, role, enabled, concurrency_limit, rpm_limit, created_at";
 
 pub async fn list(db: &SqlitePool) -> Result<Vec<MemberView>> {
-    let rows: Vec<MemberRow> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM members ORDER BY id"))
-        .fetch_all(db)
-        .await?;
+    let rows: Vec<MemberRow> =
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM members ORDER BY id")).fetch_all(db).await?;
     Ok(rows.iter().map(MemberRow::view).collect())
 }
 
@@ -192,7 +191,11 @@ pub enum Bootstrap {
 }
 
 /// On an empty workspace, creates the `admin` member and a `default` pool holding them (ID-1).
-pub async fn bootstrap(db: &SqlitePool, clock: &dyn Clock, configured: Option<&SecretString>) -> Result<Bootstrap> {
+pub async fn bootstrap(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    configured: Option<&SecretString>,
+) -> Result<Bootstrap> {
     let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM members").fetch_one(db).await?;
     if count > 0 {
         return Ok(Bootstrap::Existing);

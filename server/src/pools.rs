@@ -148,7 +148,9 @@ fn mode_str(mode: PolicyMode) -> &'static str {
 fn policy_json(policy: &ModelPolicy) -> Result<(String, String)> {
     let model_id = |field: &str, m: &str| -> Result<()> {
         if m.trim().is_empty() || m.len() > 128 || m.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Error::invalid(format!("{field} must be model ids of 1..=128 characters without spaces")));
+            return Err(Error::invalid(format!(
+                "{field} must be model ids of 1..=128 characters without spaces"
+            )));
         }
         Ok(())
     };

@@ -89,7 +89,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .site_addr(addr)
         .env(Env::PROD)
         .build();
-    let state = AppState { config: Arc::new(config), db: db.clone(), clock, sealer: Arc::new(sealer), leptos };
+    let state =
+        AppState { config: Arc::new(config), db: db.clone(), clock, sealer: Arc::new(sealer), leptos };
     let router = router(state);
 
     let shutdown = CancellationToken::new();

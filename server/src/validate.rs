@@ -41,11 +41,8 @@ pub fn range(field: &str, value: u32, min: u32, max: u32) -> Result<u32> {
 
 /// Parses `group_concat(id)` output into ids.
 pub fn id_list(joined: Option<String>) -> Vec<i64> {
-    let mut ids: Vec<i64> = joined
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
+    let mut ids: Vec<i64> =
+        joined.unwrap_or_default().split(',').filter_map(|s| s.trim().parse().ok()).collect();
     ids.sort_unstable();
     ids
 }

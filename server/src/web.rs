@@ -37,13 +37,16 @@ struct ServerBackend {
 #[async_trait::async_trait]
 impl Backend for ServerBackend {
     async fn member_for(&self, headers: &http::HeaderMap) -> Result<Option<MemberView>, AppError> {
-        let Some(token) = session::token_from(headers) else { return Ok(None) };
+        let Some(token) = session::token_from(headers) else {
+            return Ok(None);
+        };
         Ok(session::member_for_token(&self.state.db, &*self.state.clock, &token).await?)
     }
 
     async fn sign_in(&self, username: &str, password: &str) -> Result<SignedIn, AppError> {
         let s = &self.state;
-        let (member, token) = session::sign_in(&s.db, &*s.clock, username, password, s.config.session_ttl).await?;
+        let (member, token) =
+            session::sign_in(&s.db, &*s.clock, username, password, s.config.session_ttl).await?;
         let set_cookie = session::set_cookie(&token, s.config.session_ttl, s.config.secure_cookies());
         Ok(SignedIn { member, set_cookie })
     }

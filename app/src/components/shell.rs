@@ -43,7 +43,7 @@ fn Frame(member: MemberView) -> impl IntoView {
                     <span class="text-lg font-semibold tracking-tight">"SubLane"</span>
                     <span class="rounded bg-slate-100 px-2 py-0.5 text-xs text-slate-600" data-testid="whoami">
                         {member.username.clone()}
-                        {is_admin.then_some(" · admin")}
+                        {is_admin.then_some(" (admin)")}
                     </span>
                 </div>
                 <nav aria-label="Main" class="flex flex-wrap gap-x-6 gap-y-2 px-5 pb-4 md:block md:space-y-6">

@@ -9,7 +9,8 @@ use crate::{components::ErrorNote, rpc::Login};
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let login = ServerAction::<Login>::new();
-    let error = move || login.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> });
+    let error =
+        move || login.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> });
     view! {
         <Title text="Sign in" />
         <main class="flex min-h-screen items-center justify-center px-4">

@@ -10,7 +10,16 @@ use crate::components::PageHeader;
 
 /// Column headings of the request tables (UI-1).
 pub const REQUEST_COLUMNS: [&str; 10] = [
-    "Started", "Request ID", "Model", "Key", "Outcome", "Upstream status", "Duration", "First output", "Tokens in / out / cached", "Cache hit",
+    "Started",
+    "Request ID",
+    "Model",
+    "Key",
+    "Outcome",
+    "Upstream status",
+    "Duration",
+    "First output",
+    "Tokens in / out / cached",
+    "Cache hit",
 ];
 
 #[component]
@@ -26,7 +35,7 @@ pub fn RequestsPage() -> impl IntoView {
 #[component]
 pub fn RequestTable() -> impl IntoView {
     view! {
-        <div class="overflow-x-auto rounded-lg border border-slate-200 bg-white">
+        <div class="overflow-x-auto rounded-t-lg border border-slate-200 bg-white">
             <table class="min-w-full divide-y divide-slate-200 text-sm" data-testid="requests-table">
                 <thead class="bg-slate-50">
                     <tr>
@@ -35,14 +44,11 @@ pub fn RequestTable() -> impl IntoView {
                         }).collect_view()}
                     </tr>
                 </thead>
-                <tbody>
-                    <tr>
-                        <td colspan=REQUEST_COLUMNS.len().to_string() class="px-3 py-10 text-center text-slate-500">
-                            "No requests recorded yet. Point a client at SubLane with one of your API keys and its calls appear here."
-                        </td>
-                    </tr>
-                </tbody>
+                <tbody></tbody>
             </table>
         </div>
+        <p class="rounded-b-lg border border-t-0 border-slate-200 bg-white px-4 py-10 text-center text-sm text-slate-500">
+            "No requests recorded yet. Point a client at SubLane with one of your API keys and its calls appear here."
+        </p>
     }
 }

@@ -38,7 +38,11 @@ async fn create_for_member(
     Ok((StatusCode::CREATED, Json(keys::create(&s.db, &*s.clock, owner, new).await?)))
 }
 
-async fn revoke_any(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<Json<ApiKeyView>> {
+async fn revoke_any(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<ApiKeyView>> {
     Ok(Json(keys::revoke(&s.db, &*s.clock, None, id).await?))
 }
 

@@ -12,9 +12,7 @@ use crate::{
 };
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/members", get(list).post(create))
-        .route("/members/{id}", get(show).patch(update))
+    Router::new().route("/members", get(list).post(create)).route("/members/{id}", get(show).patch(update))
 }
 
 async fn list(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<MemberView>>> {

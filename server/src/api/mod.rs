@@ -35,7 +35,8 @@ impl IntoResponse for Error {
         if let Error::Internal(detail) = &self {
             tracing::error!(%detail, "internal error answered as 500");
         }
-        let body = ErrorBody { error: ErrorDetail { code: self.code().into(), message: self.public_message() } };
+        let body =
+            ErrorBody { error: ErrorDetail { code: self.code().into(), message: self.public_message() } };
         (self.status(), Json(body)).into_response()
     }
 }
@@ -46,7 +47,10 @@ struct MethodNotAllowed;
 impl IntoResponse for MethodNotAllowed {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: ErrorDetail { code: "method_not_allowed".into(), message: "method not allowed on this route".into() },
+            error: ErrorDetail {
+                code: "method_not_allowed".into(),
+                message: "method not allowed on this route".into(),
+            },
         };
         (axum::http::StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
     }

@@ -23,7 +23,11 @@ async fn show(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) ->
     Ok(Json(pools::get(&s.db, id).await?))
 }
 
-async fn create(_: Admin, State(s): State<AppState>, ApiJson(new): ApiJson<NewPool>) -> Result<(StatusCode, Json<PoolView>)> {
+async fn create(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiJson(new): ApiJson<NewPool>,
+) -> Result<(StatusCode, Json<PoolView>)> {
     Ok((StatusCode::CREATED, Json(pools::create(&s.db, &*s.clock, new).await?)))
 }
 

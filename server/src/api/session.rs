@@ -21,7 +21,8 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn sign_in(State(s): State<AppState>, ApiJson(c): ApiJson<Credentials>) -> Result<impl IntoResponse> {
-    let (member, token) = session::sign_in(&s.db, &*s.clock, &c.username, &c.password, s.config.session_ttl).await?;
+    let (member, token) =
+        session::sign_in(&s.db, &*s.clock, &c.username, &c.password, s.config.session_ttl).await?;
     let cookie = session::set_cookie(&token, s.config.session_ttl, s.config.secure_cookies());
     Ok(([(header::SET_COOKIE, cookie)], Json(member)))
 }

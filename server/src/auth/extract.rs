@@ -29,10 +29,6 @@ impl FromRequestParts<AppState> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let SignedIn(member) = SignedIn::from_request_parts(parts, state).await?;
-        if member.is_admin() {
-            Ok(Admin(member))
-        } else {
-            Err(Error::forbidden("this needs an admin"))
-        }
+        if member.is_admin() { Ok(Admin(member)) } else { Err(Error::forbidden("this needs an admin")) }
     }
 }

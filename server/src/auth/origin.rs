@@ -107,8 +107,16 @@ mod tests {
     fn default_ports_and_public_url() {
         assert!(same_origin(&headers(&[("origin", "https://gw.example")]), None, Some("gw.example")));
         let public = url::Url::parse("https://gw.example").unwrap();
-        assert!(same_origin(&headers(&[("origin", "https://gw.example")]), Some(&public), Some("10.0.0.5:3000")));
-        assert!(!same_origin(&headers(&[("origin", "http://gw.example")]), Some(&public), Some("gw.example")));
+        assert!(same_origin(
+            &headers(&[("origin", "https://gw.example")]),
+            Some(&public),
+            Some("10.0.0.5:3000")
+        ));
+        assert!(!same_origin(
+            &headers(&[("origin", "http://gw.example")]),
+            Some(&public),
+            Some("gw.example")
+        ));
     }
 
     #[test]

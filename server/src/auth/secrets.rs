@@ -68,10 +68,7 @@ mod tests {
         assert_ne!(hash(&key), hash(&new_api_key()));
         assert_ne!(hash(&key), key.as_bytes());
         // a known vector: SHA-256("abc")
-        assert_eq!(
-            hash("abc")[..4],
-            [0xba, 0x78, 0x16, 0xbf],
-        );
+        assert_eq!(hash("abc")[..4], [0xba, 0x78, 0x16, 0xbf],);
     }
 
     #[test]

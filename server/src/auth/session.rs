@@ -40,11 +40,7 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, member_id: i64, ttl: Dur
 
 /// The enabled member behind a live session token.
 pub async fn member_for_token(db: &SqlitePool, clock: &dyn Clock, token: &str) -> Result<Option<MemberView>> {
-    let cols = members::COLUMNS
-        .split(", ")
-        .map(|c| format!("m.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let cols = members::COLUMNS.split(", ").map(|c| format!("m.{c}")).collect::<Vec<_>>().join(", ");
     let row: Option<MemberRow> = sqlx::query_as(&format!(
         "SELECT {cols} FROM sessions s JOIN members m ON m.id = s.member_id
          WHERE s.token_hash = ? AND s.expires_at > ? AND m.enabled = 1"

@@ -1,0 +1,74 @@
+# SubLane build, run and test. Two commands are all a fresh machine needs:
+#   make run    install what is missing, build, start SubLane on http://127.0.0.1:3000
+#   make test   install what the tests need, run every test (unit, integration, browser)
+# Everything is installed from the package registries (crates.io, npm, Debian).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/^version = "\(.*\)"/\1/p;}' Cargo.lock)
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: run build site setup setup-test test test-rust test-e2e lint lint-fmt fmt bench clean-data
+
+run: build
+	./target/release/sublane
+
+build: setup site
+	$(CARGO) build --release -p server --bin sublane
+
+site: setup
+	./scripts/build-site.sh release
+
+# Toolchain pieces the build needs; each step is skipped when already in place.
+setup: node_modules/.stamp
+	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
+	  || rustup target add wasm32-unknown-unknown \
+	  || { echo "error: cannot install the wasm32-unknown-unknown target (rustup); the web app cannot be built" >&2; exit 1; }
+	@if [ "$$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $(WASM_BINDGEN_VERSION)" ]; then \
+	  echo "installing wasm-bindgen-cli $(WASM_BINDGEN_VERSION) (must equal the wasm-bindgen crate)"; \
+	  $(CARGO) install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION); \
+	fi
+
+node_modules/.stamp: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+# What the tests need beyond the build: Debian's Chromium, playwright-core, cargo-nextest.
+setup-test: setup end2end/node_modules/.stamp
+	@command -v chromium >/dev/null || { \
+	  echo "installing Debian chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@command -v cargo-nextest >/dev/null || $(CARGO) install cargo-nextest --locked
+
+end2end/node_modules/.stamp: end2end/package.json end2end/package-lock.json
+	cd end2end && npm ci --no-audit --no-fund
+	touch $@
+
+test: setup-test lint-fmt test-rust site test-e2e
+
+# Unit and integration tests (the integration tests start real servers on 127.0.0.1:0).
+test-rust:
+	$(CARGO) nextest run -p server -p app --no-fail-fast
+
+# Browser tests in Debian Chromium against the debug server binary and the release site.
+test-e2e:
+	$(CARGO) build -p server --bin sublane
+	cd end2end && node --test
+
+lint-fmt:
+	$(CARGO) fmt --all --check
+
+lint: lint-fmt
+	$(CARGO) clippy -p server -p app --all-targets -- -D warnings
+	$(CARGO) clippy -p frontend --target wasm32-unknown-unknown --target-dir target/front -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+bench:
+	@echo "No benchmarks yet: the proxy and scheduler issues add them to 'make bench'."
+
+clean-data:
+	rm -rf ./data

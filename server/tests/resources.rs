@@ -1,0 +1,259 @@
+//! Keys, pools and accounts through the JSON API (ID-3, ID-4, ID-6, ACC-5).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{TestServer, code, contains};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+#[tokio::test]
+async fn member_creates_lists_and_revokes_a_key_and_only_a_hash_is_stored() {
+    let t = TestServer::start().await;
+    let admin = t.admin().await;
+    let (mut bob, bob_id) = t.member(&admin, "bob").await;
+
+    let (status, created) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "laptop"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("sk-sl-") && secret.len() == 49, "{secret}");
+    assert_eq!(created["key"]["member_id"], bob_id);
+    assert_eq!(created["key"]["pool_name"], "default", "the only pool is chosen by default");
+    assert_eq!(created["key"]["status"], "active");
+    let id = created["key"]["id"].as_i64().unwrap();
+
+    let (status, list) = bob.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let list_text = list.to_string();
+    assert!(!list_text.contains(&secret), "the secret is shown only once");
+    assert_eq!(list[0]["id"], id);
+    let hint = list[0]["hint"].as_str().unwrap();
+    assert!(hint.starts_with(&secret[..10]) && hint.ends_with(&secret[secret.len() - 4..]), "{hint}");
+
+    assert!(!contains(&t.db_bytes(), &secret), "database must hold only the hash");
+
+    // another member cannot see or revoke it
+    let (mut carol, _) = t.member(&admin, "carol").await;
+    let (_, carols) = carol.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(carols, json!([]));
+    let (status, body) = carol.call(Method::DELETE, &format!("/api/me/keys/{id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    let (status, revoked) = bob.call(Method::DELETE, &format!("/api/me/keys/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK, "{revoked}");
+    assert_eq!(revoked["status"], "revoked");
+    let first = revoked["revoked_at"].clone();
+    let (_, again) = bob.call(Method::DELETE, &format!("/api/me/keys/{id}"), None).await;
+    assert_eq!(again["revoked_at"], first, "revoking twice keeps the first time");
+    let (_, list) = bob.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(list[0]["status"], "revoked", "revoked keys stay listed for history");
+}
+
+#[tokio::test]
+async fn key_rules_pool_membership_expiry_and_admin_route() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (mut bob, bob_id) = t.member(&admin, "bob").await;
+    let (_, pool) = admin.call(Method::POST, "/api/pools", Some(json!({"name": "team-b"}))).await;
+    let pool_b = pool["id"].as_i64().unwrap();
+
+    // not a member of team-b
+    let (status, body) =
+        bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "k", "pool_id": pool_b}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    // expiry in the past
+    let (status, _) = bob
+        .call(Method::POST, "/api/me/keys", Some(json!({"name": "k", "expires_at": "2001-01-01T00:00:00Z"})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // a member cannot create keys for others
+    let (status, _) =
+        bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "k", "member_id": 1}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // empty name
+    let (status, _) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "  "}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // once in two pools, bob must choose
+    admin.call(Method::PATCH, &format!("/api/pools/{pool_b}"), Some(json!({"member_ids": [bob_id]}))).await;
+    let (status, body) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "k"}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("pool_id"));
+    let (status, body) =
+        bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "k", "pool_id": pool_b}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["key"]["pool_name"], "team-b");
+
+    // admin creates for bob, lists all, revokes any
+    let (status, body) = admin
+        .call(Method::POST, "/api/keys", Some(json!({"name": "ci", "member_id": bob_id, "pool_id": pool_b})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let admin_made = body["key"]["id"].as_i64().unwrap();
+    let (status, body) = admin.call(Method::POST, "/api/keys", Some(json!({"name": "ci"}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (_, all) = admin.call(Method::GET, "/api/keys", None).await;
+    assert_eq!(all.as_array().unwrap().len(), 2);
+    let (status, body) = admin.call(Method::DELETE, &format!("/api/keys/{admin_made}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "revoked");
+    let (status, _) = admin.call(Method::DELETE, "/api/keys/9999", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn pools_create_update_members_and_policy() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (_, bob_id) = t.member(&admin, "bob").await;
+    let (status, pool) = admin
+        .call(
+            Method::POST,
+            "/api/pools",
+            Some(json!({
+                "name": "codex-team",
+                "member_ids": [bob_id],
+                "model_policy": {"mode": "allow", "models": ["gpt-5.1-codex"], "aliases": {"fast": "gpt-5.1-codex"}}
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{pool}");
+    assert_eq!(pool["member_ids"], json!([bob_id]));
+    assert_eq!(pool["model_policy"]["mode"], "allow");
+    assert_eq!(pool["model_policy"]["aliases"]["fast"], "gpt-5.1-codex");
+    let id = pool["id"].as_i64().unwrap();
+
+    let (status, pool) = admin
+        .call(
+            Method::PATCH,
+            &format!("/api/pools/{id}"),
+            Some(json!({"model_policy": {"mode": "deny", "models": ["o3"]}, "member_ids": []})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pool}");
+    assert_eq!(pool["model_policy"], json!({"mode": "deny", "models": ["o3"], "aliases": {}}));
+    assert_eq!(pool["member_ids"], json!([]));
+    assert_eq!(pool["name"], "codex-team", "unpatched fields stay");
+
+    let (status, body) = admin.call(Method::POST, "/api/pools", Some(json!({"name": "CODEX-team"}))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, _) = admin
+        .call(Method::POST, "/api/pools", Some(json!({"name": "x", "model_policy": {"mode": "sometimes"}})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = admin
+        .call(
+            Method::POST,
+            "/api/pools",
+            Some(json!({"name": "x", "model_policy": {"models": ["has space"]}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) =
+        admin.call(Method::POST, "/api/pools", Some(json!({"name": "x", "member_ids": [424242]}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "unknown member ids are rejected");
+    let (status, _) = admin.call(Method::GET, "/api/pools/999", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, pools) = admin.call(Method::GET, "/api/pools", None).await;
+    assert_eq!(pools.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn account_credentials_are_sealed_and_never_returned() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (status, acct) = admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(json!({
+                "provider": "codex", "name": "alice-plus", "pool_ids": [1], "priority": 5,
+                "credentials": {"kind": "oauth", "access_token": "AT-marker-7f3a", "refresh_token": "RT-marker-9c1e",
+                                "expires_at": "2031-01-01T00:00:00Z", "provider_account_id": "acct-123"}
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{acct}");
+    assert_eq!(acct["max_concurrency"], 30, "ADM-1 default");
+    assert_eq!(acct["credential"]["kind"], "oauth");
+    assert_eq!(acct["credential"]["provider_account_id"], "acct-123");
+    assert_eq!(acct["pool_ids"], json!([1]));
+    let id = acct["id"].as_i64().unwrap();
+    for body in [acct.to_string(), admin.call(Method::GET, "/api/accounts", None).await.1.to_string()] {
+        assert!(!body.contains("marker"), "credentials leaked: {body}");
+    }
+    let db = t.db_bytes();
+    assert!(!contains(&db, "AT-marker-7f3a") && !contains(&db, "RT-marker-9c1e"), "stored in the clear");
+
+    // the sealed credential opens with the key file
+    let sealer = sublane::crypto::Sealer::load_or_create(&t.dir.path().join("credentials.key")).unwrap();
+    let url = format!("sqlite://{}?mode=ro", t.db_path().display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let creds = sublane::accounts::credentials(&pool, &sealer, id).await.unwrap().unwrap();
+    assert!(
+        matches!(creds, app::model::CredentialInput::OAuth { ref access_token, .. } if access_token == "AT-marker-7f3a")
+    );
+    pool.close().await;
+
+    // patch: limits and pools; then delete keeps history but drops it from lists
+    let (status, acct) = admin
+        .call(
+            Method::PATCH,
+            &format!("/api/accounts/{id}"),
+            Some(json!({"max_concurrency": 4, "pool_ids": []})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{acct}");
+    assert_eq!(acct["max_concurrency"], 4);
+    assert_eq!(acct["pool_ids"], json!([]));
+    let (status, _) = admin.call(Method::DELETE, &format!("/api/accounts/{id}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = admin.call(Method::GET, &format!("/api/accounts/{id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = admin.call(Method::DELETE, &format!("/api/accounts/{id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // the name is free again once deleted
+    let (status, _) = admin
+        .call(Method::POST, "/api/accounts", Some(json!({"provider": "codex", "name": "alice-plus"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn account_validation() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let cases = [
+        // an API-key provider given OAuth tokens, and the reverse
+        (
+            json!({"provider": "openai_api", "name": "a", "credentials": {"kind": "oauth", "access_token": "x"}}),
+            422,
+        ),
+        (json!({"provider": "claude", "name": "a", "credentials": {"kind": "api_key", "api_key": "x"}}), 422),
+        (
+            json!({"provider": "anthropic_api", "name": "a", "credentials": {"kind": "api_key", "api_key": " "}}),
+            422,
+        ),
+        (json!({"provider": "codex", "name": "a", "max_concurrency": 0}), 422),
+        (json!({"provider": "codex", "name": "a", "max_concurrency": 1001}), 422),
+        (json!({"provider": "gemini_pro_max", "name": "a"}), 422),
+        (json!({"provider": "codex", "name": "a", "pool_ids": [77]}), 422),
+    ];
+    for (body, want) in cases {
+        let (status, resp) = admin.call(Method::POST, "/api/accounts", Some(body.clone())).await;
+        assert_eq!(status.as_u16(), want, "{body} -> {resp}");
+        assert!(!code(&resp).is_empty());
+    }
+    let (status, _) = admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(json!({"provider": "openai_api", "name": "k1",
+            "credentials": {"kind": "api_key", "api_key": "sk-proj-abc"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) =
+        admin.call(Method::POST, "/api/accounts", Some(json!({"provider": "codex", "name": "K1"}))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}

@@ -1,0 +1,89 @@
+//! The web app through the real server: pages render on the server (UI-5), sign-in works as a
+//! plain form post, and server-function errors carry honest statuses.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{ADMIN_PASSWORD, TestServer};
+use reqwest::{Method, StatusCode, header};
+
+const HTML: &str = "text/html,application/xhtml+xml";
+
+#[tokio::test]
+async fn pages_redirect_visitors_and_render_for_members() {
+    let t = TestServer::start().await;
+    let anon = t.client();
+    let resp = anon.request(Method::GET, "/keys").header(header::ACCEPT, HTML).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FOUND);
+    assert_eq!(resp.headers()[header::LOCATION], "/login");
+
+    let login = anon.request(Method::GET, "/login").header(header::ACCEPT, HTML).send().await.unwrap();
+    assert_eq!(login.status(), StatusCode::OK);
+    let html = login.text().await.unwrap();
+    assert!(html.contains("Sign in to SubLane") && html.contains("/pkg/sublane.js"), "{html}");
+
+    let (mut bob, _) = t.member(&t.admin().await, "bob").await;
+    let page = bob.request(Method::GET, "/").header(header::ACCEPT, HTML).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("No requests recorded yet"), "requests page renders fully on the server");
+    assert!(
+        html.contains("API keys") && !html.contains("/admin/accounts"),
+        "members see no admin navigation"
+    );
+
+    let (status, _) = bob.call(Method::POST, "/api/me/keys", Some(serde_json::json!({"name": "desk"}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let keys = bob.request(Method::GET, "/keys").header(header::ACCEPT, HTML).send().await.unwrap();
+    let html = keys.text().await.unwrap();
+    assert!(html.contains("desk") && html.contains("sk-sl-"), "keys are listed in the server HTML");
+
+    let admin_page =
+        t.admin().await.request(Method::GET, "/").header(header::ACCEPT, HTML).send().await.unwrap();
+    assert!(admin_page.text().await.unwrap().contains("/admin/accounts"), "admins see admin navigation");
+}
+
+#[tokio::test]
+async fn unknown_pages_are_404() {
+    let t = TestServer::start().await;
+    let resp =
+        t.client().request(Method::GET, "/no/such/page").header(header::ACCEPT, HTML).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn login_form_post_sets_the_cookie_and_redirects_without_javascript() {
+    let t = TestServer::start().await;
+    let mut c = t.client();
+    let resp = c
+        .request(Method::POST, "/rpc/login")
+        .header(header::ACCEPT, HTML)
+        .header(header::REFERER, format!("{}/login", t.base))
+        .form(&[("username", "admin"), ("password", ADMIN_PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FOUND);
+    assert_eq!(resp.headers()[header::LOCATION], "/");
+    c.absorb(&resp);
+    assert_eq!(c.call(Method::GET, "/api/me", None).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn server_function_errors_use_the_right_status() {
+    let t = TestServer::start().await;
+    let c = t.client();
+    let resp = c
+        .request(Method::POST, "/rpc/login")
+        .form(&[("username", "admin"), ("password", "wrong-password")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], "invalid_credentials");
+    assert!(!body.to_string().contains("wrong-password"));
+
+    let resp = c.request(Method::POST, "/rpc/my_keys").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}
