@@ -52,9 +52,10 @@ test: setup-test lint-fmt test-rust site test-e2e
 test-rust:
 	$(CARGO) nextest run -p server -p app --no-fail-fast
 
-# Browser tests in Debian Chromium against the debug server binary and the release site.
+# Browser tests in Debian Chromium against the debug server binary and the release site. The
+# binary is built with the test feature set (nextest --no-run), so after test-rust it is a no-op.
 test-e2e:
-	$(CARGO) build -p server --bin sublane
+	$(CARGO) nextest run -p server -p app --no-run
 	cd end2end && node --test
 
 lint-fmt:

@@ -161,3 +161,34 @@ pub async fn revoke(
     }
     get(db, clock, id).await
 }
+
+/// What an authenticated gateway key grants (ID-3): whose it is and which pool it targets.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Principal {
+    pub key_id: i64,
+    pub member_id: i64,
+    pub pool_id: i64,
+    /// ADM-3: concurrent model requests for the member; 0 = unlimited.
+    pub concurrency_limit: i64,
+    pub rpm_limit: Option<i64>,
+}
+
+/// Looks up a presented key secret. `None` for unknown, disabled, revoked or expired keys, keys of
+/// disabled members, and keys whose member was removed from the key's pool (ID-3, ADM-7).
+pub async fn authenticate(db: &SqlitePool, clock: &dyn Clock, secret: &str) -> Result<Option<Principal>> {
+    if !secret.starts_with(secrets::API_KEY_PREFIX) {
+        return Ok(None);
+    }
+    Ok(sqlx::query_as(
+        "SELECT k.id AS key_id, k.member_id, k.pool_id, m.concurrency_limit, m.rpm_limit
+         FROM api_keys k
+         JOIN members m ON m.id = k.member_id
+         JOIN pool_members pm ON pm.pool_id = k.pool_id AND pm.member_id = k.member_id
+         WHERE k.secret_hash = ? AND k.enabled = 1 AND k.revoked_at IS NULL
+           AND (k.expires_at IS NULL OR k.expires_at > ?) AND m.enabled = 1",
+    )
+    .bind(secrets::hash(secret))
+    .bind(to_unix(clock.now()))
+    .fetch_optional(db)
+    .await?)
+}

@@ -305,3 +305,15 @@ async fn a_second_process_on_the_same_database_refuses_to_start() {
     // the first server is unaffected
     assert_eq!(reqwest::get(format!("{}/healthz", t.base)).await.unwrap().status(), StatusCode::OK);
 }
+
+/// Stored deadlines read the injected clock: a session ends exactly at its TTL (ID-2).
+#[tokio::test]
+async fn sessions_expire_after_their_ttl() {
+    let clock = sublane::clock::FakeClock::new(chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+    let t = TestServer::start_with_clock(clock.clone()).await;
+    let mut admin = t.admin().await;
+    clock.advance(chrono::TimeDelta::days(7) - chrono::TimeDelta::seconds(1));
+    assert_eq!(admin.call(Method::GET, "/api/me", None).await.0, StatusCode::OK);
+    clock.advance(chrono::TimeDelta::seconds(1));
+    assert_eq!(admin.call(Method::GET, "/api/me", None).await.0, StatusCode::UNAUTHORIZED);
+}

@@ -257,3 +257,18 @@ async fn account_validation() {
         admin.call(Method::POST, "/api/accounts", Some(json!({"provider": "codex", "name": "K1"}))).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 }
+
+#[tokio::test]
+async fn keys_show_expired_once_their_time_passes() {
+    let clock = sublane::clock::FakeClock::new(chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+    let t = TestServer::start_with_clock(clock.clone()).await;
+    let mut admin = t.admin().await;
+    let expires = chrono::DateTime::from_timestamp(1_900_000_000 + 3600, 0).unwrap();
+    let (status, body) =
+        admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "short-lived", "expires_at": expires}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["key"]["status"], "active");
+    clock.advance(chrono::TimeDelta::seconds(3600));
+    let (_, list) = admin.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(list[0]["status"], "expired");
+}

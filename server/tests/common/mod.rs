@@ -7,7 +7,7 @@ use std::{path::PathBuf, sync::Arc};
 use reqwest::{Method, StatusCode, header};
 use serde_json::{Value, json};
 use sublane::{
-    clock::SystemClock,
+    clock::{FakeClock, SharedClock, SystemClock},
     config::{Cli, Config},
     serve::{self, Server},
 };
@@ -32,8 +32,18 @@ impl TestServer {
     }
 
     pub async fn start_in(dir: tempfile::TempDir, env: &[(&str, &str)]) -> TestServer {
+        Self::start_full(dir, env, Arc::new(SystemClock)).await
+    }
+
+    /// Starts with a fake clock that the test advances (stored deadlines: sessions, expiry).
+    pub async fn start_with_clock(clock: FakeClock) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_full(dir, &[("SUBLANE_ADMIN_PASSWORD", ADMIN_PASSWORD)], Arc::new(clock)).await
+    }
+
+    pub async fn start_full(dir: tempfile::TempDir, env: &[(&str, &str)], clock: SharedClock) -> TestServer {
         let config = config_for(dir.path().to_path_buf(), env);
-        let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
+        let server = serve::start(config, clock).await.unwrap();
         let base = format!("http://{}", server.addr);
         TestServer { server, base, dir }
     }

@@ -1,0 +1,184 @@
+//! Anthropic Messages (`/v1/messages`, `/v1/messages/count_tokens`) and the Claude OAuth token
+//! endpoint (`/v1/oauth/token`). Events follow protocols.md §4.
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+
+use super::{
+    MockState, Step, Turn, json,
+    play::{self, Action, sse},
+    turn,
+};
+
+pub async fn messages(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, None, "invalid JSON body");
+    };
+    if let Some(resp) = scripted_error(&turn) {
+        return resp;
+    }
+    let model = req["model"].as_str().unwrap_or("claude-sonnet-4-5").to_owned();
+    let (actions, message) = events(&turn, &model);
+    let mut resp = if req["stream"].as_bool().unwrap_or(false) {
+        let mut r = (StatusCode::OK, play::body(actions)).into_response();
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        r
+    } else {
+        match turn.step {
+            Step::Abort { .. } => (StatusCode::OK, play::body(vec![Action::Abort])).into_response(),
+            Step::Stall { .. } => (StatusCode::OK, play::body(vec![Action::Stall])).into_response(),
+            _ => json(StatusCode::OK, message),
+        }
+    };
+    let h = resp.headers_mut();
+    h.insert("request-id", HeaderValue::from_str(&format!("req_mock_{}", turn.id)).unwrap_or(HeaderValue::from_static("req_mock")));
+    h.insert("anthropic-ratelimit-unified-status", HeaderValue::from_static("allowed"));
+    h.insert("anthropic-ratelimit-unified-5h-utilization", HeaderValue::from_static("0.12"));
+    h.insert("anthropic-ratelimit-unified-7d-utilization", HeaderValue::from_static("0.40"));
+    resp
+}
+
+pub async fn count_tokens(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    if let Some(resp) = scripted_error(&turn) {
+        return resp;
+    }
+    json(StatusCode::OK, json!({"input_tokens": turn.script.usage.input}))
+}
+
+/// `POST /v1/oauth/token` (JSON body); the refresh token is the simulated account.
+pub async fn claude_token(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let refresh = req["refresh_token"].as_str().unwrap_or("").to_owned();
+    let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
+    match turn.step {
+        Step::InvalidGrant => json(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_grant", "error_description": "Refresh token not found or invalid"}),
+        ),
+        Step::Status { status, retry_after } => {
+            let mut r = json(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                json!({"error": "server_error"}),
+            );
+            if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                r.headers_mut().insert(header::RETRY_AFTER, ra);
+            }
+            r
+        }
+        _ => json(
+            StatusCode::OK,
+            json!({
+                "access_token": format!("sk-ant-oat01-{refresh}-{}", turn.id),
+                "refresh_token": format!("{refresh}-r{}", turn.id),
+                "expires_in": 28800,
+                "scope": "user:inference user:profile",
+                "token_type": "Bearer"
+            }),
+        ),
+    }
+}
+
+/// An Anthropic error body: `{"type":"error","error":{"type","message"},"request_id"}`.
+fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Response {
+    let kind = match status.as_u16() {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    };
+    let mut resp = json(
+        status,
+        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_mock_error"}),
+    );
+    if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(v).ok()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, ra);
+    }
+    resp
+}
+
+fn scripted_error(turn: &Turn) -> Option<Response> {
+    match &turn.step {
+        Step::Status { status, retry_after } => Some(error(
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            retry_after.as_deref(),
+            &format!("scripted {status}"),
+        )),
+        Step::UsageLimitReached { .. } | Step::ResourceExhausted { .. } | Step::InvalidGrant => {
+            Some(error(StatusCode::TOO_MANY_REQUESTS, None, "scripted rate limit"))
+        }
+        _ => None,
+    }
+}
+
+/// The SSE events of one answer and the final message (for non-streaming calls).
+fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
+    let sc = &turn.script;
+    let id = format!("msg_{}", turn.id);
+    // Anthropic reports input without cache reads; the cached part comes separately.
+    let fresh_input = sc.usage.input.saturating_sub(sc.usage.cached);
+    let mut a = vec![
+        sse(
+            "message_start",
+            &json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "model": model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": fresh_input, "cache_creation_input_tokens": 0,
+                          "cache_read_input_tokens": sc.usage.cached, "output_tokens": 1, "service_tier": "standard"}}}),
+        ),
+        sse(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        sse("ping", &json!({"type": "ping"})),
+    ];
+    let cut = match turn.step {
+        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
+        _ => None,
+    };
+    let end = |a: &mut Vec<Action>| a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
+    let mut text = String::new();
+    for i in 0..sc.deltas {
+        if cut == Some(i) {
+            end(&mut a);
+            return (a, Value::Null);
+        }
+        if i > 0 && sc.delta_delay_ms > 0 {
+            a.push(Action::Sleep(sc.delta_delay_ms));
+        }
+        text.push_str(&sc.delta_text);
+        a.push(sse(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": sc.delta_text}}),
+        ));
+    }
+    if cut.is_some() {
+        end(&mut a);
+        return (a, Value::Null);
+    }
+    if let Step::FailedEvent { code } = &turn.step {
+        a.push(sse("error", &json!({"type": "error", "error": {"type": code, "message": "scripted failure"}})));
+        return (a, Value::Null);
+    }
+    a.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+    let usage = json!({"input_tokens": fresh_input, "output_tokens": sc.usage.output,
+                       "cache_read_input_tokens": sc.usage.cached, "cache_creation_input_tokens": 0});
+    a.push(sse(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": usage}),
+    ));
+    a.push(sse("message_stop", &json!({"type": "message_stop"})));
+    let message = json!({"id": id, "type": "message", "role": "assistant", "model": model,
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": usage});
+    (a, message)
+}

@@ -1,0 +1,186 @@
+//! A mock of every upstream provider on one 127.0.0.1 port, speaking their real wire protocols
+//! at their real paths. Tests, benchmarks and the demo point SubLane's upstream URLs at it;
+//! production code never knows it exists (base URLs are plain configuration).
+//!
+//! Each credential is a simulated account whose behaviour is scripted through the control API:
+//! - `PUT  /__mock/accounts/{credential}`        set its [`Script`] (JSON)
+//! - `GET  /__mock/accounts/{credential}/calls`  the calls it received, with headers
+//! - `POST /__mock/reset`                        forget all scripts and calls
+
+mod anthropic;
+mod openai;
+mod play;
+pub mod script;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::{HeaderMap, Method, StatusCode, Uri},
+    response::IntoResponse,
+    routing::{get, post, put},
+};
+pub use script::{Call, MockUsage, Script, Step};
+
+/// Shared state of the mock: scripts and call logs per credential.
+#[derive(Clone, Default)]
+pub struct MockState {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    scripts: HashMap<String, Script>,
+    calls: HashMap<String, Vec<Call>>,
+    next_id: u64,
+}
+
+/// One model call as the handlers see it: the account's script and the step to play.
+pub(crate) struct Turn {
+    pub script: Script,
+    pub step: Step,
+    pub id: u64,
+}
+
+impl MockState {
+    /// Logs a call for `credential` and takes its next step.
+    pub(crate) fn begin(&self, credential: &str, call: Call) -> Turn {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.next_id += 1;
+        let id = inner.next_id;
+        inner.calls.entry(credential.to_owned()).or_default().push(call);
+        let script = inner.scripts.entry(credential.to_owned()).or_default();
+        let step = script.steps.pop_front().unwrap_or(Step::Ok);
+        Turn { script: script.clone(), step, id }
+    }
+
+    pub fn set_script(&self, credential: &str, script: Script) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.scripts.insert(credential.to_owned(), script);
+    }
+
+    pub fn calls(&self, credential: &str) -> Vec<Call> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.calls.get(credential).cloned().unwrap_or_default()
+    }
+
+    pub fn reset(&self) {
+        *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = Inner::default();
+    }
+}
+
+/// A running mock upstream.
+pub struct MockUpstream {
+    pub addr: SocketAddr,
+    pub state: MockState,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockUpstream {
+    /// Starts on `addr` (use port 0 for a free port).
+    pub async fn start(addr: SocketAddr) -> std::io::Result<MockUpstream> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = MockState::default();
+        let app = router(state.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(MockUpstream { addr, state, task })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Waits until the server task ends (the binary runs until killed).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+impl Drop for MockUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn router(state: MockState) -> Router {
+    Router::new()
+        .route("/__mock/accounts/{credential}", put(set_script))
+        .route("/__mock/accounts/{credential}/calls", get(get_calls))
+        .route("/__mock/reset", post(reset))
+        // OpenAI platform and the ChatGPT Codex backend
+        .route("/v1/responses", post(openai::responses_api))
+        .route("/backend-api/codex/responses", post(openai::codex_responses))
+        .route("/backend-api/codex/responses/compact", post(openai::compact))
+        .route("/backend-api/codex/models", get(openai::codex_models))
+        .route("/backend-api/wham/usage", get(openai::wham_usage))
+        .route("/oauth/token", post(openai::codex_token))
+        // Anthropic
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/oauth/token", post(anthropic::claude_token))
+        .with_state(state)
+}
+
+async fn set_script(State(s): State<MockState>, Path(credential): Path<String>, Json(script): Json<Script>) -> StatusCode {
+    s.set_script(&credential, script);
+    StatusCode::NO_CONTENT
+}
+
+async fn get_calls(State(s): State<MockState>, Path(credential): Path<String>) -> Json<Vec<Call>> {
+    Json(s.calls(&credential))
+}
+
+async fn reset(State(s): State<MockState>) -> StatusCode {
+    s.reset();
+    StatusCode::NO_CONTENT
+}
+
+/// The credential a request presents: bearer token, `x-api-key` or `x-goog-api-key`.
+pub(crate) fn credential(headers: &HeaderMap) -> String {
+    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    h("authorization")
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .or_else(|| h("x-api-key"))
+        .or_else(|| h("x-goog-api-key"))
+        .unwrap_or("anonymous")
+        .to_owned()
+}
+
+/// The logged form of a call.
+pub(crate) fn call(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Call {
+    let json: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    Call {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect::<BTreeMap<_, _>>(),
+        model: json.as_ref().and_then(|j| j["model"].as_str()).map(str::to_owned),
+        stream: json.as_ref().and_then(|j| j["stream"].as_bool()),
+        body_len: body.len(),
+    }
+}
+
+/// Starts the turn for a model call: logs it and applies the scripted header delay.
+pub(crate) async fn turn(state: &MockState, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Turn {
+    let turn = state.begin(&credential(headers), call(method, uri, headers, body));
+    if turn.script.delay_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(turn.script.delay_ms)).await;
+    }
+    turn
+}
+
+/// A plain JSON answer with a status.
+pub(crate) fn json(status: StatusCode, body: serde_json::Value) -> axum::response::Response {
+    (status, Json(body)).into_response()
+}

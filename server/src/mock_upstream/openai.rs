@@ -1,0 +1,277 @@
+//! OpenAI Responses (`/v1/responses`) and the ChatGPT Codex backend (`/backend-api/codex/...`,
+//! `/backend-api/wham/usage`, `/oauth/token`). Events follow protocols.md §1a exactly.
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+
+use super::{
+    MockState, Step, Turn, json,
+    play::{self, Action, sse},
+    turn,
+};
+
+pub async fn responses_api(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, None, "could not parse the JSON body of your request");
+    };
+    let stream = req["stream"].as_bool().unwrap_or(false);
+    answer(&turn, model(&req), stream, false)
+}
+
+pub async fn codex_responses(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return json(StatusCode::BAD_REQUEST, json!({"detail": "Invalid JSON"}));
+    };
+    if req["stream"].as_bool() != Some(true) {
+        // The real backend serves streams only.
+        return json(StatusCode::BAD_REQUEST, json!({"detail": "Stream must be set to true"}));
+    }
+    answer(&turn, model(&req), true, true)
+}
+
+pub async fn compact(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    if let Some(resp) = scripted_error(&turn) {
+        return resp;
+    }
+    let u = turn.script.usage;
+    json(
+        StatusCode::OK,
+        json!({
+            "id": format!("resp_cmp_{}", turn.id),
+            "object": "response.compaction",
+            "output": [{"type": "compaction", "encrypted_content": format!("enc-{}", turn.id)}],
+            "usage": usage(u.input, u.cached, u.output),
+        }),
+    )
+}
+
+pub async fn codex_models() -> Response {
+    json(
+        StatusCode::OK,
+        json!({"models": [
+            {"slug": "gpt-5.1-codex", "display_name": "GPT-5.1 Codex", "supported_in_api": true},
+            {"slug": "gpt-5.1-codex-mini", "display_name": "GPT-5.1 Codex Mini", "supported_in_api": true},
+            {"slug": "codex-auto-review", "display_name": "Codex auto review", "supported_in_api": true},
+        ]}),
+    )
+}
+
+pub async fn wham_usage(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap) -> Response {
+    let turn = turn(&s, &m, &uri, &h, b"").await;
+    if let Some(resp) = scripted_error(&turn) {
+        return resp;
+    }
+    let body = turn.script.quota.clone().unwrap_or_else(|| {
+        json!({
+            "plan_type": "plus",
+            "rate_limit": {
+                "allowed": true, "limit_reached": false,
+                "primary_window": {"used_percent": 12, "limit_window_seconds": 18000, "reset_after_seconds": 3600, "reset_at": 1_796_000_000},
+                "secondary_window": {"used_percent": 40, "limit_window_seconds": 604800, "reset_after_seconds": 86400, "reset_at": 1_796_080_000}
+            },
+            "credits": {"has_credits": false, "unlimited": false, "balance": "0"}
+        })
+    });
+    json(StatusCode::OK, body)
+}
+
+/// `POST /oauth/token` (JSON body); the refresh token is the simulated account.
+pub async fn codex_token(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let refresh = req["refresh_token"].as_str().unwrap_or("").to_owned();
+    let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
+    match turn.step {
+        Step::InvalidGrant => json(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"code": "refresh_token_reused", "message": "Your refresh token has already been used", "type": "invalid_request_error"}}),
+        ),
+        Step::Status { status, .. } => json(code(status), json!({"error": {"message": "token endpoint error"}})),
+        _ => json(
+            StatusCode::OK,
+            json!({
+                "access_token": format!("at-{refresh}-{}", turn.id),
+                "refresh_token": format!("{refresh}-r{}", turn.id),
+                "id_token": "eyJhbGciOiJub25lIn0.eyJlbWFpbCI6Im1vY2tAZXhhbXBsZS5jb20ifQ.",
+                "token_type": "Bearer",
+                "expires_in": 864000
+            }),
+        ),
+    }
+}
+
+fn model(req: &Value) -> String {
+    req["model"].as_str().unwrap_or("gpt-5.1-codex").to_owned()
+}
+
+fn code(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The usage object of protocols.md §1a.
+fn usage(input: u64, cached: u64, output: u64) -> Value {
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + output
+    })
+}
+
+/// An OpenAI error body: `{"error":{"message","type","param","code"}}`.
+fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Response {
+    let (kind, code) = match status.as_u16() {
+        400 => ("invalid_request_error", Value::Null),
+        401 => ("invalid_request_error", json!("invalid_api_key")),
+        403 => ("invalid_request_error", json!("unsupported_country_region_territory")),
+        404 => ("invalid_request_error", json!("model_not_found")),
+        429 => ("rate_limit_exceeded", json!("rate_limit_exceeded")),
+        503 => ("server_error", json!("server_is_overloaded")),
+        _ => ("server_error", json!("server_error")),
+    };
+    let mut resp = json(status, json!({"error": {"message": message, "type": kind, "param": null, "code": code}}));
+    if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(v).ok()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, ra);
+    }
+    resp
+}
+
+/// HTTP-level failures a script can ask for; `None` when the call gets a 200.
+fn scripted_error(turn: &Turn) -> Option<Response> {
+    match &turn.step {
+        Step::Status { status, retry_after } => {
+            Some(error(code(*status), retry_after.as_deref(), &format!("scripted {status}")))
+        }
+        Step::UsageLimitReached { resets_in_secs } => {
+            let resets_at = chrono_now_secs() + resets_in_secs;
+            Some(json(
+                StatusCode::TOO_MANY_REQUESTS,
+                json!({"error": {"type": "usage_limit_reached", "message": "The usage limit has been reached",
+                                  "plan_type": "plus", "resets_at": resets_at}}),
+            ))
+        }
+        Step::ResourceExhausted { .. } | Step::InvalidGrant => {
+            Some(error(StatusCode::TOO_MANY_REQUESTS, None, "scripted rate limit"))
+        }
+        _ => None,
+    }
+}
+
+fn chrono_now_secs() -> u64 {
+    #[allow(clippy::disallowed_methods)] // the mock stands in for a remote host's own clock
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+}
+
+fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
+    if let Some(resp) = scripted_error(turn) {
+        return resp;
+    }
+    let (actions, final_response) = events(turn, &model);
+    let mut resp = if stream {
+        let mut r = (StatusCode::OK, play::body(actions)).into_response();
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        r
+    } else {
+        match &turn.step {
+            Step::Abort { .. } => (StatusCode::OK, play::body(vec![Action::Abort])).into_response(),
+            Step::Stall { .. } => (StatusCode::OK, play::body(vec![Action::Stall])).into_response(),
+            _ => json(StatusCode::OK, final_response),
+        }
+    };
+    if codex {
+        let h = resp.headers_mut();
+        h.insert("x-codex-primary-used-percent", HeaderValue::from_static("12.0"));
+        h.insert("x-codex-primary-window-minutes", HeaderValue::from_static("300"));
+        h.insert("x-codex-secondary-used-percent", HeaderValue::from_static("40.0"));
+        h.insert("x-codex-secondary-window-minutes", HeaderValue::from_static("10080"));
+    }
+    resp
+}
+
+/// The SSE events of one answer and the final response object (for non-streaming calls).
+fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
+    let sc = &turn.script;
+    let resp_id = format!("resp_{}", turn.id);
+    let item_id = format!("msg_{}", turn.id);
+    let created_at = 1_764_000_000 + turn.id;
+    let base = |status: &str, output: Value, usage_v: Value| {
+        json!({"id": resp_id, "object": "response", "created_at": created_at, "model": model,
+               "status": status, "output": output, "usage": usage_v})
+    };
+    let mut seq = 0u64;
+    let mut ev = |name: &str, mut data: Value| {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        sse(name, &data)
+    };
+    let mut a = vec![
+        ev("response.created", json!({"response": base("in_progress", json!([]), Value::Null)})),
+        ev("response.in_progress", json!({"response": base("in_progress", json!([]), Value::Null)})),
+        ev(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
+        ),
+        ev(
+            "response.content_part.added",
+            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ),
+    ];
+    let cut = match turn.step {
+        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
+        _ => None,
+    };
+    let mut text = String::new();
+    for i in 0..sc.deltas {
+        if cut == Some(i) {
+            a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
+            return (a, Value::Null);
+        }
+        if i > 0 && sc.delta_delay_ms > 0 {
+            a.push(Action::Sleep(sc.delta_delay_ms));
+        }
+        text.push_str(&sc.delta_text);
+        a.push(ev(
+            "response.output_text.delta",
+            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": sc.delta_text, "logprobs": []}),
+        ));
+    }
+    if cut.is_some() {
+        a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
+        return (a, Value::Null);
+    }
+    let u = usage(sc.usage.input, sc.usage.cached, sc.usage.output);
+    match &turn.step {
+        Step::FailedEvent { code } => {
+            let failed = json!({"id": resp_id, "object": "response", "created_at": created_at, "model": model,
+                "status": "failed", "output": [], "usage": Value::Null,
+                "error": {"code": code, "message": "scripted failure"}});
+            a.push(ev("response.failed", json!({"response": failed})));
+            return (a, failed);
+        }
+        Step::Incomplete { reason } => {
+            let mut r = base("incomplete", json!([]), u.clone());
+            r["incomplete_details"] = json!({"reason": reason});
+            a.push(ev("response.incomplete", json!({"response": r.clone()})));
+            return (a, r);
+        }
+        _ => {}
+    }
+    let part = json!({"type": "output_text", "text": text, "annotations": []});
+    let item = json!({"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]});
+    a.push(ev("response.output_text.done", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "text": text})));
+    a.push(ev("response.content_part.done", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part})));
+    a.push(ev("response.output_item.done", json!({"output_index": 0, "item": item})));
+    let done = base("completed", json!([item]), u);
+    a.push(ev("response.completed", json!({"response": done})));
+    (a, done)
+}

@@ -1,0 +1,98 @@
+//! What a simulated upstream account does, as scripted by a test through `/__mock/...`.
+//!
+//! Each credential (bearer token or API key) is its own account. `steps` are consumed one per
+//! model call; when none are left, calls succeed with the account's defaults.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// The scripted behaviour of one simulated account.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Script {
+    /// One entry per model call, in order; then plain success.
+    pub steps: VecDeque<Step>,
+    /// Token usage reported at the end of each successful stream.
+    pub usage: MockUsage,
+    /// Number of text deltas in a streamed answer.
+    pub deltas: u32,
+    /// Text of each delta.
+    pub delta_text: String,
+    /// Wait before the response headers.
+    pub delay_ms: u64,
+    /// Wait between deltas.
+    pub delta_delay_ms: u64,
+    /// Body answered by quota endpoints (Codex `wham/usage`); a plausible default when unset.
+    pub quota: Option<serde_json::Value>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            steps: VecDeque::new(),
+            usage: MockUsage::default(),
+            deltas: 3,
+            delta_text: "Hello".into(),
+            delay_ms: 0,
+            delta_delay_ms: 0,
+            quota: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MockUsage {
+    pub input: u64,
+    pub cached: u64,
+    pub output: u64,
+}
+
+impl Default for MockUsage {
+    fn default() -> Self {
+        MockUsage { input: 120, cached: 64, output: 7 }
+    }
+}
+
+/// One scripted call.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// A normal answer.
+    Ok,
+    /// An HTTP error in the provider's own error shape, optionally with `Retry-After`.
+    Status {
+        status: u16,
+        #[serde(default)]
+        retry_after: Option<String>,
+    },
+    /// Codex 429 `usage_limit_reached` with `resets_at` this many seconds ahead.
+    UsageLimitReached { resets_in_secs: u64 },
+    /// Antigravity 429 RESOURCE_EXHAUSTED with ErrorInfo (reason, model) and RetryInfo.
+    ResourceExhausted { reason: String, model: String, retry_delay: String },
+    /// 200, then the stream stops after `after_deltas` deltas and never ends.
+    Stall { after_deltas: u32 },
+    /// 200, then the connection breaks after `after_deltas` deltas.
+    Abort { after_deltas: u32 },
+    /// 200, then a terminal failure event (`response.failed` / Anthropic `error`).
+    FailedEvent { code: String },
+    /// 200, then `response.incomplete` (Responses only).
+    Incomplete { reason: String },
+    /// Token endpoints: 400 `invalid_grant`.
+    InvalidGrant,
+}
+
+/// What the mock saw of one call, for tests to assert on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    /// Every request header, lower-cased names.
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub model: Option<String>,
+    pub stream: Option<bool>,
+    /// Body size in bytes as received (after any decompression by the mock: none).
+    pub body_len: usize,
+}

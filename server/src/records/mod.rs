@@ -1,0 +1,81 @@
+//! Request records (REC): one row of metadata per model attempt, written off the hot path by one
+//! batched writer task, pruned to 7 days and 5,000 rows.
+//!
+//! A record holds exactly the fields of REC-2. Nothing in it can carry a prompt, a body, a
+//! header, an IP, a session id or a credential: the types below have no place for them.
+
+mod writer;
+
+use std::time::Duration;
+
+pub use writer::{RecordSink, Retention, spawn_writer};
+
+/// Retention window (REC-5).
+pub const RETENTION_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most records kept (REC-5).
+pub const RETENTION_ROWS: i64 = 5_000;
+/// Longest model id stored; longer ids are cut (REC-2 "bounded model id").
+pub const MAX_MODEL_LEN: usize = 128;
+
+/// How a model attempt ended (REC-2, REC-8). Independent of the upstream HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// The stream ended without its terminal event, or the provider reported it incomplete.
+    Incomplete,
+    Error,
+    /// The client went away before the end.
+    Cancelled,
+    /// The gateway refused it after authentication (capacity, cooldown, policy).
+    Rejected,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Incomplete => "incomplete",
+            Outcome::Error => "error",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// Token counts reported by the upstream (null when unknown, REC-2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: Option<i64>,
+    pub output: Option<i64>,
+    pub cached: Option<i64>,
+}
+
+/// One finished model attempt, ready to be written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    pub request_id: String,
+    pub member_id: i64,
+    pub key_id: Option<i64>,
+    pub pool_id: Option<i64>,
+    pub account_id: Option<i64>,
+    pub provider: Option<&'static str>,
+    pub model: String,
+    /// Protocol and operation, e.g. `responses`, `responses_ws`, `messages`.
+    pub operation: &'static str,
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+    /// REC-7: null for compaction, streams without deltas, and failures before output.
+    pub first_output_ms: Option<i64>,
+    pub outcome: Outcome,
+    /// Sanitized gateway or upstream error code, never a raw provider message.
+    pub error_code: Option<String>,
+    pub upstream_status: Option<u16>,
+    pub usage: Usage,
+    /// Routing explanation as JSON (EXP-1); none when rejected before routing.
+    pub routing: Option<String>,
+}
+
+/// Cuts a model id to [`MAX_MODEL_LEN`] characters.
+pub fn bounded_model(model: &str) -> String {
+    model.chars().take(MAX_MODEL_LEN).collect()
+}

@@ -1,0 +1,202 @@
+//! The one task that writes request records: it takes every record that is waiting, inserts the
+//! batch in a single transaction and prunes in the same transaction (REC-5), so the hot path never
+//! opens a transaction and pruning is atomic with the write.
+
+use sqlx::SqlitePool;
+use tokio::sync::mpsc;
+
+use super::{NewRecord, RETENTION_AGE, RETENTION_ROWS};
+use crate::clock::SharedClock;
+
+/// Records waiting for the writer; beyond this, senders wait (backpressure instead of loss).
+const QUEUE: usize = 8192;
+/// Most records written in one transaction.
+const BATCH: usize = 512;
+
+/// Where finished attempts are sent. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RecordSink {
+    tx: mpsc::Sender<NewRecord>,
+}
+
+impl RecordSink {
+    /// Queues a record. Waits only when the writer is thousands of records behind.
+    pub async fn send(&self, record: NewRecord) {
+        if let Err(mpsc::error::TrySendError::Full(record)) = self.tx.try_send(record)
+            && self.tx.send(record).await.is_err()
+        {
+            tracing::error!("record writer stopped; a request record was dropped");
+        }
+    }
+}
+
+/// Retention limits, injectable for tests.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub max_age_ms: i64,
+    pub max_rows: i64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { max_age_ms: RETENTION_AGE.as_millis() as i64, max_rows: RETENTION_ROWS }
+    }
+}
+
+/// Starts the writer. It ends after every sender is dropped and the queue is drained, so no
+/// record is lost on shutdown.
+pub fn spawn_writer(
+    db: SqlitePool,
+    clock: SharedClock,
+    retention: Retention,
+) -> (RecordSink, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<NewRecord>(QUEUE);
+    let task = tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(BATCH);
+        while rx.recv_many(&mut batch, BATCH).await > 0 {
+            let now_ms = clock.now().timestamp_millis();
+            if let Err(e) = write_batch(&db, &batch, now_ms, retention).await {
+                tracing::error!(error = %e, records = batch.len(), "writing request records failed");
+            }
+            batch.clear();
+        }
+    });
+    (RecordSink { tx }, task)
+}
+
+async fn write_batch(db: &SqlitePool, batch: &[NewRecord], now_ms: i64, retention: Retention) -> sqlx::Result<()> {
+    let mut tx = db.begin().await?;
+    for r in batch {
+        sqlx::query(
+            "INSERT INTO request_records (request_id, member_id, key_id, pool_id, account_id, provider, model,
+                operation, started_at_ms, duration_ms, first_output_ms, outcome, error_code, upstream_status,
+                input_tokens, output_tokens, cached_tokens, routing)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&r.request_id)
+        .bind(r.member_id)
+        .bind(r.key_id)
+        .bind(r.pool_id)
+        .bind(r.account_id)
+        .bind(r.provider)
+        .bind(&r.model)
+        .bind(r.operation)
+        .bind(r.started_at_ms)
+        .bind(r.duration_ms)
+        .bind(r.first_output_ms)
+        .bind(r.outcome.as_str())
+        .bind(r.error_code.as_deref())
+        .bind(r.upstream_status.map(i64::from))
+        .bind(r.usage.input)
+        .bind(r.usage.output)
+        .bind(r.usage.cached)
+        .bind(r.routing.as_deref())
+        .execute(&mut *tx)
+        .await?;
+    }
+    prune(&mut tx, now_ms, retention).await?;
+    tx.commit().await
+}
+
+/// Deletes records older than the window or beyond the newest `max_rows` (REC-5).
+pub async fn prune(conn: &mut sqlx::SqliteConnection, now_ms: i64, retention: Retention) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM request_records
+         WHERE started_at_ms < ?
+            OR id <= (SELECT MAX(id) FROM request_records) - ?",
+    )
+    .bind(now_ms - retention.max_age_ms)
+    .bind(retention.max_rows)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::{DateTime, TimeDelta};
+
+    use super::*;
+    use crate::{
+        clock::{Clock, FakeClock},
+        records::{Outcome, Usage},
+    };
+
+    fn record(n: i64, started_at_ms: i64) -> NewRecord {
+        NewRecord {
+            request_id: format!("req_{n}"),
+            member_id: 1,
+            key_id: Some(1),
+            pool_id: Some(1),
+            account_id: Some(1),
+            provider: Some("codex"),
+            model: "gpt-5.1-codex".into(),
+            operation: "responses",
+            started_at_ms,
+            duration_ms: 10,
+            first_output_ms: Some(5),
+            outcome: Outcome::Success,
+            error_code: None,
+            upstream_status: Some(200),
+            usage: Usage { input: Some(10), output: Some(2), cached: Some(4) },
+            routing: None,
+        }
+    }
+
+    async fn ids(db: &SqlitePool) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM request_records ORDER BY id").fetch_all(db).await.unwrap()
+    }
+
+    async fn open() -> (tempfile::TempDir, SqlitePool, crate::db::ProcessLock) {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, lock) = crate::db::open(&format!("sqlite://{}", dir.path().join("r.db").display())).await.unwrap();
+        (dir, db, lock)
+    }
+
+    #[tokio::test]
+    async fn keeps_at_most_max_rows_and_never_reuses_ids() {
+        let (_dir, db, _lock) = open().await;
+        let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let now = clock.now().timestamp_millis();
+        let retention = Retention { max_age_ms: 3_600_000, max_rows: 3 };
+
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention);
+        for n in 1..=5 {
+            sink.send(record(n, now)).await;
+        }
+        drop(sink);
+        task.await.unwrap();
+        assert_eq!(ids(&db).await, vec![3, 4, 5], "the newest three remain, everything was written first");
+
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock), retention);
+        sink.send(record(6, now)).await;
+        drop(sink);
+        task.await.unwrap();
+        assert_eq!(ids(&db).await, vec![4, 5, 6], "a pruned id is never handed out again");
+    }
+
+    #[tokio::test]
+    async fn prunes_by_age_using_the_injected_clock() {
+        let (_dir, db, _lock) = open().await;
+        let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let start = clock.now().timestamp_millis();
+        let retention = Retention::default();
+
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention);
+        sink.send(record(1, start)).await;
+        sink.send(record(2, start + 60_000)).await;
+        drop(sink);
+        task.await.unwrap();
+        assert_eq!(ids(&db).await.len(), 2);
+
+        // 7 days after the first start, only the second (a minute younger) survives the next write
+        clock.advance(TimeDelta::days(7) + TimeDelta::milliseconds(1));
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention);
+        sink.send(record(3, clock.now().timestamp_millis())).await;
+        drop(sink);
+        task.await.unwrap();
+        assert_eq!(ids(&db).await, vec![2, 3]);
+    }
+}
