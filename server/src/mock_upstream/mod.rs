@@ -78,7 +78,7 @@ impl MockState {
 pub struct MockUpstream {
     pub addr: SocketAddr,
     pub state: MockState,
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl MockUpstream {
@@ -91,7 +91,7 @@ impl MockUpstream {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(MockUpstream { addr, state, task })
+        Ok(MockUpstream { addr, state, task: Some(task) })
     }
 
     pub fn url(&self) -> String {
@@ -99,14 +99,18 @@ impl MockUpstream {
     }
 
     /// Waits until the server task ends (the binary runs until killed).
-    pub async fn wait(self) {
-        let _ = self.task.await;
+    pub async fn wait(mut self) {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 
 impl Drop for MockUpstream {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
