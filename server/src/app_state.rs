@@ -6,7 +6,16 @@ use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::SqlitePool;
 
-use crate::{clock::SharedClock, config::Config, crypto::Sealer};
+use crate::{
+    clock::SharedClock,
+    config::Config,
+    crypto::Sealer,
+    proxy::{
+        auth::{Generation, Principals},
+        directory::Directory,
+    },
+    records::RecordSink,
+};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -18,6 +27,16 @@ pub struct AppState {
     pub sealer: Arc<Sealer>,
     /// Where leptos_axum finds the built site and how it names the assets.
     pub leptos: LeptosOptions,
+    /// Pooled upstream connections (TCP_NODELAY).
+    pub http: reqwest::Client,
+    /// The request-record writer's queue.
+    pub records: RecordSink,
+    /// Bumped by every configuration change; the caches below follow it.
+    pub generation: Generation,
+    /// Cached gateway-key lookups.
+    pub principals: Arc<Principals>,
+    /// Pools and accounts as the proxy routes over them.
+    pub directory: Arc<Directory>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -89,6 +89,10 @@ pub struct Settings {
     /// Directory of the built web assets (pkg/) [env: SUBLANE_SITE_ROOT] [default: target/site]
     #[arg(long, value_name = "DIR")]
     pub site_root: Option<PathBuf>,
+    /// End a stream when the upstream sends nothing for this long, e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub stream_idle_timeout: Option<Duration>,
     #[command(flatten)]
     #[serde(default)]
     pub upstream: UpstreamSettings,
@@ -141,6 +145,8 @@ pub struct Config {
     pub public_url: Option<url::Url>,
     pub session_ttl: Duration,
     pub site_root: PathBuf,
+    /// CD-6: optional stream idle timeout (upstream bytes only); off by default.
+    pub stream_idle_timeout: Option<Duration>,
     pub upstream: UpstreamUrls,
 }
 
@@ -178,6 +184,9 @@ impl Settings {
                 .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_SESSION_TTL", e)))
                 .transpose()?,
             site_root: var("SUBLANE_SITE_ROOT").map(PathBuf::from),
+            stream_idle_timeout: var("SUBLANE_STREAM_IDLE_TIMEOUT")
+                .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_STREAM_IDLE_TIMEOUT", e)))
+                .transpose()?,
             upstream: UpstreamSettings {
                 codex_base_url: parse("SUBLANE_CODEX_BASE_URL")?,
                 codex_usage_url: parse("SUBLANE_CODEX_USAGE_URL")?,
@@ -210,6 +219,7 @@ impl Settings {
             public_url: over.public_url.or(self.public_url),
             session_ttl: over.session_ttl.or(self.session_ttl),
             site_root: over.site_root.or(self.site_root),
+            stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
             upstream: UpstreamSettings {
                 codex_base_url: o.codex_base_url.or(u.codex_base_url),
                 codex_usage_url: o.codex_usage_url.or(u.codex_usage_url),
@@ -258,6 +268,7 @@ impl Settings {
             public_url: self.public_url,
             session_ttl: self.session_ttl.unwrap_or(DEFAULT_SESSION_TTL),
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
+            stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
                 codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,

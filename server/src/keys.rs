@@ -171,6 +171,8 @@ pub struct Principal {
     /// ADM-3: concurrent model requests for the member; 0 = unlimited.
     pub concurrency_limit: i64,
     pub rpm_limit: Option<i64>,
+    /// Unix seconds; checked on every use, also when the principal comes from a cache.
+    pub expires_at: Option<i64>,
 }
 
 /// Looks up a presented key secret. `None` for unknown, disabled, revoked or expired keys, keys of
@@ -180,7 +182,7 @@ pub async fn authenticate(db: &SqlitePool, clock: &dyn Clock, secret: &str) -> R
         return Ok(None);
     }
     Ok(sqlx::query_as(
-        "SELECT k.id AS key_id, k.member_id, k.pool_id, m.concurrency_limit, m.rpm_limit
+        "SELECT k.id AS key_id, k.member_id, k.pool_id, m.concurrency_limit, m.rpm_limit, k.expires_at
          FROM api_keys k
          JOIN members m ON m.id = k.member_id
          JOIN pool_members pm ON pm.pool_id = k.pool_id AND pm.member_id = k.member_id

@@ -15,6 +15,8 @@ pub mod keys;
 pub mod members;
 pub mod mock_upstream;
 pub mod pools;
+pub mod providers;
+pub mod proxy;
 pub mod records;
 pub mod serve;
 pub mod validate;

@@ -6,10 +6,10 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
-    extract::{DefaultBodyLimit, State},
-    http::StatusCode,
-    middleware,
-    response::IntoResponse,
+    extract::{DefaultBodyLimit, Request, State},
+    http::{Method, StatusCode},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
     routing::get,
     serve::ListenerExt,
 };
@@ -18,8 +18,18 @@ use tokio_util::sync::CancellationToken;
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
 use crate::{
-    app_state::AppState, auth::origin, clock::SharedClock, config::Config, crypto::Sealer, db, members,
-    members::Bootstrap, web,
+    app_state::AppState,
+    auth::origin,
+    clock::SharedClock,
+    config::Config,
+    crypto::Sealer,
+    db, members,
+    members::Bootstrap,
+    proxy::{
+        auth::{Generation, Principals},
+        directory::Directory,
+    },
+    records, web,
 };
 
 /// Largest request body accepted (model requests with long histories are big).
@@ -89,8 +99,27 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .site_addr(addr)
         .env(Env::PROD)
         .build();
-    let state =
-        AppState { config: Arc::new(config), db: db.clone(), clock, sealer: Arc::new(sealer), leptos };
+    let http = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| StartError::Bootstrap(format!("HTTP client: {e}")))?;
+    let (records, writer) =
+        records::spawn_writer(db.clone(), Arc::clone(&clock), records::Retention::default());
+    let generation = Generation::default();
+    let state = AppState {
+        config: Arc::new(config),
+        db: db.clone(),
+        clock,
+        sealer: Arc::new(sealer),
+        leptos,
+        http,
+        records,
+        principals: Arc::new(Principals::new(generation.clone())),
+        directory: Arc::new(Directory::new(generation.clone())),
+        generation,
+    };
     let router = router(state);
 
     let shutdown = CancellationToken::new();
@@ -101,6 +130,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     });
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
+        // Every record sender is gone with the router: the writer drains its queue and ends.
+        let _ = writer.await;
         db.close().await;
         drop(lock);
         served
@@ -110,13 +141,16 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
 }
 
 /// The whole application with its layer stack, outermost last: panic -> trace -> body limit ->
-/// same-origin check -> routes.
+/// `HEAD /` probe -> same-origin check -> configuration-change tracking -> routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .nest("/api", crate::api::router())
+        .merge(crate::proxy::router())
         .merge(web::router(&state))
+        .layer(middleware::from_fn_with_state(state.clone(), track_changes))
         .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin))
+        .layer(middleware::from_fn(head_probe))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             // Path only: query strings may carry keys (`?key=`), and headers carry secrets.
@@ -126,6 +160,27 @@ pub fn router(state: AppState) -> Router {
             crate::error::Error::Internal("handler panicked".into()).into_response()
         }))
         .with_state(state)
+}
+
+/// A successful change through the JSON API or the web app invalidates the proxy's caches
+/// (keys, pools, accounts), so a revoked key or a disabled member stops working at once.
+async fn track_changes(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let changes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        && (path.starts_with("/api/") || path.starts_with("/rpc/"));
+    let resp = next.run(req).await;
+    if changes && (resp.status().is_success() || resp.status().is_redirection()) {
+        s.generation.bump();
+    }
+    resp
+}
+
+/// Claude Code probes `HEAD /` before its first call; answer it without rendering a page.
+async fn head_probe(req: Request, next: Next) -> Response {
+    if req.method() == Method::HEAD && req.uri().path() == "/" {
+        return StatusCode::OK.into_response();
+    }
+    next.run(req).await
 }
 
 /// `GET /healthz`: 200 when the database answers, 503 otherwise (OPS-4).

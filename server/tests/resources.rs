@@ -264,8 +264,9 @@ async fn keys_show_expired_once_their_time_passes() {
     let t = TestServer::start_with_clock(clock.clone()).await;
     let mut admin = t.admin().await;
     let expires = chrono::DateTime::from_timestamp(1_900_000_000 + 3600, 0).unwrap();
-    let (status, body) =
-        admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "short-lived", "expires_at": expires}))).await;
+    let (status, body) = admin
+        .call(Method::POST, "/api/me/keys", Some(json!({"name": "short-lived", "expires_at": expires})))
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["key"]["status"], "active");
     clock.advance(chrono::TimeDelta::seconds(3600));

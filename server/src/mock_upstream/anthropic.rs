@@ -15,7 +15,13 @@ use super::{
     turn,
 };
 
-pub async fn messages(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+pub async fn messages(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
     let turn = turn(&s, &m, &uri, &h, &body).await;
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, None, "invalid JSON body");
@@ -37,14 +43,24 @@ pub async fn messages(State(s): State<MockState>, m: Method, uri: Uri, h: Header
         }
     };
     let h = resp.headers_mut();
-    h.insert("request-id", HeaderValue::from_str(&format!("req_mock_{}", turn.id)).unwrap_or(HeaderValue::from_static("req_mock")));
+    h.insert(
+        "request-id",
+        HeaderValue::from_str(&format!("req_mock_{}", turn.id))
+            .unwrap_or(HeaderValue::from_static("req_mock")),
+    );
     h.insert("anthropic-ratelimit-unified-status", HeaderValue::from_static("allowed"));
     h.insert("anthropic-ratelimit-unified-5h-utilization", HeaderValue::from_static("0.12"));
     h.insert("anthropic-ratelimit-unified-7d-utilization", HeaderValue::from_static("0.40"));
     resp
 }
 
-pub async fn count_tokens(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+pub async fn count_tokens(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
     let turn = turn(&s, &m, &uri, &h, &body).await;
     if let Some(resp) = scripted_error(&turn) {
         return resp;
@@ -53,7 +69,13 @@ pub async fn count_tokens(State(s): State<MockState>, m: Method, uri: Uri, h: He
 }
 
 /// `POST /v1/oauth/token` (JSON body); the refresh token is the simulated account.
-pub async fn claude_token(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+pub async fn claude_token(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let refresh = req["refresh_token"].as_str().unwrap_or("").to_owned();
     let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
@@ -145,7 +167,9 @@ fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
         _ => None,
     };
-    let end = |a: &mut Vec<Action>| a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
+    let end = |a: &mut Vec<Action>| {
+        a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall })
+    };
     let mut text = String::new();
     for i in 0..sc.deltas {
         if cut == Some(i) {
@@ -166,7 +190,10 @@ fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         return (a, Value::Null);
     }
     if let Step::FailedEvent { code } = &turn.step {
-        a.push(sse("error", &json!({"type": "error", "error": {"type": code, "message": "scripted failure"}})));
+        a.push(sse(
+            "error",
+            &json!({"type": "error", "error": {"type": code, "message": "scripted failure"}}),
+        ));
         return (a, Value::Null);
     }
     a.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));

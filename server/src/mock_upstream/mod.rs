@@ -133,7 +133,11 @@ pub fn router(state: MockState) -> Router {
         .with_state(state)
 }
 
-async fn set_script(State(s): State<MockState>, Path(credential): Path<String>, Json(script): Json<Script>) -> StatusCode {
+async fn set_script(
+    State(s): State<MockState>,
+    Path(credential): Path<String>,
+    Json(script): Json<Script>,
+) -> StatusCode {
     s.set_script(&credential, script);
     StatusCode::NO_CONTENT
 }
@@ -176,7 +180,13 @@ pub(crate) fn call(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8])
 }
 
 /// Starts the turn for a model call: logs it and applies the scripted header delay.
-pub(crate) async fn turn(state: &MockState, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Turn {
+pub(crate) async fn turn(
+    state: &MockState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Turn {
     let turn = state.begin(&credential(headers), call(method, uri, headers, body));
     if turn.script.delay_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(turn.script.delay_ms)).await;

@@ -15,7 +15,13 @@ use super::{
     turn,
 };
 
-pub async fn responses_api(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+pub async fn responses_api(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
     let turn = turn(&s, &m, &uri, &h, &body).await;
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, None, "could not parse the JSON body of your request");
@@ -24,7 +30,13 @@ pub async fn responses_api(State(s): State<MockState>, m: Method, uri: Uri, h: H
     answer(&turn, model(&req), stream, false)
 }
 
-pub async fn codex_responses(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+pub async fn codex_responses(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
     let turn = turn(&s, &m, &uri, &h, &body).await;
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return json(StatusCode::BAD_REQUEST, json!({"detail": "Invalid JSON"}));
@@ -84,7 +96,13 @@ pub async fn wham_usage(State(s): State<MockState>, m: Method, uri: Uri, h: Head
 }
 
 /// `POST /oauth/token` (JSON body); the refresh token is the simulated account.
-pub async fn codex_token(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+pub async fn codex_token(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let refresh = req["refresh_token"].as_str().unwrap_or("").to_owned();
     let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
@@ -93,7 +111,9 @@ pub async fn codex_token(State(s): State<MockState>, m: Method, uri: Uri, h: Hea
             StatusCode::UNAUTHORIZED,
             json!({"error": {"code": "refresh_token_reused", "message": "Your refresh token has already been used", "type": "invalid_request_error"}}),
         ),
-        Step::Status { status, .. } => json(code(status), json!({"error": {"message": "token endpoint error"}})),
+        Step::Status { status, .. } => {
+            json(code(status), json!({"error": {"message": "token endpoint error"}}))
+        }
         _ => json(
             StatusCode::OK,
             json!({
@@ -137,7 +157,8 @@ fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Respon
         503 => ("server_error", json!("server_is_overloaded")),
         _ => ("server_error", json!("server_error")),
     };
-    let mut resp = json(status, json!({"error": {"message": message, "type": kind, "param": null, "code": code}}));
+    let mut resp =
+        json(status, json!({"error": {"message": message, "type": kind, "param": null, "code": code}}));
     if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(v).ok()) {
         resp.headers_mut().insert(header::RETRY_AFTER, ra);
     }
@@ -268,8 +289,14 @@ fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
     }
     let part = json!({"type": "output_text", "text": text, "annotations": []});
     let item = json!({"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]});
-    a.push(ev("response.output_text.done", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "text": text})));
-    a.push(ev("response.content_part.done", json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part})));
+    a.push(ev(
+        "response.output_text.done",
+        json!({"item_id": item_id, "output_index": 0, "content_index": 0, "text": text}),
+    ));
+    a.push(ev(
+        "response.content_part.done",
+        json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part}),
+    ));
     a.push(ev("response.output_item.done", json!({"output_index": 0, "item": item})));
     let done = base("completed", json!([item]), u);
     a.push(ev("response.completed", json!({"response": done})));

@@ -42,5 +42,8 @@ pub(crate) fn body(actions: Vec<Action>) -> Body {
             }
         }
     });
-    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) }))
+    Body::from_stream(futures_util::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
+    ))
 }

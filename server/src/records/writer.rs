@@ -64,7 +64,12 @@ pub fn spawn_writer(
     (RecordSink { tx }, task)
 }
 
-async fn write_batch(db: &SqlitePool, batch: &[NewRecord], now_ms: i64, retention: Retention) -> sqlx::Result<()> {
+async fn write_batch(
+    db: &SqlitePool,
+    batch: &[NewRecord],
+    now_ms: i64,
+    retention: Retention,
+) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
     for r in batch {
         sqlx::query(
@@ -99,7 +104,11 @@ async fn write_batch(db: &SqlitePool, batch: &[NewRecord], now_ms: i64, retentio
 }
 
 /// Deletes records older than the window or beyond the newest `max_rows` (REC-5).
-pub async fn prune(conn: &mut sqlx::SqliteConnection, now_ms: i64, retention: Retention) -> sqlx::Result<u64> {
+pub async fn prune(
+    conn: &mut sqlx::SqliteConnection,
+    now_ms: i64,
+    retention: Retention,
+) -> sqlx::Result<u64> {
     let done = sqlx::query(
         "DELETE FROM request_records
          WHERE started_at_ms < ?
@@ -151,7 +160,8 @@ mod tests {
 
     async fn open() -> (tempfile::TempDir, SqlitePool, crate::db::ProcessLock) {
         let dir = tempfile::tempdir().unwrap();
-        let (db, lock) = crate::db::open(&format!("sqlite://{}", dir.path().join("r.db").display())).await.unwrap();
+        let (db, lock) =
+            crate::db::open(&format!("sqlite://{}", dir.path().join("r.db").display())).await.unwrap();
         (dir, db, lock)
     }
 

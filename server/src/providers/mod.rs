@@ -1,0 +1,295 @@
+//! Upstream providers (a closed set): where each model operation goes, how it authenticates, which
+//! client headers pass through, and the few body edits a provider requires.
+//!
+//! Header policy: an allow-list. Client credentials (`authorization`, `x-api-key`,
+//! `x-goog-api-key`), cookies, hop-by-hop headers (RFC 9110 §7.6.1), forwarding headers that
+//! would reveal client IPs, and `content-length`/`content-encoding` (the body may be re-encoded)
+//! never pass. Session and client metadata headers do (`session-id`/`session_id`, `thread-id`,
+//! `x-codex-*`, `x-openai-*`, `anthropic-beta`, `anthropic-version`, ...).
+
+pub mod observe;
+pub mod sse;
+
+use app::model::{CredentialInput, Provider};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::UpstreamUrls;
+pub use observe::{Grammar, Observation, Observer};
+
+/// A model operation as the client asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Responses,
+    ResponsesCompact,
+    Messages,
+    CountTokens,
+}
+
+impl Operation {
+    /// The operation's name in request records.
+    pub fn record_name(self) -> &'static str {
+        match self {
+            Operation::Responses => "responses",
+            Operation::ResponsesCompact => "responses_compact",
+            Operation::Messages => "messages",
+            Operation::CountTokens => "count_tokens",
+        }
+    }
+
+    /// Providers able to serve this operation.
+    pub fn providers(self) -> &'static [Provider] {
+        match self {
+            Operation::Responses | Operation::ResponsesCompact => &[Provider::Codex, Provider::OpenaiApi],
+            Operation::Messages | Operation::CountTokens => &[Provider::Claude, Provider::AnthropicApi],
+        }
+    }
+
+    pub fn grammar(self) -> Grammar {
+        match self {
+            Operation::Responses | Operation::ResponsesCompact => Grammar::Responses,
+            Operation::Messages | Operation::CountTokens => Grammar::Messages,
+        }
+    }
+}
+
+/// Where and how to send one upstream request.
+#[derive(Debug)]
+pub struct Target {
+    pub url: String,
+    pub headers: HeaderMap,
+    /// The provider only streams (Codex backend): ask for a stream even for non-streaming clients.
+    pub force_stream: bool,
+    /// The provider rejects stored responses (Codex backend): send `store: false`.
+    pub force_no_store: bool,
+}
+
+/// Why no upstream request can be built.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TargetError {
+    /// The account's credentials do not fit its provider.
+    WrongCredential,
+    /// The provider cannot serve this operation.
+    Unsupported,
+}
+
+/// Builds the upstream request for `op` on an account of `provider`.
+pub fn target(
+    provider: Provider,
+    credentials: &CredentialInput,
+    urls: &UpstreamUrls,
+    op: Operation,
+    client: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Target, TargetError> {
+    let mut headers = pass_through(client);
+    let bearer = |h: &mut HeaderMap, token: &str| -> Result<(), TargetError> {
+        let v =
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| TargetError::WrongCredential)?;
+        h.insert(axum::http::header::AUTHORIZATION, v);
+        Ok(())
+    };
+    let join = |base: &url::Url, path: &str| format!("{}{}", base.as_str().trim_end_matches('/'), path);
+    let (url, force_stream, force_no_store) = match (provider, credentials, op) {
+        (Provider::Codex, CredentialInput::OAuth { access_token, provider_account_id, .. }, _) => {
+            bearer(&mut headers, access_token)?;
+            if let Some(id) = provider_account_id.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                headers.insert(HeaderName::from_static("chatgpt-account-id"), id);
+            }
+            match op {
+                Operation::Responses => (join(&urls.codex_base_url, "/responses"), true, true),
+                Operation::ResponsesCompact => {
+                    (join(&urls.codex_base_url, "/responses/compact"), false, false)
+                }
+                _ => return Err(TargetError::Unsupported),
+            }
+        }
+        (Provider::OpenaiApi, CredentialInput::ApiKey { api_key }, _) => {
+            bearer(&mut headers, api_key)?;
+            match op {
+                Operation::Responses => (join(&urls.openai_base_url, "/responses"), false, false),
+                Operation::ResponsesCompact => {
+                    (join(&urls.openai_base_url, "/responses/compact"), false, false)
+                }
+                _ => return Err(TargetError::Unsupported),
+            }
+        }
+        (Provider::Claude, CredentialInput::OAuth { access_token, .. }, _) => {
+            bearer(&mut headers, access_token)?;
+            add_beta(&mut headers, "oauth-2025-04-20");
+            default_version(&mut headers);
+            match op {
+                Operation::Messages => (join(&urls.claude_base_url, "/v1/messages?beta=true"), false, false),
+                Operation::CountTokens => {
+                    (join(&urls.claude_base_url, "/v1/messages/count_tokens?beta=true"), false, false)
+                }
+                _ => return Err(TargetError::Unsupported),
+            }
+        }
+        (Provider::AnthropicApi, CredentialInput::ApiKey { api_key }, _) => {
+            let v = HeaderValue::from_str(api_key).map_err(|_| TargetError::WrongCredential)?;
+            headers.insert(HeaderName::from_static("x-api-key"), v);
+            default_version(&mut headers);
+            let path = match op {
+                Operation::Messages => "/v1/messages",
+                Operation::CountTokens => "/v1/messages/count_tokens",
+                _ => return Err(TargetError::Unsupported),
+            };
+            let url = match query.filter(|q| !q.is_empty()) {
+                Some(q) => format!("{}?{q}", join(&urls.anthropic_base_url, path)),
+                None => join(&urls.anthropic_base_url, path),
+            };
+            (url, false, false)
+        }
+        (Provider::Antigravity, _, _) => return Err(TargetError::Unsupported),
+        _ => return Err(TargetError::WrongCredential),
+    };
+    Ok(Target { url, headers, force_stream, force_no_store })
+}
+
+/// Client headers that may travel upstream.
+fn pass_through(client: &HeaderMap) -> HeaderMap {
+    const EXACT: &[&str] = &[
+        "content-type",
+        "accept",
+        "user-agent",
+        "originator",
+        "version",
+        "session-id",
+        "session_id",
+        "thread-id",
+        "conversation_id",
+        "x-client-request-id",
+        "openai-beta",
+        "openai-organization",
+        "openai-project",
+        "anthropic-beta",
+        "anthropic-version",
+        "anthropic-dangerous-direct-browser-access",
+        "x-app",
+        "x-claude-code-session-id",
+    ];
+    const PREFIXES: &[&str] = &["x-codex-", "x-openai-", "x-stainless-"];
+    let mut out = HeaderMap::new();
+    for (name, value) in client {
+        let n = name.as_str();
+        if EXACT.contains(&n) || PREFIXES.iter().any(|p| n.starts_with(p)) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+fn add_beta(headers: &mut HeaderMap, beta: &'static str) {
+    let current = headers.get("anthropic-beta").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if current.split(',').any(|b| b.trim() == beta) {
+        return;
+    }
+    let joined = if current.trim().is_empty() { beta.to_owned() } else { format!("{current},{beta}") };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(HeaderName::from_static("anthropic-beta"), v);
+    }
+}
+
+fn default_version(headers: &mut HeaderMap) {
+    if !headers.contains_key("anthropic-version") {
+        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"));
+    }
+}
+
+/// Upstream response headers worth returning to the client (quota and model hints that Codex
+/// and Claude Code read); everything else stays with the gateway.
+pub fn response_header_passes(name: &str) -> bool {
+    name == "content-type"
+        || name == "retry-after"
+        || name == "openai-model"
+        || name == "x-reasoning-included"
+        || name == "x-models-etag"
+        || name.starts_with("x-codex-")
+        || name.starts_with("anthropic-ratelimit-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn urls() -> UpstreamUrls {
+        let c = crate::config::Settings::default().resolve().unwrap();
+        c.upstream
+    }
+
+    fn client() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer sk-sl-client"),
+            ("x-api-key", "sk-sl-client"),
+            ("cookie", "a=b"),
+            ("connection", "keep-alive"),
+            ("x-forwarded-for", "10.1.2.3"),
+            ("content-length", "10"),
+            ("session-id", "s1"),
+            ("x-codex-turn-metadata", "{}"),
+            ("x-openai-subagent", "review"),
+            ("anthropic-beta", "claude-code-20250219"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn codex_gets_its_token_account_id_and_forced_stream() {
+        let creds = CredentialInput::OAuth {
+            access_token: "at".into(),
+            refresh_token: None,
+            expires_at: None,
+            provider_account_id: Some("acct-1".into()),
+        };
+        let t = target(Provider::Codex, &creds, &urls(), Operation::Responses, &client(), None).unwrap();
+        assert_eq!(t.url, "https://chatgpt.com/backend-api/codex/responses");
+        assert_eq!(t.headers["authorization"], "Bearer at");
+        assert_eq!(t.headers["chatgpt-account-id"], "acct-1");
+        assert_eq!(t.headers["session-id"], "s1");
+        assert_eq!(t.headers["x-openai-subagent"], "review");
+        for gone in ["x-api-key", "cookie", "connection", "x-forwarded-for", "content-length"] {
+            assert!(!t.headers.contains_key(gone), "{gone} must not pass");
+        }
+        assert!(t.force_stream && t.force_no_store);
+    }
+
+    #[test]
+    fn claude_oauth_adds_the_beta_and_anthropic_keys_use_x_api_key() {
+        let oauth = CredentialInput::OAuth {
+            access_token: "sk-ant-oat".into(),
+            refresh_token: None,
+            expires_at: None,
+            provider_account_id: None,
+        };
+        let t = target(Provider::Claude, &oauth, &urls(), Operation::Messages, &client(), Some("beta=true"))
+            .unwrap();
+        assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(t.headers["anthropic-beta"], "claude-code-20250219,oauth-2025-04-20");
+        assert_eq!(t.headers["anthropic-version"], "2023-06-01");
+        let key = CredentialInput::ApiKey { api_key: "sk-ant-api".into() };
+        let t =
+            target(Provider::AnthropicApi, &key, &urls(), Operation::Messages, &client(), Some("beta=true"))
+                .unwrap();
+        assert_eq!(t.headers["x-api-key"], "sk-ant-api");
+        assert!(!t.headers.contains_key("authorization"));
+        assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
+    }
+
+    #[test]
+    fn mismatched_credentials_and_operations_are_refused() {
+        let key = CredentialInput::ApiKey { api_key: "k".into() };
+        assert_eq!(
+            target(Provider::Codex, &key, &urls(), Operation::Responses, &HeaderMap::new(), None)
+                .unwrap_err(),
+            TargetError::WrongCredential
+        );
+        assert_eq!(
+            target(Provider::OpenaiApi, &key, &urls(), Operation::Messages, &HeaderMap::new(), None)
+                .unwrap_err(),
+            TargetError::Unsupported
+        );
+    }
+}

@@ -1,0 +1,480 @@
+//! One model call over HTTP, from gateway key to request record (PX-1, PX-2, PX-5, PX-6, ID-3,
+//! ID-4, REC-1, REC-2, REC-7, REC-8, REC-9).
+//!
+//! Order: key (401, no record) -> body (400, no record) -> an [`Attempt`] exists from here on and
+//! is recorded exactly once -> pool and model policy -> account -> upstream -> stream, collect or
+//! pass the JSON answer. Every response carries `X-Request-ID`.
+
+use std::time::Duration;
+
+use app::model::Provider;
+use axum::{
+    body::{Body, Bytes},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::{
+    auth::presented_key,
+    error::{GatewayError, Protocol},
+    relay::{self, Timing},
+    request::{self, RoutingFields},
+};
+use crate::{
+    app_state::AppState,
+    keys::Principal,
+    providers::{self, Observer, Operation, TargetError, observe::sanitize},
+    records::{NewRecord, Outcome, Usage, bounded_model},
+};
+
+/// CD-6: longest wait for upstream response headers on inference calls.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// CD-6: total request deadline.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// CD-6: SSE heartbeat period while the upstream is silent.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// ADM-5: reading on after a client cancels a Codex stream, to collect final usage.
+pub const CODEX_DRAIN: Duration = Duration::from_secs(3);
+/// Most bytes of an upstream error body read (to classify it; it is never returned raw).
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// Which call this route makes.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub protocol: Protocol,
+    pub op: Operation,
+    /// PX-5: a provider-prefixed path restricts selection to one provider.
+    pub only: Option<Provider>,
+}
+
+/// A server-generated request id (REC-9); client-supplied ids are ignored.
+pub fn new_request_id() -> String {
+    format!("req_{:032x}", rand::random::<u128>())
+}
+
+pub async fn handle(
+    s: AppState,
+    spec: Spec,
+    headers: HeaderMap,
+    query: Option<String>,
+    raw: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let request_id = new_request_id();
+    let mut resp = match admit(&s, &spec, &headers, raw).await {
+        Ok((principal, body, fields, model)) => {
+            let attempt = Attempt {
+                records: s.records.clone(),
+                request_id: request_id.clone(),
+                protocol: spec.protocol,
+                op: spec.op,
+                started,
+                started_at_ms: s.clock.now().timestamp_millis(),
+                principal,
+                model,
+                account: None,
+            };
+            dispatch(&s, spec, attempt, &headers, query.as_deref(), body, fields).await
+        }
+        Err(e) => e.render(spec.protocol, Some(&request_id)),
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// Authentication and body checks: failures here create no record (REC-1).
+async fn admit(
+    s: &AppState,
+    spec: &Spec,
+    headers: &HeaderMap,
+    raw: Bytes,
+) -> Result<(Principal, Bytes, RoutingFields, String), GatewayError> {
+    let key = presented_key(headers).ok_or_else(GatewayError::invalid_api_key)?;
+    let principal = s
+        .principals
+        .authenticate(&s.db, &*s.clock, key)
+        .await
+        .map_err(|_| {
+            GatewayError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
+        })?
+        .ok_or_else(GatewayError::invalid_api_key)?;
+    let body = request::decode(headers, raw)?;
+    let fields = RoutingFields::parse(&body)?;
+    let model = fields
+        .model
+        .clone()
+        .filter(|m| !m.trim().is_empty())
+        .ok_or_else(|| GatewayError::bad_request("the request has no model"))?;
+    let _ = spec;
+    Ok((principal, body, fields, model))
+}
+
+/// One authenticated model attempt; recorded exactly once by one of its consuming methods.
+struct Attempt {
+    records: crate::records::RecordSink,
+    request_id: String,
+    protocol: Protocol,
+    op: Operation,
+    started: Instant,
+    started_at_ms: i64,
+    principal: Principal,
+    model: String,
+    account: Option<(i64, Provider)>,
+}
+
+/// The end of an attempt, as recorded.
+struct Ending {
+    outcome: Outcome,
+    error_code: Option<String>,
+    upstream_status: Option<u16>,
+    usage: Usage,
+    first_output: Option<Duration>,
+}
+
+impl Attempt {
+    async fn finish(self, end: Ending) {
+        let record = NewRecord {
+            request_id: self.request_id,
+            member_id: self.principal.member_id,
+            key_id: Some(self.principal.key_id),
+            pool_id: Some(self.principal.pool_id),
+            account_id: self.account.map(|a| a.0),
+            provider: self.account.map(|a| a.1.as_str()),
+            model: bounded_model(&self.model),
+            operation: self.op.record_name(),
+            started_at_ms: self.started_at_ms,
+            duration_ms: self.started.elapsed().as_millis() as i64,
+            first_output_ms: end.first_output.map(|d| d.as_millis() as i64),
+            outcome: end.outcome,
+            error_code: end.error_code,
+            upstream_status: end.upstream_status,
+            usage: end.usage,
+            routing: None,
+        };
+        self.records.send(record).await;
+    }
+
+    /// Answers with a gateway error and records it.
+    async fn fail(self, err: GatewayError, outcome: Outcome, upstream_status: Option<u16>) -> Response {
+        let resp = err.render(self.protocol, Some(&self.request_id));
+        self.finish(Ending {
+            outcome,
+            error_code: Some(err.code.to_owned()),
+            upstream_status,
+            usage: Usage::default(),
+            first_output: None,
+        })
+        .await;
+        resp
+    }
+}
+
+async fn dispatch(
+    s: &AppState,
+    spec: Spec,
+    mut attempt: Attempt,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Bytes,
+    fields: RoutingFields,
+) -> Response {
+    let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {
+        Ok(snap) => snap,
+        Err(_) => {
+            let e = GatewayError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error");
+            return attempt.fail(e, Outcome::Error, None).await;
+        }
+    };
+    let model = attempt.model.clone();
+    let Some(pool) = snapshot.pool(attempt.principal.pool_id) else {
+        return attempt.fail(GatewayError::no_available_account(&model), Outcome::Rejected, None).await;
+    };
+    let Ok(upstream_model) = pool.resolve_model(&model) else {
+        return attempt.fail(GatewayError::model_not_allowed(&model), Outcome::Rejected, None).await;
+    };
+    let providers: Vec<Provider> =
+        spec.op.providers().iter().copied().filter(|p| spec.only.is_none_or(|o| o == *p)).collect();
+    let Some(account) = pool.pick(&providers) else {
+        return attempt.fail(GatewayError::no_available_account(&model), Outcome::Rejected, None).await;
+    };
+    attempt.account = Some((account.id, account.provider));
+    let target = match providers::target(
+        account.provider,
+        &account.credentials,
+        &s.config.upstream,
+        spec.op,
+        headers,
+        query,
+    ) {
+        Ok(t) => t,
+        Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
+            tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
+            return attempt.fail(GatewayError::no_available_account(&model), Outcome::Error, None).await;
+        }
+    };
+    let client_streams = fields.stream == Some(true);
+    let force_stream = target.force_stream && !client_streams;
+    let body = match edit_body(
+        body,
+        (upstream_model != model).then_some(upstream_model.as_str()),
+        force_stream,
+        target.force_no_store && fields.store != Some(false),
+    ) {
+        Ok(b) => b,
+        Err(e) => return attempt.fail(e, Outcome::Rejected, None).await,
+    };
+
+    let send = s
+        .http
+        .post(&target.url)
+        .headers(target.headers)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send();
+    let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
+        Err(_) => return attempt.fail(GatewayError::upstream_timeout(), Outcome::Error, None).await,
+        Ok(Err(_)) => return attempt.fail(GatewayError::upstream_unavailable(), Outcome::Error, None).await,
+        Ok(Ok(r)) => r,
+    };
+    let status = upstream.status();
+    if !status.is_success() {
+        return upstream_error(attempt, upstream).await;
+    }
+    let deadline = attempt.started + REQUEST_DEADLINE;
+    let mut observer = Observer::new(spec.op.grammar());
+    if client_streams {
+        let mut builder = Response::builder().status(status);
+        if let Some(h) = builder.headers_mut() {
+            copy_headers(upstream.headers(), h);
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        }
+        let timing = Timing {
+            started: attempt.started,
+            heartbeat: HEARTBEAT,
+            deadline,
+            idle_timeout: s.config.stream_idle_timeout,
+            drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
+        };
+        let upstream_status = status.as_u16();
+        let body = relay::relay(upstream.bytes_stream(), observer, timing, move |end| async move {
+            let (outcome, error_code) = stream_outcome(&end);
+            let o = end.observation;
+            attempt
+                .finish(Ending {
+                    outcome,
+                    error_code,
+                    upstream_status: Some(upstream_status),
+                    usage: o.usage,
+                    first_output: o.first_output,
+                })
+                .await;
+        });
+        return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    if force_stream {
+        return collect_stream(attempt, upstream, observer, deadline).await;
+    }
+    // A plain JSON answer: pass the bytes through, read usage from them.
+    let mut passed = HeaderMap::new();
+    copy_headers(upstream.headers(), &mut passed);
+    let bytes = match tokio::time::timeout_at(deadline, upstream.bytes()).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
+            return attempt
+                .fail(GatewayError::upstream_unavailable(), Outcome::Error, Some(status.as_u16()))
+                .await;
+        }
+        Err(_) => {
+            return attempt
+                .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(status.as_u16()))
+                .await;
+        }
+    };
+    if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+        observer.body(&v);
+    }
+    let o = observer.seen;
+    let outcome = o.outcome.unwrap_or(Outcome::Success);
+    attempt
+        .finish(Ending {
+            outcome,
+            error_code: o.error_code,
+            upstream_status: Some(status.as_u16()),
+            usage: o.usage,
+            first_output: None,
+        })
+        .await;
+    let mut resp = Response::new(Body::from(bytes));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = passed;
+    resp
+}
+
+/// A non-streaming client served by a streaming-only upstream (Codex): read the whole stream and
+/// answer with its final response object.
+async fn collect_stream(
+    attempt: Attempt,
+    upstream: reqwest::Response,
+    mut observer: Observer,
+    deadline: Instant,
+) -> Response {
+    let status = upstream.status().as_u16();
+    let mut passed = HeaderMap::new();
+    copy_headers(upstream.headers(), &mut passed);
+    passed.remove(header::CONTENT_TYPE);
+    let mut splitter = providers::sse::Splitter::default();
+    let mut stream = upstream.bytes_stream();
+    let read = tokio::time::timeout_at(deadline, async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|_| ())?;
+            let at = attempt.started.elapsed();
+            splitter.feed(&chunk, |ev| observer.event(ev.name, &ev.data, at));
+        }
+        Ok::<(), ()>(())
+    })
+    .await;
+    let o = observer.seen;
+    let failure = match (&read, &o.final_response) {
+        (Err(_), _) => Some(GatewayError::upstream_timeout()),
+        (Ok(Err(())), _) | (Ok(Ok(())), None) => Some(GatewayError::upstream_unavailable()),
+        _ => None,
+    };
+    if let Some(e) = failure {
+        return attempt.fail(e, Outcome::Error, Some(status)).await;
+    }
+    let final_response = o.final_response.clone().unwrap_or(Value::Null);
+    attempt
+        .finish(Ending {
+            outcome: o.outcome.unwrap_or(Outcome::Success),
+            error_code: o.error_code,
+            upstream_status: Some(status),
+            usage: o.usage,
+            first_output: None,
+        })
+        .await;
+    let mut resp = axum::Json(final_response).into_response();
+    resp.headers_mut().extend(passed);
+    resp
+}
+
+/// The outcome of a relayed stream (REC-8: a 200 stream can still end in error).
+fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
+    let o = &end.observation;
+    match o.outcome {
+        Some(Outcome::Success) if end.cancelled => (Outcome::Cancelled, None),
+        Some(outcome) => (outcome, o.error_code.clone()),
+        None if end.cancelled => (Outcome::Cancelled, Some("client_cancelled".into())),
+        None if end.timed_out => (Outcome::Error, Some("request_timeout".into())),
+        None if end.idle_timed_out => (Outcome::Error, Some("stream_idle_timeout".into())),
+        None if end.broken => (Outcome::Error, Some("upstream_stream_broken".into())),
+        None => (Outcome::Incomplete, Some("stream_ended_early".into())),
+    }
+}
+
+/// An upstream HTTP error, re-rendered: status and Retry-After kept, body rebuilt in the client's
+/// shape from the upstream's error type/code only (ERR-3: never a raw upstream body).
+async fn upstream_error(attempt: Attempt, upstream: reqwest::Response) -> Response {
+    let status = upstream.status();
+    let retry_after = upstream.headers().get(header::RETRY_AFTER).cloned();
+    let mut bytes = Vec::new();
+    let mut stream = upstream.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() >= ERROR_BODY_LIMIT {
+            break;
+        }
+    }
+    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let err = &v["error"];
+    let code = sanitize(
+        err["type"]
+            .as_str()
+            .or(err["code"].as_str())
+            .or(err["status"].as_str())
+            .or(v["error"].as_str())
+            .unwrap_or(""),
+    )
+    .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
+    let message = format!("the upstream provider answered {}: {code}", status.as_u16());
+    let mut body = super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
+    if attempt.protocol == Protocol::OpenAi {
+        // Codex reads these to tell the user when their quota resets.
+        body["error"]["type"] = Value::String(code.clone());
+        for field in ["resets_at", "plan_type", "resets_in_seconds"] {
+            if !err[field].is_null() {
+                body["error"][field] = err[field].clone();
+            }
+        }
+    }
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Some(ra) = retry_after {
+        resp.headers_mut().insert(header::RETRY_AFTER, ra);
+    }
+    attempt
+        .finish(Ending {
+            outcome: Outcome::Error,
+            error_code: Some(code),
+            upstream_status: Some(status.as_u16()),
+            usage: Usage::default(),
+            first_output: None,
+        })
+        .await;
+    resp
+}
+
+fn copy_headers(from: &reqwest::header::HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if providers::response_header_passes(name.as_str()) {
+            to.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// The few body edits a provider needs; the body is left byte-for-byte alone otherwise.
+fn edit_body(body: Bytes, model: Option<&str>, stream: bool, no_store: bool) -> Result<Bytes, GatewayError> {
+    if model.is_none() && !stream && !no_store {
+        return Ok(body);
+    }
+    let mut v: Value =
+        serde_json::from_slice(&body).map_err(|_| GatewayError::bad_request("invalid JSON body"))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(GatewayError::bad_request("the body must be a JSON object"));
+    };
+    if let Some(m) = model {
+        obj.insert("model".into(), Value::String(m.to_owned()));
+    }
+    if stream {
+        obj.insert("stream".into(), Value::Bool(true));
+    }
+    if no_store {
+        obj.insert("store".into(), Value::Bool(false));
+    }
+    serde_json::to_vec(&v).map(Bytes::from).map_err(|_| GatewayError::bad_request("invalid JSON body"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_prefixed_and_unique() {
+        let a = new_request_id();
+        assert!(a.starts_with("req_") && a.len() == 36);
+        assert_ne!(a, new_request_id());
+    }
+
+    #[test]
+    fn body_is_untouched_unless_an_edit_is_needed() {
+        let raw = Bytes::from_static(br#"{"model":"fast",  "stream":false}"#);
+        assert_eq!(edit_body(raw.clone(), None, false, false).unwrap(), raw);
+        let edited: Value =
+            serde_json::from_slice(&edit_body(raw, Some("gpt-5.1-codex"), true, true).unwrap()).unwrap();
+        assert_eq!(edited, serde_json::json!({"model": "gpt-5.1-codex", "stream": true, "store": false}));
+    }
+}

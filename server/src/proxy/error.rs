@@ -1,0 +1,193 @@
+//! Errors the gateway answers itself (SPEC §12), rendered in the client protocol's shape (PX-7):
+//! OpenAI `{"error":{"message","type","code","param"}}`, Anthropic
+//! `{"type":"error","error":{"type","message","code"}}`, Gemini
+//! `{"error":{"code","message","status","details"}}`. Every one carries the gateway's `code`
+//! and the request id; none carries a secret or an upstream body (ERR-3).
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+
+/// The wire protocol a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OpenAI Responses.
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Gemini generateContent.
+    Gemini,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayError {
+    pub status: StatusCode,
+    /// Stable code from the SPEC catalogue (`invalid_api_key`, `no_available_account`, ...).
+    pub code: &'static str,
+    pub message: String,
+    /// Seconds for `Retry-After`, when the catalogue gives one.
+    pub retry_after: Option<u64>,
+}
+
+impl GatewayError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        GatewayError { status, code, message: message.into(), retry_after: None }
+    }
+
+    pub fn retry_after(self, secs: u64) -> Self {
+        GatewayError { retry_after: Some(secs), ..self }
+    }
+
+    /// ID-3 / ERR-3: missing, unknown, disabled, revoked or expired gateway key.
+    pub fn invalid_api_key() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "missing or invalid API key")
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// ID-4: the pool's policy denies the model.
+    pub fn model_not_allowed(model: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "model_not_allowed",
+            format!("model {model:?} is not allowed for this key"),
+        )
+    }
+
+    /// The model exists in no account of the pool (or the pool has no account for this protocol).
+    pub fn no_available_account(model: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no_available_account",
+            format!("no schedulable account can serve model {model:?} right now"),
+        )
+        .retry_after(1)
+    }
+
+    /// The upstream could not be reached or broke before answering.
+    pub fn upstream_unavailable() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_unavailable",
+            "the upstream provider could not be reached",
+        )
+    }
+
+    /// CD-6: no response headers within the header timeout.
+    pub fn upstream_timeout() -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_timeout",
+            "the upstream provider did not answer in time",
+        )
+    }
+
+    /// Renders in `protocol`'s shape with the request id.
+    pub fn render(&self, protocol: Protocol, request_id: Option<&str>) -> Response {
+        let body = body(protocol, self.status, self.code, &self.message, request_id);
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}
+
+/// The error body for `protocol`. Also used for sanitized upstream errors.
+pub fn body(
+    protocol: Protocol,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    request_id: Option<&str>,
+) -> Value {
+    match protocol {
+        Protocol::OpenAi => {
+            let kind = match status.as_u16() {
+                401 => "authentication_error",
+                403 => "permission_error",
+                404 => "not_found_error",
+                429 => "rate_limit_error",
+                500..=599 => "server_error",
+                _ => "invalid_request_error",
+            };
+            let mut b = json!({"error": {"message": message, "type": kind, "code": code, "param": null}});
+            if let Some(id) = request_id {
+                b["error"]["request_id"] = json!(id);
+            }
+            b
+        }
+        Protocol::Anthropic => {
+            let kind = match status.as_u16() {
+                400 => "invalid_request_error",
+                401 => "authentication_error",
+                403 => "permission_error",
+                404 => "not_found_error",
+                413 => "request_too_large",
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                _ => "api_error",
+            };
+            let mut b = json!({"type": "error", "error": {"type": kind, "message": message, "code": code}});
+            if let Some(id) = request_id {
+                b["request_id"] = json!(id);
+            }
+            b
+        }
+        Protocol::Gemini => {
+            let grpc = match status.as_u16() {
+                400 => "INVALID_ARGUMENT",
+                401 => "UNAUTHENTICATED",
+                403 => "PERMISSION_DENIED",
+                404 => "NOT_FOUND",
+                429 => "RESOURCE_EXHAUSTED",
+                503 => "UNAVAILABLE",
+                504 => "DEADLINE_EXCEEDED",
+                _ => "INTERNAL",
+            };
+            let mut info = json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": code, "domain": "sublane"});
+            if let Some(id) = request_id {
+                info["metadata"] = json!({"request_id": id});
+            }
+            json!({"error": {"code": status.as_u16(), "message": message, "status": grpc, "details": [info]}})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_protocol_carries_the_gateway_code() {
+        let e = GatewayError::invalid_api_key();
+        let o = body(Protocol::OpenAi, e.status, e.code, &e.message, Some("req_1"));
+        assert_eq!(o["error"]["code"], "invalid_api_key");
+        assert_eq!(o["error"]["type"], "authentication_error");
+        assert_eq!(o["error"]["request_id"], "req_1");
+        let a = body(Protocol::Anthropic, e.status, e.code, &e.message, None);
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "authentication_error");
+        assert_eq!(a["error"]["code"], "invalid_api_key");
+        let g = body(Protocol::Gemini, e.status, e.code, &e.message, None);
+        assert_eq!(g["error"]["code"], 401);
+        assert_eq!(g["error"]["status"], "UNAUTHENTICATED");
+        assert_eq!(g["error"]["details"][0]["reason"], "invalid_api_key");
+    }
+
+    #[test]
+    fn retry_after_header_when_the_catalogue_has_one() {
+        let r = GatewayError::no_available_account("m").render(Protocol::OpenAi, None);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let r = GatewayError::invalid_api_key().render(Protocol::OpenAi, None);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+    }
+}

@@ -1,0 +1,56 @@
+//! The model proxy: the client protocols SubLane speaks (PX), mounted at `/v1/...` and under the
+//! provider prefixes `/codex`, `/claude` (PX-5). Authenticated by gateway keys, not sessions.
+
+pub mod auth;
+pub mod call;
+pub mod directory;
+pub mod error;
+pub mod relay;
+pub mod request;
+
+use app::model::Provider;
+use axum::{
+    Router,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, Uri},
+    routing::{MethodRouter, post},
+};
+
+use crate::{app_state::AppState, providers::Operation};
+use call::Spec;
+use error::Protocol;
+
+pub fn router() -> Router<AppState> {
+    let mut r = Router::new();
+    for (prefix, only) in [("", None), ("/codex", Some(Provider::Codex))] {
+        r = r
+            .route(
+                &format!("{prefix}/v1/responses"),
+                model_route(Protocol::OpenAi, Operation::Responses, only),
+            )
+            .route(
+                &format!("{prefix}/v1/responses/compact"),
+                model_route(Protocol::OpenAi, Operation::ResponsesCompact, only),
+            );
+    }
+    for (prefix, only) in [("", None), ("/claude", Some(Provider::Claude))] {
+        r = r
+            .route(
+                &format!("{prefix}/v1/messages"),
+                model_route(Protocol::Anthropic, Operation::Messages, only),
+            )
+            .route(
+                &format!("{prefix}/v1/messages/count_tokens"),
+                model_route(Protocol::Anthropic, Operation::CountTokens, only),
+            );
+    }
+    r
+}
+
+fn model_route(protocol: Protocol, op: Operation, only: Option<Provider>) -> MethodRouter<AppState> {
+    let spec = Spec { protocol, op, only };
+    post(move |State(s): State<AppState>, uri: Uri, headers: HeaderMap, body: Bytes| async move {
+        call::handle(s, spec, headers, uri.query().map(str::to_owned), body).await
+    })
+}

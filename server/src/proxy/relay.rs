@@ -1,0 +1,277 @@
+//! The streaming relay (PX-6, CD-6, ADM-5). One task per stream owns the upstream response: it
+//! forwards every chunk to the client unchanged as it arrives (no whole-body buffering), watches
+//! the events go by, sends an SSE comment heartbeat after 10 s of upstream silence (only between
+//! events, never inside one), and ends at the total deadline.
+//!
+//! When the client goes away the upstream request is dropped, which cancels it; for Codex the
+//! relay may first keep reading for a short drain window to collect the final usage (ADM-5).
+//! Whatever happens, the end is reported once, so the request is always recorded.
+
+use std::{future::Future, io, time::Duration};
+
+use axum::body::{Body, Bytes};
+use futures_util::StreamExt;
+use tokio::{
+    sync::mpsc,
+    time::{Instant, MissedTickBehavior, interval_at, sleep_until},
+};
+
+use crate::providers::{Observation, Observer, sse::Splitter};
+
+/// Comment line sent to keep idle connections (and client idle timers) alive.
+pub const HEARTBEAT: &[u8] = b": keep-alive\n\n";
+
+/// Timing rules of one relayed stream.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// When gateway processing started (first output is measured from here, REC-7).
+    pub started: Instant,
+    /// CD-6: heartbeat period while the upstream is silent.
+    pub heartbeat: Duration,
+    /// CD-6: total request deadline.
+    pub deadline: Instant,
+    /// CD-6: optional idle timeout counting upstream bytes only (heartbeats never reset it).
+    pub idle_timeout: Option<Duration>,
+    /// ADM-5: how long to keep reading for usage after the client left (Codex only).
+    pub drain_after_cancel: Option<Duration>,
+}
+
+/// How a relayed stream ended.
+#[derive(Debug, Default)]
+pub struct End {
+    pub observation: Observation,
+    /// The client left before the upstream finished.
+    pub cancelled: bool,
+    /// The upstream connection broke mid-stream.
+    pub broken: bool,
+    pub timed_out: bool,
+    pub idle_timed_out: bool,
+}
+
+/// Starts relaying `upstream` and returns the client's response body. `on_end` runs once when
+/// the relay stops, whoever stopped it.
+pub fn relay<S, F, Fut>(upstream: S, mut observer: Observer, timing: Timing, on_end: F) -> Body
+where
+    S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+    F: FnOnce(End) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(16);
+    tokio::spawn(async move {
+        let mut upstream = upstream;
+        let mut splitter = Splitter::default();
+        let mut end = End::default();
+        let mut client_gone: Option<Instant> = None;
+        let mut last_upstream = Instant::now();
+        let mut beat = interval_at(Instant::now() + timing.heartbeat, timing.heartbeat);
+        beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let far = timing.deadline + Duration::from_secs(86_400);
+        loop {
+            let drain_until = client_gone.zip(timing.drain_after_cancel).map(|(t, d)| t + d);
+            let idle_until = timing.idle_timeout.map(|d| last_upstream + d);
+            tokio::select! {
+                biased;
+                next = upstream.next() => match next {
+                    Some(Ok(bytes)) => {
+                        last_upstream = Instant::now();
+                        let at = timing.started.elapsed();
+                        splitter.feed(&bytes, |ev| observer.event(ev.name, &ev.data, at));
+                        if client_gone.is_none() {
+                            if tx.send(Ok(bytes)).await.is_err() {
+                                client_gone = Some(Instant::now());
+                            } else {
+                                beat.reset();
+                            }
+                        }
+                    }
+                    Some(Err(_)) => { end.broken = true; break; }
+                    None => break,
+                },
+                _ = tx.closed(), if client_gone.is_none() => client_gone = Some(Instant::now()),
+                _ = beat.tick(), if client_gone.is_none() && splitter.at_boundary() => {
+                    if tx.send(Ok(Bytes::from_static(HEARTBEAT))).await.is_err() {
+                        client_gone = Some(Instant::now());
+                    }
+                }
+                _ = sleep_until(timing.deadline) => { end.timed_out = true; break; }
+                _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break,
+                _ = sleep_until(idle_until.unwrap_or(far)), if idle_until.is_some() => { end.idle_timed_out = true; break; }
+            }
+            if client_gone.is_some()
+                && (timing.drain_after_cancel.is_none() || observer.seen.outcome.is_some())
+            {
+                break;
+            }
+        }
+        // Dropping the upstream stream here closes (cancels) the upstream request.
+        drop(upstream);
+        end.cancelled = client_gone.is_some();
+        end.observation = observer.seen;
+        on_end(end).await;
+    });
+    Body::from_stream(futures_util::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::providers::Grammar;
+
+    fn timing(drain: Option<Duration>) -> Timing {
+        let now = Instant::now();
+        Timing {
+            started: now,
+            heartbeat: Duration::from_secs(10),
+            deadline: now + Duration::from_secs(1800),
+            idle_timeout: None,
+            drain_after_cancel: drain,
+        }
+    }
+
+    type Ended = Arc<Mutex<Option<End>>>;
+
+    fn capture() -> (Ended, impl FnOnce(End) -> std::future::Ready<()> + Send + 'static) {
+        let slot: Ended = Arc::default();
+        let s = slot.clone();
+        (slot, move |e| {
+            *s.lock().unwrap() = Some(e);
+            std::future::ready(())
+        })
+    }
+
+    /// An upstream the test feeds chunk by chunk.
+    fn upstream() -> (
+        mpsc::Sender<reqwest::Result<Bytes>>,
+        impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin,
+    ) {
+        let (tx, rx) = mpsc::channel(16);
+        (
+            tx,
+            Box::pin(futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
+            )),
+        )
+    }
+
+    async fn next(body: &mut axum::body::BodyDataStream) -> Bytes {
+        body.next().await.unwrap().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_pass_unchanged_and_heartbeats_fill_silence_between_events() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut body =
+            relay(stream, Observer::new(Grammar::Responses), timing(None), on_end).into_data_stream();
+        up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
+        assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        // half an event: no heartbeat may be spliced into it
+        up.send(Ok(Bytes::from_static(b"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n")))
+            .await
+            .unwrap();
+        assert_eq!(
+            &next(&mut body).await[..],
+            b"event: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n"
+        );
+        tokio::time::advance(Duration::from_secs(25)).await;
+        up.send(Ok(Bytes::from_static(b"\n"))).await.unwrap();
+        assert_eq!(&next(&mut body).await[..], b"\n", "the event completes without a heartbeat inside");
+        up.send(Ok(Bytes::from_static(
+            b"event: response.completed\ndata: {\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+        )))
+        .await
+        .unwrap();
+        drop(up);
+        let _ = next(&mut body).await;
+        assert!(body.next().await.is_none());
+        tokio::task::yield_now().await;
+        let end = ended.lock().unwrap().take().unwrap();
+        assert!(!end.cancelled && !end.broken);
+        assert_eq!(end.observation.outcome, Some(crate::records::Outcome::Success));
+        assert_eq!(end.observation.usage.input, Some(3));
+        // the first delta was complete only when its blank line arrived, at t = 10 s + 25 s
+        assert_eq!(end.observation.first_output, Some(Duration::from_secs(35)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn client_disconnect_cancels_upstream_at_once_without_drain() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let body = relay(stream, Observer::new(Grammar::Responses), timing(None), on_end);
+        up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
+        drop(body);
+        tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped promptly");
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().as_ref().unwrap().cancelled);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn codex_drain_keeps_reading_for_usage_up_to_its_window() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let body =
+            relay(stream, Observer::new(Grammar::Responses), timing(Some(Duration::from_secs(3))), on_end);
+        drop(body);
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(2)).await;
+        up.send(Ok(Bytes::from_static(
+            b"event: response.completed\ndata: {\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}}\n\n",
+        )))
+        .await
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), up.closed())
+            .await
+            .expect("relay stops once usage is in");
+        tokio::task::yield_now().await;
+        let end = ended.lock().unwrap().take().unwrap();
+        assert!(end.cancelled);
+        assert_eq!(end.observation.usage.output, Some(4), "usage collected after the client left");
+
+        // nothing arrives: the drain window closes after 3 s
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        drop(relay(stream, Observer::new(Grammar::Responses), timing(Some(Duration::from_secs(3))), on_end));
+        tokio::task::yield_now().await; // the relay notices the client is gone at t = 0
+        tokio::time::advance(Duration::from_millis(2_900)).await;
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().is_none(), "still draining before 3 s");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        tokio::time::timeout(Duration::from_secs(1), up.closed())
+            .await
+            .expect("upstream dropped after the window");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn total_deadline_and_truncated_upstream_end_the_relay() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut t = timing(None);
+        t.deadline = t.started + Duration::from_secs(60);
+        let mut body = relay(stream, Observer::new(Grammar::Responses), t, on_end).into_data_stream();
+        tokio::time::advance(Duration::from_secs(61)).await;
+        while body.next().await.is_some() {}
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().timed_out);
+        drop(up);
+
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut body =
+            relay(stream, Observer::new(Grammar::Messages), timing(None), on_end).into_data_stream();
+        // the upstream closes after a partial answer: no terminal event, so not a success
+        up.send(Ok(Bytes::from_static(b"event: message_start\ndata: {}\n\n"))).await.unwrap();
+        drop(up);
+        while body.next().await.is_some() {}
+        tokio::task::yield_now().await;
+        let end = ended.lock().unwrap().take().unwrap();
+        assert_eq!(end.observation.outcome, None, "no terminal event seen");
+    }
+}

@@ -1,0 +1,412 @@
+//! The model path through the real server against the mock upstream (PX-1, PX-2, PX-6, ID-3,
+//! ID-4, REC-1, REC-2, REC-7, REC-8, REC-9).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestServer, contains};
+use futures_util::StreamExt;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sublane::mock_upstream::MockUpstream;
+
+/// SubLane + mock upstream + one pool with a Codex, an OpenAI-key, a Claude and an
+/// Anthropic-key account, and a member key for that pool.
+struct Rig {
+    t: TestServer,
+    mock: MockUpstream,
+    key: String,
+    http: reqwest::Client,
+}
+
+const CODEX_TOKEN: &str = "codex-at-1";
+const CLAUDE_TOKEN: &str = "sk-ant-oat-1";
+
+impl Rig {
+    async fn start() -> Rig {
+        let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let m = mock.url();
+        let (codex, openai) = (format!("{m}/backend-api/codex"), format!("{m}/v1"));
+        let env = [
+            ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
+            ("SUBLANE_CODEX_BASE_URL", codex.as_str()),
+            ("SUBLANE_OPENAI_BASE_URL", openai.as_str()),
+            ("SUBLANE_CLAUDE_BASE_URL", m.as_str()),
+            ("SUBLANE_ANTHROPIC_BASE_URL", m.as_str()),
+        ];
+        let t = TestServer::start_with(&env).await;
+        let mut admin = t.admin().await;
+        for (provider, name, creds) in [
+            (
+                "codex",
+                "codex-a",
+                json!({"kind": "oauth", "access_token": CODEX_TOKEN, "provider_account_id": "acct-a"}),
+            ),
+            ("claude", "claude-a", json!({"kind": "oauth", "access_token": CLAUDE_TOKEN})),
+        ] {
+            let (status, body) = admin
+                .call(
+                    Method::POST,
+                    "/api/accounts",
+                    Some(json!({"provider": provider, "name": name, "pool_ids": [1], "credentials": creds})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let (status, body) =
+            admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "proxy-test"}))).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let key = body["secret"].as_str().unwrap().to_owned();
+        Rig { t, mock, key, http: reqwest::Client::new() }
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{path}", self.t.base)).bearer_auth(&self.key)
+    }
+
+    async fn script(&self, credential: &str, script: Value) {
+        let r = self
+            .http
+            .put(format!("{}/__mock/accounts/{credential}", self.mock.url()))
+            .json(&script)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
+
+    fn calls(&self, credential: &str) -> Vec<sublane::mock_upstream::Call> {
+        self.mock.state.calls(credential)
+    }
+
+    /// The records table, polled until `n` rows exist (the writer is asynchronous).
+    async fn records(&self, n: usize) -> Vec<Value> {
+        let url = format!("sqlite://{}?mode=ro", self.t.db_path().display());
+        for _ in 0..200 {
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let rows: Vec<String> = sqlx::query_scalar(
+                "SELECT json_object('request_id', request_id, 'outcome', outcome, 'operation', operation,
+                    'upstream_status', upstream_status, 'input', input_tokens, 'output', output_tokens,
+                    'cached', cached_tokens, 'first_output_ms', first_output_ms, 'error_code', error_code,
+                    'account_id', account_id, 'model', model, 'duration_ms', duration_ms)
+                 FROM request_records ORDER BY id",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+            if rows.len() >= n {
+                return rows.iter().map(|r| serde_json::from_str(r).unwrap()).collect();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("fewer than {n} records were written");
+    }
+}
+
+const RESPONSES_BODY: &str = r#"{"model":"gpt-5.1-codex","stream":true,"store":false,"input":[{"role":"user","content":[{"type":"input_text","text":"MARKER-PROMPT-51e9"}]}],"prompt_cache_key":"sess-1"}"#;
+
+#[tokio::test]
+async fn responses_stream_relays_events_unchanged_and_records_usage() {
+    let r = Rig::start().await;
+    let resp = r
+        .post("/v1/responses")
+        .header("content-type", "application/json")
+        .header("session-id", "sess-1")
+        .header("x-codex-turn-metadata", "{\"turn_id\":\"t1\"}")
+        .body(RESPONSES_BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(request_id.starts_with("req_"));
+    assert_eq!(resp.headers()["x-codex-primary-used-percent"], "12.0", "quota hints pass through");
+    let text = resp.text().await.unwrap();
+
+    // The events are exactly what the upstream sent, in protocols.md order.
+    let names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    assert!(text.contains(r#""sequence_number":10"#));
+
+    let calls = r.calls(CODEX_TOKEN);
+    assert_eq!(calls.len(), 1);
+    let h = &calls[0].headers;
+    assert_eq!(calls[0].path, "/backend-api/codex/responses");
+    assert_eq!(
+        h["authorization"],
+        format!("Bearer {CODEX_TOKEN}"),
+        "the account's token, not the client key"
+    );
+    assert_eq!(h["chatgpt-account-id"], "acct-a");
+    assert_eq!(h["session-id"], "sess-1");
+    assert_eq!(h["x-codex-turn-metadata"], "{\"turn_id\":\"t1\"}");
+    assert!(!h.values().any(|v| v.contains(&r.key)), "the gateway key never goes upstream");
+
+    let rec = &r.records(1).await[0];
+    assert_eq!(rec["request_id"], request_id);
+    assert_eq!(rec["outcome"], "success");
+    assert_eq!(rec["operation"], "responses");
+    assert_eq!(rec["upstream_status"], 200);
+    assert_eq!(
+        (rec["input"].as_i64(), rec["cached"].as_i64(), rec["output"].as_i64()),
+        (Some(120), Some(64), Some(7))
+    );
+    assert!(rec["first_output_ms"].as_i64().is_some());
+    assert!(rec["first_output_ms"].as_i64() <= rec["duration_ms"].as_i64());
+
+    // REC-2 privacy: nothing of the prompt, the key or the session lands in the database.
+    let db = r.t.db_bytes();
+    for secret in ["MARKER-PROMPT-51e9", "sess-1", r.key.as_str(), CODEX_TOKEN] {
+        assert!(!contains(&db, secret), "{secret} stored in the database");
+    }
+}
+
+#[tokio::test]
+async fn non_streaming_responses_are_collected_from_the_codex_stream() {
+    let r = Rig::start().await;
+    let body = RESPONSES_BODY.replace(r#""stream":true"#, r#""stream":false"#);
+    let resp =
+        r.post("/v1/responses").header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["output"][0]["content"][0]["text"], "HelloHelloHello");
+    assert_eq!(v["usage"]["input_tokens_details"]["cached_tokens"], 64);
+    assert_eq!(
+        r.calls(CODEX_TOKEN)[0].stream,
+        Some(true),
+        "Codex only streams, so SubLane asks for a stream"
+    );
+    let rec = &r.records(1).await[0];
+    assert_eq!(rec["outcome"], "success");
+    assert_eq!(rec["first_output_ms"], Value::Null, "no deltas reach a non-streaming client");
+    assert_eq!(rec["output"], 7);
+}
+
+#[tokio::test]
+async fn messages_stream_and_json_with_usage() {
+    let r = Rig::start().await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let resp = r
+        .http
+        .post(format!("{}/v1/messages?beta=true", r.t.base))
+        .header("x-api-key", &r.key)
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "claude-code-20250219")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    let names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    let call = &r.calls(CLAUDE_TOKEN)[0];
+    assert_eq!(call.path, "/v1/messages");
+    assert_eq!(call.query.as_deref(), Some("beta=true"));
+    assert_eq!(call.headers["authorization"], format!("Bearer {CLAUDE_TOKEN}"));
+    assert_eq!(call.headers["anthropic-beta"], "claude-code-20250219,oauth-2025-04-20");
+    assert!(!call.headers.contains_key("x-api-key"), "the client's key is stripped");
+
+    let mut json_body = body.clone();
+    json_body["stream"] = json!(false);
+    let resp = r.post("/v1/messages").json(&json_body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+
+    let recs = r.records(2).await;
+    for rec in &recs {
+        assert_eq!(rec["outcome"], "success");
+        assert_eq!(
+            (rec["input"].as_i64(), rec["cached"].as_i64(), rec["output"].as_i64()),
+            (Some(120), Some(64), Some(7))
+        );
+    }
+    assert!(recs[0]["first_output_ms"].is_i64());
+    assert_eq!(recs[1]["first_output_ms"], Value::Null);
+}
+
+#[tokio::test]
+async fn bad_keys_get_401_in_each_protocol_shape_and_no_record() {
+    let r = Rig::start().await;
+    let resp = r
+        .http
+        .post(format!("{}/v1/responses", r.t.base))
+        .bearer_auth("sk-sl-nope")
+        .body(RESPONSES_BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(resp.headers().contains_key("x-request-id"));
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_api_key");
+    let resp = r.http.post(format!("{}/v1/messages", r.t.base)).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "authentication_error");
+
+    // revoking the key takes effect at once, despite the lookup cache
+    let ok = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    ok.text().await.unwrap();
+    let mut admin = r.t.admin().await;
+    let (_, keys) = admin.call(Method::GET, "/api/me/keys", None).await;
+    let id = keys[0]["id"].as_i64().unwrap();
+    admin.call(Method::DELETE, &format!("/api/me/keys/{id}"), None).await;
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.calls(CODEX_TOKEN).len(), 1, "refused keys never reach an upstream");
+    assert_eq!(r.records(1).await.len(), 1);
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400_without_a_record() {
+    let r = Rig::start().await;
+    for body in ["{not json", r#"{"input":"no model"}"#] {
+        let resp = r.post("/v1/responses").body(body).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{body}");
+    }
+    assert!(r.calls(CODEX_TOKEN).is_empty());
+}
+
+#[tokio::test]
+async fn zstd_request_bodies_are_accepted() {
+    let r = Rig::start().await;
+    let compressed = zstd::encode_all(RESPONSES_BODY.as_bytes(), 3).unwrap();
+    let resp =
+        r.post("/v1/responses").header("content-encoding", "zstd").body(compressed).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.text().await.unwrap();
+    assert_eq!(r.calls(CODEX_TOKEN)[0].model.as_deref(), Some("gpt-5.1-codex"));
+}
+
+#[tokio::test]
+async fn model_policy_refusals_are_recorded_as_rejected() {
+    let r = Rig::start().await;
+    let mut admin = r.t.admin().await;
+    admin
+        .call(
+            Method::PATCH,
+            "/api/pools/1",
+            Some(json!({"model_policy": {"mode": "deny", "models": ["gpt-5.1-codex"]}})),
+        )
+        .await;
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_allowed");
+    let rec = &r.records(1).await[0];
+    assert_eq!(rec["outcome"], "rejected");
+    assert_eq!(rec["error_code"], "model_not_allowed");
+    assert!(r.calls(CODEX_TOKEN).is_empty());
+}
+
+#[tokio::test]
+async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
+    let r = Rig::start().await;
+    r.script(CODEX_TOKEN, json!({"steps": [{"kind": "status", "status": 429, "retry_after": "17"}, {"kind": "usage_limit_reached", "resets_in_secs": 600}]}))
+        .await;
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(resp.headers()["retry-after"], "17");
+    let v: Value = resp.json().await.unwrap();
+    assert!(!v.to_string().contains("scripted"), "raw upstream messages are not returned: {v}");
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "usage_limit_reached", "Codex needs the type to explain the limit");
+    assert!(v["error"]["resets_at"].is_u64());
+    let recs = r.records(2).await;
+    assert_eq!(recs[0]["outcome"], "error");
+    assert_eq!(recs[0]["upstream_status"], 429);
+    assert_eq!(recs[1]["error_code"], "usage_limit_reached");
+}
+
+#[tokio::test]
+async fn a_200_stream_that_fails_is_an_error_outcome() {
+    let r = Rig::start().await;
+    r.script(CODEX_TOKEN, json!({"steps": [{"kind": "failed_event", "code": "server_error"}, {"kind": "abort", "after_deltas": 1}]})).await;
+    let text = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("response.failed"));
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let _ = resp.text().await; // the body breaks off
+    let recs = r.records(2).await;
+    assert_eq!(
+        (recs[0]["outcome"].as_str(), recs[0]["upstream_status"].as_i64()),
+        (Some("error"), Some(200))
+    );
+    assert_eq!(recs[0]["error_code"], "server_error");
+    assert_eq!(recs[1]["outcome"], "error");
+    assert_eq!(recs[1]["error_code"], "upstream_stream_broken");
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_stream() {
+    let r = Rig::start().await;
+    r.script(CLAUDE_TOKEN, json!({"deltas": 1000, "delta_delay_ms": 20})).await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": true, "messages": []});
+    let resp = r.post("/v1/messages").json(&body).send().await.unwrap();
+    let mut stream = resp.bytes_stream();
+    let _ = stream.next().await;
+    drop(stream);
+    let rec = &r.records(1).await[0];
+    assert_eq!(rec["outcome"], "cancelled");
+    assert!(rec["duration_ms"].as_i64().unwrap() < 5_000, "the upstream was not read to the end: {rec}");
+}
+
+#[tokio::test]
+async fn no_account_for_the_protocol_is_503_with_retry_after() {
+    let r = Rig::start().await;
+    let resp = r
+        .http
+        .post(format!("{}/claude/v1/messages", r.t.base))
+        .bearer_auth(&r.key)
+        .json(&json!({"model": "claude-sonnet-4-5", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK, "the claude prefix reaches the Claude account");
+    let mut admin = r.t.admin().await;
+    admin.call(Method::PATCH, "/api/accounts/2", Some(json!({"pool_ids": []}))).await;
+    let resp = r
+        .post("/v1/messages")
+        .json(&json!({"model": "claude-sonnet-4-5", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "no_available_account");
+}
+
+#[tokio::test]
+async fn head_probe_answers_200() {
+    let r = Rig::start().await;
+    let resp = r.http.head(format!("{}/", r.t.base)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}
