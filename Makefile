@@ -69,7 +69,7 @@ fmt:
 	$(CARGO) fmt --all
 
 bench:
-	@echo "No benchmarks yet: the proxy and scheduler issues add them to 'make bench'."
+	$(CARGO) bench -p server --bench proxy
 
 clean-data:
 	rm -rf ./data

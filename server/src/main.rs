@@ -11,6 +11,11 @@ use sublane::{
 };
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc: the proxy allocates per request (headers, JSON, buffers); on the measured path
+/// glibc malloc/free took about 15 % of CPU.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()

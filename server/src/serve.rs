@@ -141,15 +141,19 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
 }
 
 /// The whole application with its layer stack, outermost last: panic -> trace -> body limit ->
-/// `HEAD /` probe -> same-origin check -> configuration-change tracking -> routes.
+/// `HEAD /` probe -> routes (the JSON API and web app add: same-origin check -> change tracking).
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
+    // People and scripts (JSON API, web app): same-origin rule and cache invalidation. The model
+    // proxy is authenticated by keys and skips both, keeping its per-request work small.
+    let people = Router::new()
         .nest("/api", crate::api::router())
-        .merge(crate::proxy::router())
         .merge(web::router(&state))
         .layer(middleware::from_fn_with_state(state.clone(), track_changes))
-        .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin))
+        .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(crate::proxy::router())
+        .merge(people)
         .layer(middleware::from_fn(head_probe))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {

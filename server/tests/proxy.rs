@@ -348,13 +348,26 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
 #[tokio::test]
 async fn a_200_stream_that_fails_is_an_error_outcome() {
     let r = Rig::start().await;
-    r.script(CODEX_TOKEN, json!({"steps": [{"kind": "failed_event", "code": "server_error"}, {"kind": "abort", "after_deltas": 1}]})).await;
+    r.script(
+        CODEX_TOKEN,
+        json!({"delta_delay_ms": 30, "steps": [
+            {"kind": "failed_event", "code": "server_error"},
+            {"kind": "abort", "after_deltas": 2},
+            {"kind": "abort", "after_deltas": 0}
+        ]}),
+    )
+    .await;
     let text = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("response.failed"));
+    // broken after the stream started: the client already has a 200, the body breaks off
     let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
-    let _ = resp.text().await; // the body breaks off
-    let recs = r.records(2).await;
+    let _ = resp.text().await;
+    // broken before any event: nothing was sent yet, so the client gets an honest 502
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    let status = resp.status();
+    let _ = resp.text().await;
+    let recs = r.records(3).await;
     assert_eq!(
         (recs[0]["outcome"].as_str(), recs[0]["upstream_status"].as_i64()),
         (Some("error"), Some(200))
@@ -362,6 +375,13 @@ async fn a_200_stream_that_fails_is_an_error_outcome() {
     assert_eq!(recs[0]["error_code"], "server_error");
     assert_eq!(recs[1]["outcome"], "error");
     assert_eq!(recs[1]["error_code"], "upstream_stream_broken");
+    assert!(recs[1]["first_output_ms"].is_i64(), "deltas had been relayed before the break");
+    if status == StatusCode::BAD_GATEWAY {
+        assert_eq!(recs[2]["error_code"], "upstream_unavailable");
+    } else {
+        // the break raced the first event out: then it is a broken 200 stream
+        assert_eq!(recs[2]["error_code"], "upstream_stream_broken");
+    }
 }
 
 #[tokio::test]

@@ -88,6 +88,9 @@ impl MockUpstream {
         let addr = listener.local_addr()?;
         let state = MockState::default();
         let app = router(state.clone());
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

@@ -262,7 +262,23 @@ async fn dispatch(
             drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
         };
         let upstream_status = status.as_u16();
-        let body = relay::relay(upstream.bytes_stream(), observer, timing, move |end| async move {
+        let mut stream = upstream.bytes_stream();
+        // Wait for the first event so it leaves together with the headers (one write, not two).
+        let first = match tokio::time::timeout(HEADER_TIMEOUT, stream.next()).await {
+            Ok(Some(Ok(bytes))) => Some(bytes),
+            Ok(None) => None,
+            Ok(Some(Err(_))) => {
+                return attempt
+                    .fail(GatewayError::upstream_unavailable(), Outcome::Error, Some(upstream_status))
+                    .await;
+            }
+            Err(_) => {
+                return attempt
+                    .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(upstream_status))
+                    .await;
+            }
+        };
+        let body = relay::relay(stream, first, observer, timing, move |end| async move {
             let (outcome, error_code) = stream_outcome(&end);
             let o = end.observation;
             attempt

@@ -48,18 +48,30 @@ pub struct End {
     pub idle_timed_out: bool,
 }
 
-/// Starts relaying `upstream` and returns the client's response body. `on_end` runs once when
-/// the relay stops, whoever stopped it.
-pub fn relay<S, F, Fut>(upstream: S, mut observer: Observer, timing: Timing, on_end: F) -> Body
+/// Starts relaying `upstream` and returns the client's response body. `first` is a chunk already
+/// read from the upstream (it is queued at once, so it leaves with the response headers).
+/// `on_end` runs once when the relay stops, whoever stopped it.
+pub fn relay<S, F, Fut>(
+    upstream: S,
+    first: Option<Bytes>,
+    mut observer: Observer,
+    timing: Timing,
+    on_end: F,
+) -> Body
 where
     S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
     F: FnOnce(End) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(16);
+    let mut splitter = Splitter::default();
+    if let Some(first) = first {
+        let at = timing.started.elapsed();
+        splitter.feed(&first, |ev| observer.event(ev.name, &ev.data, at));
+        let _ = tx.try_send(Ok(first)); // a fresh channel always has room
+    }
     tokio::spawn(async move {
         let mut upstream = upstream;
-        let mut splitter = Splitter::default();
         let mut end = End::default();
         let mut client_gone: Option<Instant> = None;
         let mut last_upstream = Instant::now();
@@ -168,7 +180,7 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut body =
-            relay(stream, Observer::new(Grammar::Responses), timing(None), on_end).into_data_stream();
+            relay(stream, None, Observer::new(Grammar::Responses), timing(None), on_end).into_data_stream();
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -205,7 +217,7 @@ mod tests {
     async fn client_disconnect_cancels_upstream_at_once_without_drain() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body = relay(stream, Observer::new(Grammar::Responses), timing(None), on_end);
+        let body = relay(stream, None, Observer::new(Grammar::Responses), timing(None), on_end);
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         drop(body);
         tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped promptly");
@@ -217,8 +229,13 @@ mod tests {
     async fn codex_drain_keeps_reading_for_usage_up_to_its_window() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body =
-            relay(stream, Observer::new(Grammar::Responses), timing(Some(Duration::from_secs(3))), on_end);
+        let body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            timing(Some(Duration::from_secs(3))),
+            on_end,
+        );
         drop(body);
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -238,7 +255,13 @@ mod tests {
         // nothing arrives: the drain window closes after 3 s
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        drop(relay(stream, Observer::new(Grammar::Responses), timing(Some(Duration::from_secs(3))), on_end));
+        drop(relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            timing(Some(Duration::from_secs(3))),
+            on_end,
+        ));
         tokio::task::yield_now().await; // the relay notices the client is gone at t = 0
         tokio::time::advance(Duration::from_millis(2_900)).await;
         tokio::task::yield_now().await;
@@ -255,7 +278,7 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.deadline = t.started + Duration::from_secs(60);
-        let mut body = relay(stream, Observer::new(Grammar::Responses), t, on_end).into_data_stream();
+        let mut body = relay(stream, None, Observer::new(Grammar::Responses), t, on_end).into_data_stream();
         tokio::time::advance(Duration::from_secs(61)).await;
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -265,7 +288,7 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut body =
-            relay(stream, Observer::new(Grammar::Messages), timing(None), on_end).into_data_stream();
+            relay(stream, None, Observer::new(Grammar::Messages), timing(None), on_end).into_data_stream();
         // the upstream closes after a partial answer: no terminal event, so not a success
         up.send(Ok(Bytes::from_static(b"event: message_start\ndata: {}\n\n"))).await.unwrap();
         drop(up);

@@ -12,6 +12,8 @@ use crate::clock::SharedClock;
 const QUEUE: usize = 8192;
 /// Most records written in one transaction.
 const BATCH: usize = 512;
+/// Rows per INSERT statement (18 parameters each; SQLite allows 32,766 per statement).
+const INSERT_ROWS: usize = 128;
 
 /// Where finished attempts are sent. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -71,33 +73,35 @@ async fn write_batch(
     retention: Retention,
 ) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
-    for r in batch {
-        sqlx::query(
+    // One multi-row INSERT per chunk: SQLite statements run on sqlx's worker thread, so each
+    // statement is a cross-thread round trip; a statement per record would cost one per request.
+    for chunk in batch.chunks(INSERT_ROWS) {
+        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO request_records (request_id, member_id, key_id, pool_id, account_id, provider, model,
                 operation, started_at_ms, duration_ms, first_output_ms, outcome, error_code, upstream_status,
-                input_tokens, output_tokens, cached_tokens, routing)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&r.request_id)
-        .bind(r.member_id)
-        .bind(r.key_id)
-        .bind(r.pool_id)
-        .bind(r.account_id)
-        .bind(r.provider)
-        .bind(&r.model)
-        .bind(r.operation)
-        .bind(r.started_at_ms)
-        .bind(r.duration_ms)
-        .bind(r.first_output_ms)
-        .bind(r.outcome.as_str())
-        .bind(r.error_code.as_deref())
-        .bind(r.upstream_status.map(i64::from))
-        .bind(r.usage.input)
-        .bind(r.usage.output)
-        .bind(r.usage.cached)
-        .bind(r.routing.as_deref())
-        .execute(&mut *tx)
-        .await?;
+                input_tokens, output_tokens, cached_tokens, routing) ",
+        );
+        insert.push_values(chunk, |mut row, r| {
+            row.push_bind(&r.request_id)
+                .push_bind(r.member_id)
+                .push_bind(r.key_id)
+                .push_bind(r.pool_id)
+                .push_bind(r.account_id)
+                .push_bind(r.provider)
+                .push_bind(&r.model)
+                .push_bind(r.operation)
+                .push_bind(r.started_at_ms)
+                .push_bind(r.duration_ms)
+                .push_bind(r.first_output_ms)
+                .push_bind(r.outcome.as_str())
+                .push_bind(r.error_code.as_deref())
+                .push_bind(r.upstream_status.map(i64::from))
+                .push_bind(r.usage.input)
+                .push_bind(r.usage.output)
+                .push_bind(r.usage.cached)
+                .push_bind(r.routing.as_deref());
+        });
+        insert.build().execute(&mut *tx).await?;
     }
     prune(&mut tx, now_ms, retention).await?;
     tx.commit().await

@@ -1,0 +1,200 @@
+//! `make bench`: the proxy's cost, measured against calling the mock upstream directly in the
+//! same run (same machine, same client, same mock), so the figures are ratios, not absolutes.
+//!
+//! - added latency at concurrency 1: p50/p99 of (SubLane - direct) for a non-streaming
+//!   Responses call, and for time-to-first-byte of a streaming one;
+//! - throughput at concurrency 64 for both paths, and SubLane's share of direct.
+//!
+//! Targets (proxy issue): added p99 at c=1 under 200 us; SubLane throughput >= 70 % of direct.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures_util::StreamExt;
+use serde_json::json;
+use sublane::{clock::SystemClock, config::Cli, mock_upstream::MockUpstream, serve};
+
+/// The same allocator as the `sublane` binary.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const WARMUP: usize = 300;
+const SAMPLES: usize = 3_000;
+const CONCURRENCY: usize = 64;
+const THROUGHPUT_WINDOW: Duration = Duration::from_secs(4);
+const ACCOUNT_KEY: &str = "sk-proj-bench";
+
+struct Path {
+    url: String,
+    key: String,
+}
+
+#[tokio::main]
+async fn main() {
+    let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let mock_url = mock.url();
+    let http = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(256).build().unwrap();
+    http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
+        .json(&json!({"deltas": 3, "delta_text": "Hi"}))
+        .send()
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let vars = [
+        ("SUBLANE_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
+        ("SUBLANE_DATA_DIR".to_owned(), dir.path().display().to_string()),
+        ("SUBLANE_ADMIN_PASSWORD".to_owned(), "bench-password".to_owned()),
+        ("SUBLANE_OPENAI_BASE_URL".to_owned(), format!("{mock_url}/v1")),
+    ];
+    let cli = <Cli as clap::Parser>::try_parse_from(["sublane"]).unwrap();
+    let config =
+        sublane::config::Config::load(cli, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+            .unwrap();
+    let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
+    let base = format!("http://{}", server.addr);
+    let gateway_key = setup(&http, &base).await;
+
+    let direct = Path { url: format!("{mock_url}/v1/responses"), key: ACCOUNT_KEY.into() };
+    let sublane = Path { url: format!("{base}/v1/responses"), key: gateway_key };
+
+    println!(
+        "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
+    );
+    for (label, stream) in [("non-streaming JSON", false), ("streaming, time to first byte", true)] {
+        let d = latencies(&http, &direct, stream).await;
+        let s = latencies(&http, &sublane, stream).await;
+        let (dp50, dp99) = (pct(&d, 0.50), pct(&d, 0.99));
+        let (sp50, sp99) = (pct(&s, 0.50), pct(&s, 0.99));
+        println!("c=1 {label}:");
+        println!("  direct   p50 {:>7.1} us  p99 {:>7.1} us", us(dp50), us(dp99));
+        println!("  sublane  p50 {:>7.1} us  p99 {:>7.1} us", us(sp50), us(sp99));
+        println!(
+            "  added    p50 {:>7.1} us  p99 {:>7.1} us   (target p99 < 200 us)",
+            us(sp50) - us(dp50),
+            us(sp99) - us(dp99)
+        );
+    }
+    let d = throughput(&http, &direct).await;
+    let s = throughput(&http, &sublane).await;
+    println!(
+        "c={CONCURRENCY} throughput, non-streaming, instant upstream (CPU-bound: client, mock and SubLane share the cores):"
+    );
+    println!("  direct  {d:>8.0} req/s");
+    println!("  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %)", 100.0 * s / d);
+    // Real upstreams take time to answer; with 20 ms per call the gateway's own cost shows as
+    // lost concurrency rather than CPU.
+    http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
+        .json(&json!({"deltas": 3, "delta_text": "Hi", "delay_ms": 20}))
+        .send()
+        .await
+        .unwrap();
+    let d = throughput(&http, &direct).await;
+    let s = throughput(&http, &sublane).await;
+    println!("c={CONCURRENCY} throughput, non-streaming, 20 ms upstream latency:");
+    println!("  direct  {d:>8.0} req/s");
+    println!("  sublane {s:>8.0} req/s   = {:.0} % of direct", 100.0 * s / d);
+    server.shutdown().await.unwrap();
+}
+
+/// Creates an OpenAI-key account in the default pool and a gateway key; returns the key.
+async fn setup(http: &reqwest::Client, base: &str) -> String {
+    let login = http
+        .post(format!("{base}/api/session"))
+        .header("origin", base)
+        .json(&json!({"username": "admin", "password": "bench-password"}))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let post = |path: &str, body: serde_json::Value| {
+        http.post(format!("{base}{path}")).header("origin", base).header("cookie", &cookie).json(&body).send()
+    };
+    let r = post(
+        "/api/accounts",
+        json!({"provider": "openai_api", "name": "bench", "pool_ids": [1], "max_concurrency": 1000,
+               "credentials": {"kind": "api_key", "api_key": ACCOUNT_KEY}}),
+    )
+    .await
+    .unwrap();
+    assert!(r.status().is_success());
+    let key: serde_json::Value =
+        post("/api/me/keys", json!({"name": "bench"})).await.unwrap().json().await.unwrap();
+    key["secret"].as_str().unwrap().to_owned()
+}
+
+fn body(stream: bool) -> String {
+    json!({"model": "gpt-5.1", "stream": stream, "input": [{"role": "user", "content": [{"type": "input_text", "text": "benchmark prompt"}]}]})
+        .to_string()
+}
+
+/// One call; returns the time to the whole JSON body, or to the first streamed byte.
+async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
+    let start = Instant::now();
+    let resp = http
+        .post(&path.url)
+        .bearer_auth(&path.key)
+        .header("content-type", "application/json")
+        .body(body(stream))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    if stream {
+        let mut s = resp.bytes_stream();
+        let _ = s.next().await;
+        let elapsed = start.elapsed();
+        while s.next().await.is_some() {}
+        elapsed
+    } else {
+        let _ = resp.bytes().await.unwrap();
+        start.elapsed()
+    }
+}
+
+async fn latencies(http: &reqwest::Client, path: &Path, stream: bool) -> Vec<Duration> {
+    for _ in 0..WARMUP {
+        once(http, path, stream).await;
+    }
+    let mut v = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        v.push(once(http, path, stream).await);
+    }
+    v.sort();
+    v
+}
+
+async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
+    let path = Arc::new(Path { url: path.url.clone(), key: path.key.clone() });
+    let until = Instant::now() + THROUGHPUT_WINDOW;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let (http, path) = (http.clone(), Arc::clone(&path));
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    once(&http, &path, false).await;
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+fn pct(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
