@@ -9,13 +9,18 @@ CARGO ?= cargo
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/^version = "\(.*\)"/\1/p;}' Cargo.lock)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: run build site setup setup-test test test-rust test-e2e lint lint-fmt fmt bench clean-data
+.PHONY: demo run build site setup setup-test test test-rust test-e2e lint lint-fmt fmt bench clean-data
 
 run: build
 	./target/release/sublane
 
 build: setup site
 	$(CARGO) build --release -p server --bin sublane
+
+# A working SubLane without any subscription: mock upstream, seeded accounts, a key, a curl line.
+demo: setup site
+	$(CARGO) build --release -p server --bins
+	./scripts/demo.sh
 
 site: setup
 	./scripts/build-site.sh release

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# SubLane demo: no subscription needed. Starts the mock upstream and SubLane (fresh data in
+# ./data-demo), seeds accounts for every protocol the proxy speaks, makes an API key, sends a few
+# calls so there is traffic, and prints how to sign in and call it. Ctrl-C stops both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=target/release
+ADDR=${SUBLANE_DEMO_ADDR:-127.0.0.1:3000}
+MOCK_ADDR=${SUBLANE_DEMO_MOCK_ADDR:-127.0.0.1:4000}
+BASE=http://$ADDR
+MOCK=http://$MOCK_ADDR
+PASSWORD=demo-admin-password
+DATA=./data-demo
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+
+rm -rf "$DATA"
+"$BIN/mock-upstream" --addr "$MOCK_ADDR" >/dev/null &
+pids+=($!)
+SUBLANE_ADDR=$ADDR SUBLANE_DATA_DIR=$DATA SUBLANE_ADMIN_PASSWORD=$PASSWORD RUST_LOG=warn \
+SUBLANE_CODEX_BASE_URL=$MOCK/backend-api/codex SUBLANE_CODEX_USAGE_URL=$MOCK/backend-api/wham/usage \
+SUBLANE_CODEX_TOKEN_URL=$MOCK/oauth/token SUBLANE_CLAUDE_BASE_URL=$MOCK SUBLANE_CLAUDE_TOKEN_URL=$MOCK/v1/oauth/token \
+SUBLANE_ANTIGRAVITY_BASE_URL=$MOCK SUBLANE_GOOGLE_TOKEN_URL=$MOCK/token \
+SUBLANE_OPENAI_BASE_URL=$MOCK/v1 SUBLANE_ANTHROPIC_BASE_URL=$MOCK \
+  "$BIN/sublane" >/dev/null &
+pids+=($!)
+
+for _ in $(seq 100); do curl -fs "$BASE/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fs "$BASE/healthz" >/dev/null || { echo "SubLane did not start on $BASE" >&2; exit 1; }
+
+JAR=$(mktemp)
+api() { curl -fsS -b "$JAR" -c "$JAR" -H "Origin: $BASE" -H 'Content-Type: application/json' "$@"; }
+api -d "{\"username\":\"admin\",\"password\":\"$PASSWORD\"}" "$BASE/api/session" >/dev/null
+api -d '{"provider":"codex","name":"codex-plus-1","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-1","provider_account_id":"acct-demo-1"}}' "$BASE/api/accounts" >/dev/null
+api -d '{"provider":"codex","name":"codex-plus-2","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-2","provider_account_id":"acct-demo-2"}}' "$BASE/api/accounts" >/dev/null
+api -d '{"provider":"claude","name":"claude-max-1","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-claude-1"}}' "$BASE/api/accounts" >/dev/null
+KEY=$(api -d '{"name":"demo"}' "$BASE/api/me/keys" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
+
+# A little traffic, including one scripted upstream rate limit, so the records have variety.
+curl -fs -X PUT -H 'Content-Type: application/json' -d '{"steps":[{"kind":"status","status":429,"retry_after":"5"}]}' "$MOCK/__mock/accounts/demo-codex-2" >/dev/null
+for i in 1 2 3; do
+  curl -s -o /dev/null -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -d '{"model":"gpt-5.1-codex","stream":true,"input":"hello"}' "$BASE/v1/responses"
+done
+curl -s -o /dev/null -H "x-api-key: $KEY" -H 'Content-Type: application/json' \
+  -d '{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}' "$BASE/v1/messages"
+
+cat <<MSG
+
+SubLane demo is running (mock upstream on $MOCK, data in $DATA).
+
+  Sign in:   $BASE/login   user: admin   password: $PASSWORD
+  API key:   $KEY
+
+  curl -N $BASE/v1/responses -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \\
+       -d '{"model":"gpt-5.1-codex","stream":true,"input":"Say hi"}'
+
+  curl $BASE/v1/messages -H "x-api-key: $KEY" -H 'Content-Type: application/json' \\
+       -d '{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
+
+Press Ctrl-C to stop.
+MSG
+wait
