@@ -9,7 +9,7 @@ CARGO ?= cargo
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/^version = "\(.*\)"/\1/p;}' Cargo.lock)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo run build site setup setup-test test test-rust test-e2e lint lint-fmt fmt bench clean-data
+.PHONY: demo run build site setup setup-test test test-rust test-e2e test-sdk lint lint-fmt fmt bench clean-data
 
 run: build
 	./target/release/sublane
@@ -51,7 +51,7 @@ end2end/node_modules/.stamp: end2end/package.json end2end/package-lock.json
 	cd end2end && npm ci --no-audit --no-fund
 	touch $@
 
-test: setup-test lint-fmt test-rust site test-e2e
+test: setup-test lint-fmt test-rust site test-e2e test-sdk
 
 # Unit and integration tests (the integration tests start real servers on 127.0.0.1:0).
 test-rust:
@@ -62,6 +62,16 @@ test-rust:
 test-e2e:
 	$(CARGO) nextest run -p server -p app --no-run
 	cd end2end && node --test
+
+# The official Python SDKs as clients of SubLane + mock upstream (venv made here, from PyPI).
+test-sdk: .venv/.stamp
+	$(CARGO) nextest run -p server -p app --no-run
+	.venv/bin/python -m pytest -q -p no:cacheprovider sdk-tests
+
+.venv/.stamp: sdk-tests/requirements.txt
+	python3 -m venv .venv
+	.venv/bin/python -m pip install -q --disable-pip-version-check -r sdk-tests/requirements.txt
+	touch $@
 
 lint-fmt:
 	$(CARGO) fmt --all --check

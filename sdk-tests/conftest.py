@@ -1,0 +1,78 @@
+"""Starts the mock upstream and SubLane (debug binaries from `target/debug`), seeds a Codex and a
+Claude account in the default pool and a gateway key, and hands the tests a base URL and key."""
+
+import http.cookiejar
+import json
+import os
+import pathlib
+import re
+import subprocess
+import tempfile
+import types
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BIN = pathlib.Path(os.environ.get("SUBLANE_BIN_DIR", ROOT / "target" / "debug"))
+ADMIN_PASSWORD = "sdk-admin-password"
+
+
+def _read_until(proc, pattern):
+    for line in proc.stdout:
+        m = re.search(pattern, line)
+        if m:
+            return m.group(1)
+    raise RuntimeError(f"{proc.args[0]} exited before printing {pattern!r}")
+
+
+def _api(base):
+    """POSTs JSON to SubLane's admin API with a session cookie and this site's Origin."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def post(path, body):
+        req = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Origin": base},
+        )
+        with opener.open(req) as resp:
+            return json.loads(resp.read() or b"null")
+
+    return post
+
+
+@pytest.fixture(scope="session")
+def gateway():
+    mock = subprocess.Popen([BIN / "mock-upstream", "--addr", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+    mock_url = _read_until(mock, r"listening on (\S+)")
+    data = tempfile.mkdtemp(prefix="sublane-sdk-")
+    env = {
+        **os.environ,
+        "SUBLANE_ADDR": "127.0.0.1:0",
+        "SUBLANE_DATA_DIR": data,
+        "SUBLANE_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "SUBLANE_CODEX_BASE_URL": f"{mock_url}/backend-api/codex",
+        "SUBLANE_OPENAI_BASE_URL": f"{mock_url}/v1",
+        "SUBLANE_CLAUDE_BASE_URL": mock_url,
+        "SUBLANE_ANTHROPIC_BASE_URL": mock_url,
+        "RUST_LOG": "warn",
+    }
+    sublane = subprocess.Popen([BIN / "sublane"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        base = _read_until(sublane, r"serving on (\S+)")
+        api = _api(base)
+        api("/api/session", {"username": "admin", "password": ADMIN_PASSWORD})
+        for account in (
+            {"provider": "codex", "name": "codex-1", "pool_ids": [1],
+             "credentials": {"kind": "oauth", "access_token": "sdk-codex", "provider_account_id": "acct-sdk"}},
+            {"provider": "claude", "name": "claude-1", "pool_ids": [1],
+             "credentials": {"kind": "oauth", "access_token": "sdk-claude"}},
+        ):
+            api("/api/accounts", account)
+        key = api("/api/me/keys", {"name": "sdk"})["secret"]
+        yield types.SimpleNamespace(base=base, key=key, mock=mock_url)
+    finally:
+        for proc in (sublane, mock):
+            proc.terminate()
+            proc.wait(timeout=10)

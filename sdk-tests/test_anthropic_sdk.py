@@ -1,0 +1,44 @@
+"""anthropic-python against SubLane's Messages API (PX-2), backed by a Claude OAuth account.
+anthropic-python sends its key as `Authorization: Bearer`; SubLane accepts that too (ID-3)."""
+
+import anthropic
+import pytest
+
+
+def client(gateway, key=None):
+    return anthropic.Anthropic(base_url=gateway.base, api_key=key or gateway.key, max_retries=0)
+
+
+def test_streaming_message(gateway):
+    with client(gateway).messages.stream(
+        model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Say hi"}]
+    ) as stream:
+        text = stream.get_final_text()
+        final = stream.get_final_message()
+    assert text == "HelloHelloHello"
+    assert final.stop_reason == "end_turn"
+    assert final.usage.cache_read_input_tokens == 64
+    assert final.usage.output_tokens == 7
+
+
+def test_non_streaming_message(gateway):
+    msg = client(gateway).messages.create(
+        model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Say hi"}]
+    )
+    assert msg.content[0].text == "HelloHelloHello"
+
+
+def test_count_tokens(gateway):
+    count = client(gateway).messages.count_tokens(
+        model="claude-opus-4-8", messages=[{"role": "user", "content": "Say hi"}]
+    )
+    assert count.input_tokens == 120
+
+
+def test_bad_key_is_an_authentication_error(gateway):
+    with pytest.raises(anthropic.AuthenticationError) as err:
+        client(gateway, key="sk-sl-wrong").messages.create(
+            model="claude-opus-4-8", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
+    assert err.value.status_code == 401
+    assert err.value.body["error"]["code"] == "invalid_api_key"
