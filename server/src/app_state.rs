@@ -37,6 +37,8 @@ pub struct AppState {
     pub principals: Arc<Principals>,
     /// Pools and accounts as the proxy routes over them.
     pub directory: Arc<Directory>,
+    /// Cancelled when the shutdown grace period is over: open streams end (OPS-3).
+    pub hard_stop: tokio_util::sync::CancellationToken,
 }
 
 impl FromRef<AppState> for LeptosOptions {

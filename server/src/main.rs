@@ -16,6 +16,9 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// OPS-3: how long open streams may go on after SIGINT/SIGTERM.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -38,11 +41,19 @@ async fn main() -> ExitCode {
     };
     announce(&server);
 
-    let stop = server.shutdown_token();
+    let (stop, hard_stop) = (server.shutdown_token(), server.hard_stop_token());
+    let grace = SHUTDOWN_GRACE;
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutting down: no new connections; open requests may finish");
+        tracing::info!(
+            grace_secs = grace.as_secs(),
+            "shutting down: no new connections; open requests may finish"
+        );
         stop.cancel();
+        // OPS-3: open streams get a grace period; then they are ended (and recorded as such).
+        tokio::time::sleep(grace).await;
+        tracing::warn!("grace period over; ending open streams");
+        hard_stop.cancel();
     });
     match server.wait().await {
         Ok(()) => ExitCode::SUCCESS,

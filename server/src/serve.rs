@@ -57,6 +57,8 @@ pub struct Server {
     /// What first-start setup did.
     pub bootstrap: Bootstrap,
     shutdown: CancellationToken,
+    /// Ends open streams (after the shutdown grace period).
+    hard_stop: CancellationToken,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
@@ -70,6 +72,11 @@ impl Server {
     /// A token that stops the server when cancelled (signal handlers use it).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
+    }
+
+    /// A token that ends every open stream when cancelled.
+    pub fn hard_stop_token(&self) -> CancellationToken {
+        self.hard_stop.clone()
     }
 
     /// Waits until the server has stopped.
@@ -108,6 +115,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     let (records, writer) =
         records::spawn_writer(db.clone(), Arc::clone(&clock), records::Retention::default());
     let generation = Generation::default();
+    let hard_stop = CancellationToken::new();
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -119,6 +127,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         principals: Arc::new(Principals::new(generation.clone())),
         directory: Arc::new(Directory::new(generation.clone())),
         generation,
+        hard_stop: hard_stop.clone(),
     };
     let router = router(state);
 
@@ -137,7 +146,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         served
     });
     tracing::info!(%addr, "SubLane is listening");
-    Ok(Server { addr, bootstrap, shutdown, task })
+    Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
 /// The whole application with its layer stack, outermost last: panic -> trace -> body limit ->

@@ -278,19 +278,20 @@ async fn dispatch(
                     .await;
             }
         };
-        let body = relay::relay(stream, first, observer, timing, move |end| async move {
-            let (outcome, error_code) = stream_outcome(&end);
-            let o = end.observation;
-            attempt
-                .finish(Ending {
-                    outcome,
-                    error_code,
-                    upstream_status: Some(upstream_status),
-                    usage: o.usage,
-                    first_output: o.first_output,
-                })
-                .await;
-        });
+        let body =
+            relay::relay(stream, first, observer, timing, s.hard_stop.clone(), move |end| async move {
+                let (outcome, error_code) = stream_outcome(&end);
+                let o = end.observation;
+                attempt
+                    .finish(Ending {
+                        outcome,
+                        error_code,
+                        upstream_status: Some(upstream_status),
+                        usage: o.usage,
+                        first_output: o.first_output,
+                    })
+                    .await;
+            });
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
@@ -387,6 +388,7 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
         Some(outcome) => (outcome, o.error_code.clone()),
         None if end.cancelled => (Outcome::Cancelled, Some("client_cancelled".into())),
         None if end.timed_out => (Outcome::Error, Some("request_timeout".into())),
+        None if end.shut_down => (Outcome::Cancelled, Some("server_shutdown".into())),
         None if end.idle_timed_out => (Outcome::Error, Some("stream_idle_timeout".into())),
         None if end.broken => (Outcome::Error, Some("upstream_stream_broken".into())),
         None => (Outcome::Incomplete, Some("stream_ended_early".into())),

@@ -36,6 +36,9 @@ pub struct Timing {
     pub drain_after_cancel: Option<Duration>,
 }
 
+/// OPS-3: the process is stopping and the grace period is over.
+pub type HardStop = tokio_util::sync::CancellationToken;
+
 /// How a relayed stream ended.
 #[derive(Debug, Default)]
 pub struct End {
@@ -46,6 +49,8 @@ pub struct End {
     pub broken: bool,
     pub timed_out: bool,
     pub idle_timed_out: bool,
+    /// Ended by server shutdown after the grace period.
+    pub shut_down: bool,
 }
 
 /// Starts relaying `upstream` and returns the client's response body. `first` is a chunk already
@@ -56,6 +61,7 @@ pub fn relay<S, F, Fut>(
     first: Option<Bytes>,
     mut observer: Observer,
     timing: Timing,
+    hard_stop: HardStop,
     on_end: F,
 ) -> Body
 where
@@ -106,6 +112,7 @@ where
                     }
                 }
                 _ = sleep_until(timing.deadline) => { end.timed_out = true; break; }
+                _ = hard_stop.cancelled() => { end.shut_down = true; break; }
                 _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break,
                 _ = sleep_until(idle_until.unwrap_or(far)), if idle_until.is_some() => { end.idle_timed_out = true; break; }
             }
@@ -180,7 +187,8 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut body =
-            relay(stream, None, Observer::new(Grammar::Responses), timing(None), on_end).into_data_stream();
+            relay(stream, None, Observer::new(Grammar::Responses), timing(None), HardStop::new(), on_end)
+                .into_data_stream();
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -217,7 +225,8 @@ mod tests {
     async fn client_disconnect_cancels_upstream_at_once_without_drain() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body = relay(stream, None, Observer::new(Grammar::Responses), timing(None), on_end);
+        let body =
+            relay(stream, None, Observer::new(Grammar::Responses), timing(None), HardStop::new(), on_end);
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         drop(body);
         tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped promptly");
@@ -234,6 +243,7 @@ mod tests {
             None,
             Observer::new(Grammar::Responses),
             timing(Some(Duration::from_secs(3))),
+            HardStop::new(),
             on_end,
         );
         drop(body);
@@ -260,6 +270,7 @@ mod tests {
             None,
             Observer::new(Grammar::Responses),
             timing(Some(Duration::from_secs(3))),
+            HardStop::new(),
             on_end,
         ));
         tokio::task::yield_now().await; // the relay notices the client is gone at t = 0
@@ -273,12 +284,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn shutdown_after_grace_ends_the_stream_and_reports_it() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let stop = HardStop::new();
+        let mut body =
+            relay(stream, None, Observer::new(Grammar::Responses), timing(None), stop.clone(), on_end)
+                .into_data_stream();
+        stop.cancel();
+        while body.next().await.is_some() {}
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().shut_down);
+        tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn total_deadline_and_truncated_upstream_end_the_relay() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.deadline = t.started + Duration::from_secs(60);
-        let mut body = relay(stream, None, Observer::new(Grammar::Responses), t, on_end).into_data_stream();
+        let mut body = relay(stream, None, Observer::new(Grammar::Responses), t, HardStop::new(), on_end)
+            .into_data_stream();
         tokio::time::advance(Duration::from_secs(61)).await;
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -288,7 +315,8 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut body =
-            relay(stream, None, Observer::new(Grammar::Messages), timing(None), on_end).into_data_stream();
+            relay(stream, None, Observer::new(Grammar::Messages), timing(None), HardStop::new(), on_end)
+                .into_data_stream();
         // the upstream closes after a partial answer: no terminal event, so not a success
         up.send(Ok(Bytes::from_static(b"event: message_start\ndata: {}\n\n"))).await.unwrap();
         drop(up);
