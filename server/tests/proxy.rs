@@ -430,3 +430,38 @@ async fn head_probe_answers_200() {
     let resp = r.http.head(format!("{}/", r.t.base)).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn models_list_follows_the_pool_and_its_policy_without_records() {
+    let r = Rig::start().await;
+    let list = |anthropic: bool| {
+        let mut req = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth(&r.key);
+        if anthropic {
+            req = req.header("anthropic-version", "2023-06-01");
+        }
+        req.send()
+    };
+    let v: Value = list(false).await.unwrap().json().await.unwrap();
+    assert_eq!(v["object"], "list");
+    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"gpt-5.1-codex") && ids.contains(&"claude-opus-4-8"), "{ids:?}");
+    assert!(!ids.iter().any(|m| m.starts_with("gemini")), "no Antigravity account in the pool");
+    let v: Value = list(true).await.unwrap().json().await.unwrap();
+    assert_eq!(v["data"][0]["type"], "model");
+
+    let mut admin = r.t.admin().await;
+    admin
+        .call(Method::PATCH, "/api/pools/1", Some(json!({"model_policy": {"mode": "allow", "models": ["gpt-5.1-codex"], "aliases": {"fast": "gpt-5.1-codex"}}})))
+        .await;
+    let v: Value = list(false).await.unwrap().json().await.unwrap();
+    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["fast", "gpt-5.1-codex"]);
+
+    let resp = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth("sk-sl-bad").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let url = format!("sqlite://{}?mode=ro", r.t.db_path().display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 0, "model discovery creates no record (REC-1)");
+}

@@ -55,6 +55,17 @@ impl PoolRoutes {
         }
     }
 
+    /// The providers that have at least one routable account in this pool.
+    pub fn providers(&self) -> Vec<Provider> {
+        let mut out: Vec<Provider> = Vec::new();
+        for a in &self.accounts {
+            if !out.contains(&a.provider) {
+                out.push(a.provider);
+            }
+        }
+        out
+    }
+
     /// Round robin within the highest priority tier among accounts of `providers`.
     pub fn pick(&self, providers: &[Provider]) -> Option<Arc<Account>> {
         let top =

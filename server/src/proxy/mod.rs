@@ -5,6 +5,7 @@ pub mod auth;
 pub mod call;
 pub mod directory;
 pub mod error;
+pub mod models;
 pub mod relay;
 pub mod request;
 
@@ -14,7 +15,7 @@ use axum::{
     body::Bytes,
     extract::State,
     http::{HeaderMap, Uri},
-    routing::{MethodRouter, post},
+    routing::{MethodRouter, get, post},
 };
 
 use crate::{app_state::AppState, providers::Operation};
@@ -44,6 +45,13 @@ pub fn router() -> Router<AppState> {
                 &format!("{prefix}/v1/messages/count_tokens"),
                 model_route(Protocol::Anthropic, Operation::CountTokens, only),
             );
+    }
+    for (prefix, only) in [("", None), ("/codex", Some(Provider::Codex)), ("/claude", Some(Provider::Claude))]
+    {
+        r = r.route(
+            &format!("{prefix}/v1/models"),
+            get(move |state: State<AppState>, headers: HeaderMap| models::list(state, headers, only)),
+        );
     }
     r
 }
