@@ -1,5 +1,6 @@
-"""Starts the mock upstream and SubLane (debug binaries from `target/debug`), seeds a Codex and a
-Claude account in the default pool and a gateway key, and hands the tests a base URL and key."""
+"""Starts the mock upstream and SubLane (debug binaries from `target/debug`), seeds a Codex, a
+Claude and an Antigravity account in the default pool and a gateway key, and hands the tests a base
+URL and key."""
 
 import http.cookiejar
 import json
@@ -56,6 +57,7 @@ def gateway():
         "SUBLANE_OPENAI_BASE_URL": f"{mock_url}/v1",
         "SUBLANE_CLAUDE_BASE_URL": mock_url,
         "SUBLANE_ANTHROPIC_BASE_URL": mock_url,
+        "SUBLANE_ANTIGRAVITY_BASE_URL": mock_url,
         "RUST_LOG": "warn",
     }
     sublane = subprocess.Popen([BIN / "sublane"], env=env, stdout=subprocess.PIPE, text=True)
@@ -68,6 +70,8 @@ def gateway():
              "credentials": {"kind": "oauth", "access_token": "sdk-codex", "provider_account_id": "acct-sdk"}},
             {"provider": "claude", "name": "claude-1", "pool_ids": [1],
              "credentials": {"kind": "oauth", "access_token": "sdk-claude"}},
+            {"provider": "antigravity", "name": "antigravity-1", "pool_ids": [1],
+             "credentials": {"kind": "oauth", "access_token": "sdk-antigravity", "provider_account_id": "proj-sdk"}},
         ):
             api("/api/accounts", account)
         key = api("/api/me/keys", {"name": "sdk"})["secret"]

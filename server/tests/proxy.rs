@@ -465,3 +465,103 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
     let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&pool).await.unwrap();
     assert_eq!(n, 0, "model discovery creates no record (REC-1)");
 }
+
+/// PX-3: Gemini clients served by an Antigravity account, envelope translated both ways.
+#[tokio::test]
+async fn gemini_generate_and_stream_through_antigravity() {
+    let r = Rig::start().await;
+    let m = r.mock.url();
+    // point Antigravity at the mock: a second server would do, but the URL is per process, so
+    // this test starts its own SubLane with the Antigravity base set
+    let env =
+        [("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD), ("SUBLANE_ANTIGRAVITY_BASE_URL", m.as_str())];
+    let t = TestServer::start_with(&env).await;
+    let mut admin = t.admin().await;
+    let (status, body) = admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(json!({"provider": "antigravity", "name": "ag-1", "pool_ids": [1],
+                "credentials": {"kind": "oauth", "access_token": "ya29.ag", "provider_account_id": "proj-ag"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "gemini"}))).await;
+    let key = key["secret"].as_str().unwrap().to_owned();
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "MARKER-GEMINI"}]}]});
+
+    let resp = r
+        .http
+        .post(format!("{}/v1beta/models/gemini-3.1-pro-low:generateContent", t.base))
+        .header("x-goog-api-key", &key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let v: Value = resp.json().await.unwrap();
+    assert!(v.get("response").is_none(), "the envelope is removed: {v}");
+    assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "HelloHelloHello");
+    assert_eq!(v["usageMetadata"]["cachedContentTokenCount"], 64);
+
+    let resp = r
+        .http
+        .post(format!("{}/v1beta/models/gemini-3.1-pro-low:streamGenerateContent?alt=sse", t.base))
+        .header("x-goog-api-key", &key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    let chunks: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks.len(), 3);
+    assert!(chunks.iter().all(|c| c.get("response").is_none() && c["candidates"].is_array()));
+    assert_eq!(chunks[2]["candidates"][0]["finishReason"], "STOP");
+
+    let calls = r.calls("ya29.ag");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].path, "/v1internal:streamGenerateContent");
+    assert_eq!(calls[1].query.as_deref(), Some("alt=sse"));
+    assert_eq!(calls[0].headers["authorization"], "Bearer ya29.ag");
+    assert!(!calls[0].headers.contains_key("x-goog-api-key"));
+
+    // a model the pool cannot serve through this protocol, in Gemini's error shape
+    let resp = r
+        .http
+        .post(format!("{}/v1beta/models/x:countTokens", t.base))
+        .header("x-goog-api-key", &key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["status"], "NOT_FOUND");
+
+    // records: usage from the inner usageMetadata, first output for the stream
+    let url = format!("sqlite://{}?mode=ro", t.db_path().display());
+    let mut rows = Vec::new();
+    for _ in 0..200 {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        rows = sqlx::query_as::<_, (String, String, Option<i64>, Option<i64>, Option<i64>)>(
+            "SELECT operation, outcome, input_tokens, cached_tokens, first_output_ms FROM request_records ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        if rows.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rows[0], ("gemini_generate".into(), "success".into(), Some(120), Some(64), None));
+    assert_eq!((rows[1].0.as_str(), rows[1].1.as_str()), ("gemini_stream", "success"));
+    assert!(rows[1].4.is_some());
+    assert!(!contains(&t.db_bytes(), "MARKER-GEMINI"));
+}

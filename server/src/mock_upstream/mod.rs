@@ -8,6 +8,7 @@
 //! - `POST /__mock/reset`                        forget all scripts and calls
 
 mod anthropic;
+mod google;
 mod openai;
 mod play;
 pub mod script;
@@ -133,6 +134,12 @@ pub fn router(state: MockState) -> Router {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/oauth/token", post(anthropic::claude_token))
+        // Antigravity (Cloud Code Assist) and Google OAuth
+        .route("/v1internal:streamGenerateContent", post(google::stream_generate))
+        .route("/v1internal:generateContent", post(google::generate_content))
+        .route("/v1internal:fetchAvailableModels", post(google::fetch_available_models))
+        .route("/v1internal:loadCodeAssist", post(google::load_code_assist))
+        .route("/token", post(google::google_token))
         .with_state(state)
 }
 

@@ -23,6 +23,10 @@ pub enum Operation {
     ResponsesCompact,
     Messages,
     CountTokens,
+    /// Gemini `:generateContent`.
+    GeminiGenerate,
+    /// Gemini `:streamGenerateContent?alt=sse`.
+    GeminiStream,
 }
 
 impl Operation {
@@ -33,6 +37,8 @@ impl Operation {
             Operation::ResponsesCompact => "responses_compact",
             Operation::Messages => "messages",
             Operation::CountTokens => "count_tokens",
+            Operation::GeminiGenerate => "gemini_generate",
+            Operation::GeminiStream => "gemini_stream",
         }
     }
 
@@ -41,6 +47,7 @@ impl Operation {
         match self {
             Operation::Responses | Operation::ResponsesCompact => &[Provider::Codex, Provider::OpenaiApi],
             Operation::Messages | Operation::CountTokens => &[Provider::Claude, Provider::AnthropicApi],
+            Operation::GeminiGenerate | Operation::GeminiStream => &[Provider::Antigravity],
         }
     }
 
@@ -48,6 +55,7 @@ impl Operation {
         match self {
             Operation::Responses | Operation::ResponsesCompact => Grammar::Responses,
             Operation::Messages | Operation::CountTokens => Grammar::Messages,
+            Operation::GeminiGenerate | Operation::GeminiStream => Grammar::Gemini,
         }
     }
 }
@@ -61,6 +69,9 @@ pub struct Target {
     pub force_stream: bool,
     /// The provider rejects stored responses (Codex backend): send `store: false`.
     pub force_no_store: bool,
+    /// Antigravity: wrap the client's body in the v1internal envelope for this project, and
+    /// unwrap `{"response": ...}` from every answer.
+    pub envelope: Option<String>,
 }
 
 /// Why no upstream request can be built.
@@ -140,10 +151,55 @@ pub fn target(
             };
             (url, false, false)
         }
-        (Provider::Antigravity, _, _) => return Err(TargetError::Unsupported),
+        (Provider::Antigravity, CredentialInput::OAuth { access_token, provider_account_id, .. }, _) => {
+            bearer(&mut headers, access_token)?;
+            // The Cloud Code project the account works in; without it there is no envelope.
+            let project = provider_account_id.clone().ok_or(TargetError::WrongCredential)?;
+            headers.insert(axum::http::header::USER_AGENT, HeaderValue::from_static(ANTIGRAVITY_USER_AGENT));
+            let url = match op {
+                Operation::GeminiGenerate => join(&urls.antigravity_base_url, "/v1internal:generateContent"),
+                Operation::GeminiStream => {
+                    join(&urls.antigravity_base_url, "/v1internal:streamGenerateContent?alt=sse")
+                }
+                _ => return Err(TargetError::Unsupported),
+            };
+            return Ok(Target {
+                url,
+                headers,
+                force_stream: false,
+                force_no_store: false,
+                envelope: Some(project),
+            });
+        }
         _ => return Err(TargetError::WrongCredential),
     };
-    Ok(Target { url, headers, force_stream, force_no_store })
+    Ok(Target { url, headers, force_stream, force_no_store, envelope: None })
+}
+
+/// User agent sent to Cloud Code Assist for Antigravity accounts.
+pub const ANTIGRAVITY_USER_AGENT: &str = "antigravity/1.0 sublane";
+
+/// Wraps a Gemini request body in the v1internal envelope (protocols.md §5).
+pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) -> Option<Vec<u8>> {
+    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let envelope = serde_json::json!({
+        "project": project,
+        "requestId": format!("agent-{request_id}"),
+        "userAgent": "antigravity",
+        "requestType": "agent",
+        "model": model,
+        "request": request,
+    });
+    serde_json::to_vec(&envelope).ok()
+}
+
+/// Takes the inner `response` out of a v1internal answer or stream event.
+pub fn unwrap_envelope(data: &str) -> Option<String> {
+    let mut v: serde_json::Value = serde_json::from_str(data).ok()?;
+    match v.get_mut("response") {
+        Some(inner) => serde_json::to_string(&inner.take()).ok(),
+        None => Some(data.to_owned()),
+    }
 }
 
 /// Client headers that may travel upstream.
@@ -276,6 +332,26 @@ mod tests {
         assert_eq!(t.headers["x-api-key"], "sk-ant-api");
         assert!(!t.headers.contains_key("authorization"));
         assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
+    }
+
+    #[test]
+    fn antigravity_envelope_round_trip() {
+        let wrapped = wrap_envelope(
+            br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
+            "proj-1",
+            "gemini-3.1-pro-low",
+            "req_1",
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&wrapped).unwrap();
+        assert_eq!(v["project"], "proj-1");
+        assert_eq!(v["model"], "gemini-3.1-pro-low");
+        assert_eq!(v["request"]["contents"][0]["parts"][0]["text"], "hi");
+        assert_eq!(
+            unwrap_envelope(r#"{"response":{"candidates":[]},"traceId":"t"}"#).unwrap(),
+            r#"{"candidates":[]}"#
+        );
+        assert_eq!(unwrap_envelope(r#"{"candidates":[]}"#).unwrap(), r#"{"candidates":[]}"#);
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub enum Grammar {
     Responses,
     /// Anthropic Messages.
     Messages,
+    /// Gemini generateContent chunks (bare or in the v1internal envelope).
+    Gemini,
 }
 
 /// What was learned from an answer.
@@ -59,6 +61,11 @@ impl Observer {
         match self.grammar {
             Grammar::Responses => self.responses_event(name, data, at),
             Grammar::Messages => self.messages_event(name, data, at),
+            Grammar::Gemini => {
+                if let Ok(v) = serde_json::from_str::<Value>(data) {
+                    self.gemini_chunk(v.get("response").unwrap_or(&v), Some(at));
+                }
+            }
         }
     }
 
@@ -66,6 +73,12 @@ impl Observer {
     pub fn body(&mut self, body: &Value) {
         match self.grammar {
             Grammar::Responses => self.responses_final(body),
+            Grammar::Gemini => {
+                self.gemini_chunk(body.get("response").unwrap_or(body), None);
+                if self.seen.outcome.is_none() {
+                    self.seen.outcome = Some(Outcome::Success);
+                }
+            }
             Grammar::Messages => {
                 self.anthropic_usage(&body["usage"]);
                 self.seen.outcome = Some(match body["stop_reason"].as_str() {
@@ -166,6 +179,39 @@ impl Observer {
                 self.seen.error_code = sanitize(v["error"]["type"].as_str().unwrap_or("stream_error"));
             }
             _ => {}
+        }
+    }
+
+    /// One Gemini chunk: text or a function call is output; `usageMetadata` is cumulative;
+    /// `finishReason` ends the answer (STOP success, MAX_TOKENS incomplete, others errors).
+    fn gemini_chunk(&mut self, r: &Value, at: Option<Duration>) {
+        let candidate = &r["candidates"][0];
+        if let (Some(at), Some(parts)) = (at, candidate["content"]["parts"].as_array())
+            && parts
+                .iter()
+                .any(|p| p["text"].as_str().is_some_and(|t| !t.is_empty()) || p["functionCall"].is_object())
+        {
+            self.first_output(at);
+        }
+        let u = &r["usageMetadata"];
+        if u.is_object() {
+            let output =
+                u["candidatesTokenCount"].as_i64().map(|c| c + u["thoughtsTokenCount"].as_i64().unwrap_or(0));
+            self.seen.usage = Usage {
+                input: u["promptTokenCount"].as_i64(),
+                output,
+                cached: u["cachedContentTokenCount"].as_i64().or(Some(0)),
+            };
+        }
+        if let Some(reason) = candidate["finishReason"].as_str() {
+            self.seen.outcome = Some(match reason {
+                "STOP" => Outcome::Success,
+                "MAX_TOKENS" => Outcome::Incomplete,
+                other => {
+                    self.seen.error_code = sanitize(other);
+                    Outcome::Error
+                }
+            });
         }
     }
 
@@ -291,6 +337,20 @@ mod tests {
         );
         assert_eq!(o.seen.outcome, Some(Outcome::Error));
         assert_eq!(o.seen.error_code.as_deref(), Some("overloaded_error"));
+    }
+
+    #[test]
+    fn gemini_chunks_in_the_envelope() {
+        let mut o = Observer::new(Grammar::Gemini);
+        o.event(None, r#"{"response":{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}}"#, MS);
+        o.event(
+            None,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"!"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":120,"candidatesTokenCount":5,"thoughtsTokenCount":2,"cachedContentTokenCount":64}}}"#,
+            2 * MS,
+        );
+        assert_eq!(o.seen.first_output, Some(MS));
+        assert_eq!(o.seen.outcome, Some(Outcome::Success));
+        assert_eq!(o.seen.usage, Usage { input: Some(120), output: Some(7), cached: Some(64) });
     }
 
     #[test]

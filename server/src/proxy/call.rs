@@ -55,16 +55,18 @@ pub fn new_request_id() -> String {
     format!("req_{:032x}", rand::random::<u128>())
 }
 
+/// Handles one model call. `path_model` is the model named in the URL (Gemini routes).
 pub async fn handle(
     s: AppState,
     spec: Spec,
     headers: HeaderMap,
     query: Option<String>,
+    path_model: Option<String>,
     raw: Bytes,
 ) -> Response {
     let started = Instant::now();
     let request_id = new_request_id();
-    let mut resp = match admit(&s, &spec, &headers, raw).await {
+    let mut resp = match admit(&s, &headers, path_model, raw).await {
         Ok((principal, body, fields, model)) => {
             let attempt = Attempt {
                 records: s.records.clone(),
@@ -90,8 +92,8 @@ pub async fn handle(
 /// Authentication and body checks: failures here create no record (REC-1).
 async fn admit(
     s: &AppState,
-    spec: &Spec,
     headers: &HeaderMap,
+    path_model: Option<String>,
     raw: Bytes,
 ) -> Result<(Principal, Bytes, RoutingFields, String), GatewayError> {
     let key = presented_key(headers).ok_or_else(GatewayError::invalid_api_key)?;
@@ -105,12 +107,10 @@ async fn admit(
         .ok_or_else(GatewayError::invalid_api_key)?;
     let body = request::decode(headers, raw)?;
     let fields = RoutingFields::parse(&body)?;
-    let model = fields
-        .model
-        .clone()
+    let model = path_model
+        .or_else(|| fields.model.clone())
         .filter(|m| !m.trim().is_empty())
         .ok_or_else(|| GatewayError::bad_request("the request has no model"))?;
-    let _ = spec;
     Ok((principal, body, fields, model))
 }
 
@@ -217,17 +217,29 @@ async fn dispatch(
             return attempt.fail(GatewayError::no_available_account(&model), Outcome::Error, None).await;
         }
     };
-    let client_streams = fields.stream == Some(true);
+    let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
     let force_stream = target.force_stream && !client_streams;
-    let body = match edit_body(
-        body,
-        (upstream_model != model).then_some(upstream_model.as_str()),
-        force_stream,
-        target.force_no_store && fields.store != Some(false),
-    ) {
-        Ok(b) => b,
-        Err(e) => return attempt.fail(e, Outcome::Rejected, None).await,
+    let body = match &target.envelope {
+        Some(project) => match providers::wrap_envelope(&body, project, &upstream_model, &attempt.request_id)
+        {
+            Some(b) => Bytes::from(b),
+            None => {
+                let e = GatewayError::bad_request("the body must be a Gemini generateContent request object");
+                return attempt.fail(e, Outcome::Rejected, None).await;
+            }
+        },
+        None => match edit_body(
+            body,
+            (upstream_model != model).then_some(upstream_model.as_str()),
+            force_stream,
+            target.force_no_store && fields.store != Some(false),
+        ) {
+            Ok(b) => b,
+            Err(e) => return attempt.fail(e, Outcome::Rejected, None).await,
+        },
     };
+    let rewrite: Option<relay::Rewrite> =
+        target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
 
     let send = s
         .http
@@ -278,8 +290,14 @@ async fn dispatch(
                     .await;
             }
         };
-        let body =
-            relay::relay(stream, first, observer, timing, s.hard_stop.clone(), move |end| async move {
+        let body = relay::relay(
+            stream,
+            first,
+            observer,
+            timing,
+            s.hard_stop.clone(),
+            rewrite,
+            move |end| async move {
                 let (outcome, error_code) = stream_outcome(&end);
                 let o = end.observation;
                 attempt
@@ -291,7 +309,8 @@ async fn dispatch(
                         first_output: o.first_output,
                     })
                     .await;
-            });
+            },
+        );
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
@@ -313,8 +332,12 @@ async fn dispatch(
                 .await;
         }
     };
+    let mut bytes = bytes;
     if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
         observer.body(&v);
+        if let Some(inner) = rewrite.and_then(|unwrap| unwrap(std::str::from_utf8(&bytes).unwrap_or(""))) {
+            bytes = Bytes::from(inner);
+        }
     }
     let o = observer.seen;
     let outcome = o.outcome.unwrap_or(Outcome::Success);

@@ -13,7 +13,7 @@ use app::model::Provider;
 use axum::{
     Router,
     body::Bytes,
-    extract::State,
+    extract::{Path, State},
     http::{HeaderMap, Uri},
     routing::{MethodRouter, get, post},
 };
@@ -53,12 +53,45 @@ pub fn router() -> Router<AppState> {
             get(move |state: State<AppState>, headers: HeaderMap| models::list(state, headers, only)),
         );
     }
+    for path in [
+        "/v1beta/models/{model_action}",
+        "/v1/models/{model_action}",
+        "/antigravity/v1beta/models/{model_action}",
+    ] {
+        r = r.route(path, post(gemini));
+    }
     r
 }
 
 fn model_route(protocol: Protocol, op: Operation, only: Option<Provider>) -> MethodRouter<AppState> {
     let spec = Spec { protocol, op, only };
     post(move |State(s): State<AppState>, uri: Uri, headers: HeaderMap, body: Bytes| async move {
-        call::handle(s, spec, headers, uri.query().map(str::to_owned), body).await
+        call::handle(s, spec, headers, uri.query().map(str::to_owned), None, body).await
     })
+}
+
+/// PX-3: `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`,
+/// served by Antigravity accounts. The model and the operation come from the path.
+async fn gemini(
+    State(s): State<AppState>,
+    Path(model_action): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> axum::response::Response {
+    let op = match model_action.rsplit_once(':') {
+        Some((_, "generateContent")) => Operation::GeminiGenerate,
+        Some((_, "streamGenerateContent")) => Operation::GeminiStream,
+        _ => {
+            let e = error::GatewayError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "not_found",
+                "use models/{model}:generateContent or :streamGenerateContent",
+            );
+            return e.render(Protocol::Gemini, None);
+        }
+    };
+    let model = model_action.rsplit_once(':').map(|(m, _)| m.to_owned());
+    let spec = Spec { protocol: Protocol::Gemini, op, only: Some(Provider::Antigravity) };
+    call::handle(s, spec, headers, uri.query().map(str::to_owned), model, body).await
 }

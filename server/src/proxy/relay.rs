@@ -39,6 +39,38 @@ pub struct Timing {
 /// OPS-3: the process is stopping and the grace period is over.
 pub type HardStop = tokio_util::sync::CancellationToken;
 
+/// Rewrites each event's data before it reaches the client (`None` drops the event). Used where
+/// the protocol needs translating (Antigravity's envelope); without it bytes pass unchanged.
+pub type Rewrite = fn(&str) -> Option<String>;
+
+/// Watches a chunk and returns what to forward: the chunk itself, or its rewritten events.
+fn process(
+    bytes: Bytes,
+    splitter: &mut Splitter,
+    observer: &mut Observer,
+    rewrite: Option<Rewrite>,
+    at: Duration,
+) -> Option<Bytes> {
+    match rewrite {
+        None => {
+            splitter.feed(&bytes, |ev| observer.event(ev.name, &ev.data, at));
+            Some(bytes)
+        }
+        Some(rewrite) => {
+            let mut out = Vec::new();
+            splitter.feed(&bytes, |ev| {
+                observer.event(ev.name, &ev.data, at);
+                if let Some(data) = rewrite(&ev.data) {
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(data.as_bytes());
+                    out.extend_from_slice(b"\n\n");
+                }
+            });
+            (!out.is_empty()).then(|| Bytes::from(out))
+        }
+    }
+}
+
 /// How a relayed stream ended.
 #[derive(Debug, Default)]
 pub struct End {
@@ -62,6 +94,7 @@ pub fn relay<S, F, Fut>(
     mut observer: Observer,
     timing: Timing,
     hard_stop: HardStop,
+    rewrite: Option<Rewrite>,
     on_end: F,
 ) -> Body
 where
@@ -71,10 +104,10 @@ where
 {
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(16);
     let mut splitter = Splitter::default();
-    if let Some(first) = first {
-        let at = timing.started.elapsed();
-        splitter.feed(&first, |ev| observer.event(ev.name, &ev.data, at));
-        let _ = tx.try_send(Ok(first)); // a fresh channel always has room
+    if let Some(out) =
+        first.and_then(|b| process(b, &mut splitter, &mut observer, rewrite, timing.started.elapsed()))
+    {
+        let _ = tx.try_send(Ok(out)); // a fresh channel always has room
     }
     tokio::spawn(async move {
         let mut upstream = upstream;
@@ -92,10 +125,9 @@ where
                 next = upstream.next() => match next {
                     Some(Ok(bytes)) => {
                         last_upstream = Instant::now();
-                        let at = timing.started.elapsed();
-                        splitter.feed(&bytes, |ev| observer.event(ev.name, &ev.data, at));
-                        if client_gone.is_none() {
-                            if tx.send(Ok(bytes)).await.is_err() {
+                        let out = process(bytes, &mut splitter, &mut observer, rewrite, timing.started.elapsed());
+                        if let Some(out) = out.filter(|_| client_gone.is_none()) {
+                            if tx.send(Ok(out)).await.is_err() {
                                 client_gone = Some(Instant::now());
                             } else {
                                 beat.reset();
@@ -186,9 +218,16 @@ mod tests {
     async fn bytes_pass_unchanged_and_heartbeats_fill_silence_between_events() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let mut body =
-            relay(stream, None, Observer::new(Grammar::Responses), timing(None), HardStop::new(), on_end)
-                .into_data_stream();
+        let mut body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            timing(None),
+            HardStop::new(),
+            None,
+            on_end,
+        )
+        .into_data_stream();
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -225,8 +264,15 @@ mod tests {
     async fn client_disconnect_cancels_upstream_at_once_without_drain() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body =
-            relay(stream, None, Observer::new(Grammar::Responses), timing(None), HardStop::new(), on_end);
+        let body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            timing(None),
+            HardStop::new(),
+            None,
+            on_end,
+        );
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         drop(body);
         tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped promptly");
@@ -244,6 +290,7 @@ mod tests {
             Observer::new(Grammar::Responses),
             timing(Some(Duration::from_secs(3))),
             HardStop::new(),
+            None,
             on_end,
         );
         drop(body);
@@ -271,6 +318,7 @@ mod tests {
             Observer::new(Grammar::Responses),
             timing(Some(Duration::from_secs(3))),
             HardStop::new(),
+            None,
             on_end,
         ));
         tokio::task::yield_now().await; // the relay notices the client is gone at t = 0
@@ -289,7 +337,7 @@ mod tests {
         let (ended, on_end) = capture();
         let stop = HardStop::new();
         let mut body =
-            relay(stream, None, Observer::new(Grammar::Responses), timing(None), stop.clone(), on_end)
+            relay(stream, None, Observer::new(Grammar::Responses), timing(None), stop.clone(), None, on_end)
                 .into_data_stream();
         stop.cancel();
         while body.next().await.is_some() {}
@@ -304,8 +352,9 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.deadline = t.started + Duration::from_secs(60);
-        let mut body = relay(stream, None, Observer::new(Grammar::Responses), t, HardStop::new(), on_end)
-            .into_data_stream();
+        let mut body =
+            relay(stream, None, Observer::new(Grammar::Responses), t, HardStop::new(), None, on_end)
+                .into_data_stream();
         tokio::time::advance(Duration::from_secs(61)).await;
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -314,9 +363,16 @@ mod tests {
 
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let mut body =
-            relay(stream, None, Observer::new(Grammar::Messages), timing(None), HardStop::new(), on_end)
-                .into_data_stream();
+        let mut body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Messages),
+            timing(None),
+            HardStop::new(),
+            None,
+            on_end,
+        )
+        .into_data_stream();
         // the upstream closes after a partial answer: no terminal event, so not a success
         up.send(Ok(Bytes::from_static(b"event: message_start\ndata: {}\n\n"))).await.unwrap();
         drop(up);

@@ -1,0 +1,210 @@
+//! Antigravity / Cloud Code Assist (`/v1internal:*`) and Google OAuth (`/token`). Responses use
+//! the v1internal envelope `{"response":{...},"traceId"}`; streams are `data:` lines only
+//! (protocols.md §5).
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+
+use super::{
+    MockState, Step, Turn, json,
+    play::{self, Action},
+    turn,
+};
+
+pub async fn stream_generate(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
+    generate(s, m, uri, h, body, true).await
+}
+
+pub async fn generate_content(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
+    generate(s, m, uri, h, body, false).await
+}
+
+async fn generate(s: MockState, m: Method, uri: Uri, h: HeaderMap, body: Bytes, stream: bool) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", "Invalid JSON payload received.", None);
+    };
+    if req["request"]["contents"].is_null() || req["project"].is_null() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_ARGUMENT",
+            "missing project or request.contents",
+            None,
+        );
+    }
+    if let Some(resp) = scripted_error(&turn) {
+        return resp;
+    }
+    let model = req["model"].as_str().unwrap_or("gemini-3.1-pro-low").to_owned();
+    let (actions, whole) = chunks(&turn, &model);
+    if stream {
+        let mut r = (StatusCode::OK, play::body(actions)).into_response();
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        r
+    } else {
+        json(StatusCode::OK, json!({"response": whole, "traceId": format!("trace-{}", turn.id)}))
+    }
+}
+
+pub async fn fetch_available_models(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let turn = turn(&s, &m, &uri, &h, &body).await;
+    if let Some(resp) = scripted_error(&turn) {
+        return resp;
+    }
+    let body = turn.script.quota.clone().unwrap_or_else(|| {
+        let model = |frac: f64| json!({"quotaInfo": {"remainingFraction": frac, "resetTime": "2031-01-01T00:00:00Z"}, "supportsThinking": true});
+        json!({"models": {"gemini-3.1-pro-low": model(0.8), "gemini-3.6-flash-high": model(0.5), "claude-opus-4-6-thinking": model(0.2)}})
+    });
+    json(StatusCode::OK, body)
+}
+
+pub async fn load_code_assist(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let _ = turn(&s, &m, &uri, &h, &body).await;
+    json(
+        StatusCode::OK,
+        json!({"cloudaicompanionProject": "mock-project", "currentTier": {"id": "standard-tier"}}),
+    )
+}
+
+/// `POST /token` with a form body; the refresh token is the simulated account.
+pub async fn google_token(
+    State(s): State<MockState>,
+    m: Method,
+    uri: Uri,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = String::from_utf8_lossy(&body).into_owned();
+    let refresh = form
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("refresh_token="))
+        .map(|v| v.replace("%2F", "/").replace("%3A", ":"))
+        .unwrap_or_default();
+    let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
+    match turn.step {
+        Step::InvalidGrant => json(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_grant", "error_description": "Token has been expired or revoked."}),
+        ),
+        Step::Status { status, .. } => json(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            json!({"error": "internal_failure"}),
+        ),
+        _ => json(
+            StatusCode::OK,
+            json!({"access_token": format!("ya29.{refresh}-{}", turn.id), "expires_in": 3599,
+                   "scope": "https://www.googleapis.com/auth/cloud-platform", "token_type": "Bearer"}),
+        ),
+    }
+}
+
+/// A Google error body: `{"error":{"code","message","status","details"}}`.
+fn error(status: StatusCode, grpc: &str, message: &str, details: Option<Value>) -> Response {
+    json(
+        status,
+        json!({"error": {"code": status.as_u16(), "message": message, "status": grpc, "details": details.unwrap_or(json!([]))}}),
+    )
+}
+
+fn scripted_error(turn: &Turn) -> Option<Response> {
+    match &turn.step {
+        Step::Status { status, retry_after } => {
+            let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let grpc = match status {
+                400 => "INVALID_ARGUMENT",
+                401 => "UNAUTHENTICATED",
+                403 => "PERMISSION_DENIED",
+                429 => "RESOURCE_EXHAUSTED",
+                503 => "UNAVAILABLE",
+                _ => "INTERNAL",
+            };
+            let mut r = error(code, grpc, &format!("scripted {status}"), None);
+            if let Some(ra) = retry_after.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                r.headers_mut().insert(header::RETRY_AFTER, ra);
+            }
+            Some(r)
+        }
+        Step::ResourceExhausted { reason, model, retry_delay } => Some(error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RESOURCE_EXHAUSTED",
+            "You have exhausted your capacity on this model.",
+            Some(json!([
+                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "cloudcode-pa.googleapis.com",
+                 "metadata": {"model": model, "quotaResetDelay": retry_delay}},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+            ])),
+        )),
+        Step::UsageLimitReached { .. } | Step::InvalidGrant => {
+            Some(error(StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", "scripted rate limit", None))
+        }
+        _ => None,
+    }
+}
+
+/// The stream chunks and the whole (non-streamed) response of one answer.
+fn chunks(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
+    let sc = &turn.script;
+    let response_id = format!("resp-{}", turn.id);
+    let usage = json!({"promptTokenCount": sc.usage.input, "candidatesTokenCount": sc.usage.output,
+                       "cachedContentTokenCount": sc.usage.cached, "totalTokenCount": sc.usage.input + sc.usage.output});
+    let chunk = |text: &str, last: bool| {
+        let mut candidate = json!({"content": {"role": "model", "parts": [{"text": text}]}, "index": 0});
+        let mut r = json!({"candidates": [], "modelVersion": model, "responseId": response_id});
+        if last {
+            candidate["finishReason"] = json!("STOP");
+            r["usageMetadata"] = usage.clone();
+        }
+        r["candidates"] = json!([candidate]);
+        r
+    };
+    let cut = match turn.step {
+        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
+        _ => None,
+    };
+    let mut actions = Vec::new();
+    let mut text = String::new();
+    for i in 0..sc.deltas {
+        if cut == Some(i) {
+            actions.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
+            return (actions, Value::Null);
+        }
+        if i > 0 && sc.delta_delay_ms > 0 {
+            actions.push(Action::Sleep(sc.delta_delay_ms));
+        }
+        text.push_str(&sc.delta_text);
+        let last = i + 1 == sc.deltas;
+        let envelope =
+            json!({"response": chunk(&sc.delta_text, last), "traceId": format!("trace-{}", turn.id)});
+        actions.push(Action::Send(format!("data: {envelope}\n\n")));
+    }
+    (actions, chunk(&text, true))
+}
