@@ -38,3 +38,27 @@ def test_bad_key_is_an_authentication_error_with_the_gateway_code(gateway):
         client(gateway, key="sk-sl-wrong").responses.create(model="gpt-5.1-codex", input="x")
     assert err.value.status_code == 401
     assert err.value.code == "invalid_api_key"
+
+
+def test_websocket_mode_turns_and_continuation(gateway):
+    """`responses.connect()`: a real Responses WebSocket client (PX-1, REC-9)."""
+    c = client(gateway)
+    with c.responses.connect() as conn:
+        conn.response.create(model="gpt-5.1-codex", input="Say hi", store=False)
+        first = []
+        for event in conn:
+            first.append(event)
+            if event.type == "response.completed":
+                break
+        assert first[-1].response.output_text == "HelloHelloHello"
+        conn.response.create(
+            model="gpt-5.1-codex", input="again", store=False, previous_response_id=first[-1].response.id
+        )
+        second = []
+        for event in conn:
+            second.append(event)
+            if event.type == "response.completed":
+                break
+        assert second[-1].response.usage.output_tokens == 7
+    # request ids ride along on created/completed events (extra fields the SDK keeps)
+    assert str(getattr(first[0], "request_id", "")).startswith("req_")

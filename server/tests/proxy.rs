@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{TestServer, contains};
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sublane::mock_upstream::MockUpstream;
@@ -564,4 +564,75 @@ async fn gemini_generate_and_stream_through_antigravity() {
     assert_eq!((rows[1].0.as_str(), rows[1].1.as_str()), ("gemini_stream", "success"));
     assert!(rows[1].4.is_some());
     assert!(!contains(&t.db_bytes(), "MARKER-GEMINI"));
+}
+
+/// PX-1 WebSocket mode: warm-up, then a continuation on the same connection (REC-1, REC-9).
+#[tokio::test]
+async fn responses_websocket_turns_with_warmup_and_continuation() {
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let r = Rig::start().await;
+    let url = format!("{}/v1/responses", r.t.base.replace("http://", "ws://"));
+
+    let mut bad = url.clone().into_client_request().unwrap();
+    bad.headers_mut().insert("authorization", "Bearer sk-sl-nope".parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(bad).await.is_err(), "a bad key never gets a socket");
+
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", r.key).parse().unwrap());
+    req.headers_mut().insert("session-id", "ws-session".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+
+    let warmup = json!({"type": "response.create", "generate": false, "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(Message::text(warmup.to_string())).await.unwrap();
+    let mut events = Vec::new();
+    while events.last().is_none_or(|e: &Value| e["type"] != "response.completed") {
+        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            events.push(serde_json::from_str::<Value>(t.as_str()).unwrap());
+        }
+    }
+    let warm_id = events[0]["response"]["id"].as_str().unwrap().to_owned();
+    assert!(events.iter().all(|e| e["request_id"].as_str().is_some_and(|id| id.starts_with("req_"))));
+
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "previous_response_id": warm_id,
+                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}], "store": false});
+    ws.send(Message::text(turn.to_string())).await.unwrap();
+    let mut events = Vec::new();
+    while events.last().is_none_or(|e: &Value| e["type"] != "response.completed") {
+        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            events.push(serde_json::from_str::<Value>(t.as_str()).unwrap());
+        }
+    }
+    assert_eq!(events.len(), 11, "the whole answer, frame by frame");
+    let rid = events[0]["request_id"].clone();
+    assert_eq!(events.last().unwrap()["request_id"], rid);
+    assert!(events[4].get("request_id").is_none(), "deltas pass unchanged");
+    assert_eq!(events[4]["delta"], "Hello");
+
+    // a continuation of an unknown response: the upstream's error comes back with our id
+    let lost = json!({"type": "response.create", "model": "gpt-5.1-codex", "previous_response_id": "resp_gone", "input": []});
+    ws.send(Message::text(lost.to_string())).await.unwrap();
+    let err: Value = loop {
+        if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
+            break serde_json::from_str(t.as_str()).unwrap();
+        }
+    };
+    assert_eq!(err["type"], "error");
+    assert_eq!(err["error"]["code"], "previous_response_not_found");
+    assert!(err["request_id"].is_string());
+    ws.close(None).await.unwrap();
+
+    let calls = r.calls(CODEX_TOKEN);
+    assert_eq!(calls.len(), 3, "every turn went to the same account");
+    assert_eq!(calls[0].path, "/backend-api/codex/responses");
+    assert_eq!(calls[0].headers["chatgpt-account-id"], "acct-a");
+    assert_eq!(calls[0].headers["session-id"], "ws-session");
+    let recs = r.records(2).await;
+    assert_eq!(recs.len(), 2, "the warm-up is not recorded");
+    assert_eq!(recs[0]["operation"], "responses_ws");
+    assert_eq!(recs[0]["outcome"], "success");
+    assert_eq!(recs[0]["request_id"], rid);
+    assert_eq!(recs[0]["output"], 7);
+    assert!(recs[0]["first_output_ms"].is_i64());
+    assert_eq!(recs[1]["outcome"], "error");
+    assert_eq!(recs[1]["error_code"], "previous_response_not_found");
 }

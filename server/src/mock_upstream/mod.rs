@@ -10,6 +10,7 @@
 mod anthropic;
 mod google;
 mod openai;
+mod openai_ws;
 mod play;
 pub mod script;
 
@@ -124,8 +125,8 @@ pub fn router(state: MockState) -> Router {
         .route("/__mock/accounts/{credential}/calls", get(get_calls))
         .route("/__mock/reset", post(reset))
         // OpenAI platform and the ChatGPT Codex backend
-        .route("/v1/responses", post(openai::responses_api))
-        .route("/backend-api/codex/responses", post(openai::codex_responses))
+        .route("/v1/responses", post(openai::responses_api).get(openai_ws::upgrade))
+        .route("/backend-api/codex/responses", post(openai::codex_responses).get(openai_ws::upgrade))
         .route("/backend-api/codex/responses/compact", post(openai::compact))
         .route("/backend-api/codex/models", get(openai::codex_models))
         .route("/backend-api/wham/usage", get(openai::wham_usage))

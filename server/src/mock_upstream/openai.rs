@@ -219,7 +219,7 @@ fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
 }
 
 /// The SSE events of one answer and the final response object (for non-streaming calls).
-fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
+pub(crate) fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
     let sc = &turn.script;
     let resp_id = format!("resp_{}", turn.id);
     let item_id = format!("msg_{}", turn.id);

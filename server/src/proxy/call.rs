@@ -72,7 +72,7 @@ pub async fn handle(
                 records: s.records.clone(),
                 request_id: request_id.clone(),
                 protocol: spec.protocol,
-                op: spec.op,
+                operation: spec.op.record_name(),
                 started,
                 started_at_ms: s.clock.now().timestamp_millis(),
                 principal,
@@ -115,29 +115,30 @@ async fn admit(
 }
 
 /// One authenticated model attempt; recorded exactly once by one of its consuming methods.
-struct Attempt {
-    records: crate::records::RecordSink,
-    request_id: String,
-    protocol: Protocol,
-    op: Operation,
-    started: Instant,
-    started_at_ms: i64,
-    principal: Principal,
-    model: String,
-    account: Option<(i64, Provider)>,
+pub(super) struct Attempt {
+    pub records: crate::records::RecordSink,
+    pub request_id: String,
+    pub protocol: Protocol,
+    /// Recorded operation name (`responses`, `responses_ws`, ...).
+    pub operation: &'static str,
+    pub started: Instant,
+    pub started_at_ms: i64,
+    pub principal: Principal,
+    pub model: String,
+    pub account: Option<(i64, Provider)>,
 }
 
 /// The end of an attempt, as recorded.
-struct Ending {
-    outcome: Outcome,
-    error_code: Option<String>,
-    upstream_status: Option<u16>,
-    usage: Usage,
-    first_output: Option<Duration>,
+pub(super) struct Ending {
+    pub outcome: Outcome,
+    pub error_code: Option<String>,
+    pub upstream_status: Option<u16>,
+    pub usage: Usage,
+    pub first_output: Option<Duration>,
 }
 
 impl Attempt {
-    async fn finish(self, end: Ending) {
+    pub(super) async fn finish(self, end: Ending) {
         let record = NewRecord {
             request_id: self.request_id,
             member_id: self.principal.member_id,
@@ -146,7 +147,7 @@ impl Attempt {
             account_id: self.account.map(|a| a.0),
             provider: self.account.map(|a| a.1.as_str()),
             model: bounded_model(&self.model),
-            operation: self.op.record_name(),
+            operation: self.operation,
             started_at_ms: self.started_at_ms,
             duration_ms: self.started.elapsed().as_millis() as i64,
             first_output_ms: end.first_output.map(|d| d.as_millis() as i64),

@@ -8,6 +8,7 @@ pub mod error;
 pub mod models;
 pub mod relay;
 pub mod request;
+pub mod websocket;
 
 use app::model::Provider;
 use axum::{
@@ -28,7 +29,13 @@ pub fn router() -> Router<AppState> {
         r = r
             .route(
                 &format!("{prefix}/v1/responses"),
-                model_route(Protocol::OpenAi, Operation::Responses, only),
+                model_route(Protocol::OpenAi, Operation::Responses, only).get(
+                    move |state: State<AppState>,
+                          headers: HeaderMap,
+                          ws: axum::extract::ws::WebSocketUpgrade| {
+                        websocket::upgrade(state, headers, only, ws)
+                    },
+                ),
             )
             .route(
                 &format!("{prefix}/v1/responses/compact"),

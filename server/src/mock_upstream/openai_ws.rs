@@ -1,0 +1,87 @@
+//! Responses over WebSocket (protocols.md §1c) at the same paths as the HTTP API: each text
+//! frame from the client is a `response.create`; the answer is the SSE events' JSON, one per
+//! frame. `generate:false` is a warm-up (created + completed, no output). Continuations must name a
+//! response created on this connection, else `previous_response_not_found`, as upstream does.
+
+use std::collections::HashSet;
+
+use axum::{
+    extract::{
+        State,
+        ws::{Message, WebSocket, WebSocketUpgrade},
+    },
+    http::{HeaderMap, Method, Uri},
+    response::Response,
+};
+use serde_json::{Value, json};
+
+use super::{MockState, Step, call, credential, openai::events, play::Action};
+
+pub async fn upgrade(
+    State(s): State<MockState>,
+    uri: Uri,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    ws.on_upgrade(move |socket| session(s, uri, headers, socket))
+}
+
+async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSocket) {
+    let cred = credential(&headers);
+    let mut known: HashSet<String> = HashSet::new();
+    while let Some(Ok(msg)) = socket.recv().await {
+        let Message::Text(text) = msg else { continue };
+        let turn = s.begin(&cred, call(&Method::GET, &uri, &headers, text.as_bytes()));
+        let req: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
+        let model = req["model"].as_str().unwrap_or("gpt-5.1-codex").to_owned();
+        if let Some(prev) = req["previous_response_id"].as_str()
+            && !known.contains(prev)
+        {
+            let err = json!({"type": "error", "status": 400, "error": {"type": "invalid_request_error",
+                "code": "previous_response_not_found", "message": format!("Previous response with id '{prev}' not found.")}});
+            if socket.send(Message::Text(err.to_string().into())).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        if let Step::Status { status, .. } = &turn.step {
+            let err = json!({"type": "error", "status": status, "error": {"type": "server_error", "code": "scripted", "message": "scripted"}});
+            if socket.send(Message::Text(err.to_string().into())).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let resp_id = format!("resp_{}", turn.id);
+        if req["generate"].as_bool() == Some(false) {
+            for (kind, status) in [("response.created", "in_progress"), ("response.completed", "completed")] {
+                let ev = json!({"type": kind, "response": {"id": resp_id, "object": "response", "model": model,
+                    "status": status, "output": [], "usage": if status == "completed" {
+                        json!({"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0, "total_tokens": 0})
+                    } else { Value::Null }}});
+                if socket.send(Message::Text(ev.to_string().into())).await.is_err() {
+                    return;
+                }
+            }
+            known.insert(resp_id);
+            continue;
+        }
+        let (actions, _) = events(&turn, &model);
+        for action in actions {
+            match action {
+                Action::Send(sse) => {
+                    let data = sse.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("{}").to_owned();
+                    if socket.send(Message::Text(data.into())).await.is_err() {
+                        return;
+                    }
+                }
+                Action::Sleep(ms) => tokio::time::sleep(std::time::Duration::from_millis(ms)).await,
+                Action::Abort => return,
+                Action::Stall => {
+                    while let Some(Ok(_)) = socket.recv().await {}
+                    return;
+                }
+            }
+        }
+        known.insert(resp_id);
+    }
+}
