@@ -173,6 +173,11 @@ async fn responses_stream_relays_events_unchanged_and_records_usage() {
     assert!(rec["first_output_ms"].as_i64().is_some());
     assert!(rec["first_output_ms"].as_i64() <= rec["duration_ms"].as_i64());
 
+    // the key shows when it was last used
+    let mut admin = r.t.admin().await;
+    let (_, keys) = admin.call(Method::GET, "/api/me/keys", None).await;
+    assert!(keys[0]["last_used_at"].is_string(), "{keys}");
+
     // REC-2 privacy: nothing of the prompt, the key or the session lands in the database.
     let db = r.t.db_bytes();
     for secret in ["MARKER-PROMPT-51e9", "sess-1", r.key.as_str(), CODEX_TOKEN] {

@@ -103,8 +103,28 @@ async fn write_batch(
         });
         insert.build().execute(&mut *tx).await?;
     }
+    touch_keys(&mut tx, batch).await?;
     prune(&mut tx, now_ms, retention).await?;
     tx.commit().await
+}
+
+/// Stamps each used key's `last_used_at` (unix seconds) once per batch, never moving it back.
+async fn touch_keys(conn: &mut sqlx::SqliteConnection, batch: &[NewRecord]) -> sqlx::Result<()> {
+    let mut latest: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
+    for r in batch {
+        if let Some(key) = r.key_id {
+            let at = r.started_at_ms / 1000;
+            latest.entry(key).and_modify(|v| *v = (*v).max(at)).or_insert(at);
+        }
+    }
+    for (key, at) in latest {
+        sqlx::query("UPDATE api_keys SET last_used_at = MAX(COALESCE(last_used_at, 0), ?) WHERE id = ?")
+            .bind(at)
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Deletes records older than the window or beyond the newest `max_rows` (REC-5).
