@@ -4,7 +4,7 @@
 # calls so there is traffic, and prints how to sign in and call it. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=target/release
+BIN=${SUBLANE_BIN_DIR:-target/release}
 ADDR=${SUBLANE_DEMO_ADDR:-127.0.0.1:3000}
 MOCK_ADDR=${SUBLANE_DEMO_MOCK_ADDR:-127.0.0.1:4000}
 BASE=http://$ADDR
@@ -45,7 +45,7 @@ for i in 1 2 3; do
     -d '{"model":"gpt-5.1-codex","stream":true,"input":"hello"}' "$BASE/v1/responses"
 done
 curl -s -o /dev/null -H "x-api-key: $KEY" -H 'Content-Type: application/json' \
-  -d '{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}' "$BASE/v1/messages"
+  -d '{"model":"claude-opus-4-8","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}' "$BASE/v1/messages"
 
 cat <<MSG
 
@@ -58,7 +58,7 @@ SubLane demo is running (mock upstream on $MOCK, data in $DATA).
        -d '{"model":"gpt-5.1-codex","stream":true,"input":"Say hi"}'
 
   curl $BASE/v1/messages -H "x-api-key: $KEY" -H 'Content-Type: application/json' \\
-       -d '{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
+       -d '{"model":"claude-opus-4-8","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
 
 Press Ctrl-C to stop.
 MSG

@@ -27,6 +27,13 @@ pub trait Backend: Send + Sync + 'static {
     async fn my_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError>;
     async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError>;
     async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError>;
+    /// Request records: the member's own, or with `everyone` (admins only) the workspace's.
+    async fn requests(
+        &self,
+        me: &MemberView,
+        filter: RequestFilter,
+        everyone: bool,
+    ) -> Result<Page<RequestRecord>, AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

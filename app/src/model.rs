@@ -348,6 +348,95 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
+/// One request record as people see it (REC-2). Personal views never carry account fields (REC-3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub id: i64,
+    pub request_id: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i64,
+    /// REC-7 "first output"; null for compaction, streams without deltas and non-streaming calls.
+    pub first_output_ms: Option<i64>,
+    pub model: String,
+    pub operation: String,
+    pub key_id: Option<i64>,
+    pub key_name: Option<String>,
+    pub outcome: String,
+    pub error_code: Option<String>,
+    pub upstream_status: Option<u16>,
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    /// Admin views only.
+    pub member_id: Option<i64>,
+    pub username: Option<String>,
+    pub account_id: Option<i64>,
+    /// Admin views only; "deleted" for deleted accounts (ACC-5).
+    pub account_name: Option<String>,
+    pub provider: Option<String>,
+}
+
+impl RequestRecord {
+    /// REC-6: cached / input as a percentage with one decimal; `None` (shown as an em dash) when
+    /// a count is missing, input is zero, or cached exceeds input.
+    pub fn cache_hit_rate(&self) -> Option<f64> {
+        match (self.input_tokens, self.cached_tokens) {
+            (Some(input), Some(cached)) if input > 0 && cached <= input && cached >= 0 => {
+                Some((cached as f64 * 1000.0 / input as f64).round() / 10.0)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// REC-4 filters; `from` inclusive and `until` exclusive, unix seconds. `user_id` and
+/// `account_id` are honoured on admin routes only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestFilter {
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub cursor: Option<i64>,
+    #[serde(default)]
+    pub outcome: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub request_id: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub key_id: Option<i64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub from: Option<i64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub until: Option<i64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub user_id: Option<i64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub account_id: Option<i64>,
+}
+
+/// Reads `""` (an empty form field) as `None`, and numbers given as strings (query strings).
+fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Num(i64),
+        Text(String),
+    }
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Num(n)) => Ok(Some(n)),
+        Some(Raw::Text(t)) if t.trim().is_empty() => Ok(None),
+        Some(Raw::Text(t)) => t.trim().parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// A page of results (REC-5: 50 per page, cursor based).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass as `cursor` for the next (older) page; `None` on the last page.
+    pub next_cursor: Option<i64>,
+}
+
 /// serde helper: distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
 mod double_option {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -387,6 +476,41 @@ mod tests {
         let c: CredentialInput =
             serde_json::from_str(r#"{"kind":"api_key","api_key":"sk-very-secret"}"#).unwrap();
         assert!(!format!("{c:?}").contains("very-secret"));
+    }
+
+    fn record(input: Option<i64>, cached: Option<i64>) -> RequestRecord {
+        RequestRecord {
+            id: 1,
+            request_id: "req_1".into(),
+            started_at: DateTime::default(),
+            duration_ms: 1,
+            first_output_ms: None,
+            model: "m".into(),
+            operation: "responses".into(),
+            key_id: None,
+            key_name: None,
+            outcome: "success".into(),
+            error_code: None,
+            upstream_status: None,
+            input_tokens: input,
+            output_tokens: None,
+            cached_tokens: cached,
+            member_id: None,
+            username: None,
+            account_id: None,
+            account_name: None,
+            provider: None,
+        }
+    }
+
+    #[test]
+    fn cache_hit_rate_rules() {
+        assert_eq!(record(Some(120), Some(64)).cache_hit_rate(), Some(53.3));
+        assert_eq!(record(Some(100), Some(0)).cache_hit_rate(), Some(0.0));
+        assert_eq!(record(Some(0), Some(0)).cache_hit_rate(), None);
+        assert_eq!(record(Some(10), Some(11)).cache_hit_rate(), None);
+        assert_eq!(record(None, Some(1)).cache_hit_rate(), None);
+        assert_eq!(record(Some(1), None).cache_hit_rate(), None);
     }
 
     #[test]

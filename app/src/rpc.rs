@@ -100,3 +100,15 @@ pub async fn create_key(name: String, pool_id: Option<i64>) -> Result<CreatedApi
 pub async fn revoke_key(id: i64) -> Result<(), AppError> {
     ssr::finish(async { ssr::backend()?.revoke_my_key(&ssr::require_member().await?, id).await }.await)
 }
+
+/// Request records; `everyone` lists the whole workspace (admins only).
+#[server(prefix = "/rpc", endpoint = "requests")]
+pub async fn list_requests(
+    // Form encoding omits a struct whose fields are all unset; absent means "no filter".
+    #[server(default)] filter: RequestFilter,
+    #[server(default)] everyone: bool,
+) -> Result<Page<RequestRecord>, AppError> {
+    ssr::finish(
+        async { ssr::backend()?.requests(&ssr::require_member().await?, filter, everyone).await }.await,
+    )
+}

@@ -14,7 +14,12 @@ use axum::Router;
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
 
-use crate::{app_state::AppState, auth::session, keys, pools};
+use crate::{
+    app_state::AppState,
+    auth::session,
+    keys, pools,
+    records::query::{self, Scope},
+};
 
 /// Server functions and pages, ready to merge into the main router.
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -69,6 +74,20 @@ impl Backend for ServerBackend {
     async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError> {
         let new = NewApiKey { member_id: None, ..new };
         Ok(keys::create(&self.state.db, &*self.state.clock, me.id, new).await?)
+    }
+
+    async fn requests(
+        &self,
+        me: &MemberView,
+        filter: RequestFilter,
+        everyone: bool,
+    ) -> Result<Page<RequestRecord>, AppError> {
+        let scope = match (everyone, me.is_admin()) {
+            (false, _) => Scope::Member(me.id),
+            (true, true) => Scope::Admin,
+            (true, false) => return Err(crate::error::Error::forbidden("this needs an admin").into()),
+        };
+        Ok(query::list(&self.state.db, &*self.state.clock, scope, &filter).await?)
     }
 
     async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError> {

@@ -641,3 +641,86 @@ async fn responses_websocket_turns_with_warmup_and_continuation() {
     assert_eq!(recs[1]["outcome"], "error");
     assert_eq!(recs[1]["error_code"], "previous_response_not_found");
 }
+
+/// API-2, REC-3, REC-4: personal history is scoped in SQL; admins see everyone and accounts.
+#[tokio::test]
+async fn request_history_is_scoped_filtered_and_paged() {
+    let r = Rig::start().await;
+    let mut admin = r.t.admin().await;
+    let (mut bob, bob_id) = r.t.member(&admin, "bob").await;
+    let (_, k) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "bob-key"}))).await;
+    let bob_key = k["secret"].as_str().unwrap().to_owned();
+    for key in [&r.key, &r.key, &bob_key] {
+        let resp = r
+            .http
+            .post(format!("{}/v1/responses", r.t.base))
+            .bearer_auth(key)
+            .body(RESPONSES_BODY)
+            .send()
+            .await
+            .unwrap();
+        resp.text().await.unwrap();
+    }
+    r.http
+        .post(format!("{}/v1/messages", r.t.base))
+        .bearer_auth(&bob_key)
+        .json(&json!({"model": "claude-opus-4-8", "messages": []}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    r.records(4).await;
+
+    let (status, mine) = bob.call(Method::GET, "/api/me/requests", None).await;
+    assert_eq!(status, StatusCode::OK, "{mine}");
+    let items = mine["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "only bob's own records");
+    assert_eq!(items[0]["model"], "claude-opus-4-8", "newest first");
+    assert_eq!(items[0]["key_name"], "bob-key");
+    assert!(
+        items
+            .iter()
+            .all(|i| i["account_id"].is_null() && i["account_name"].is_null() && i["username"].is_null())
+    );
+    // no client input can widen a personal view
+    let (_, widened) = bob.call(Method::GET, "/api/me/requests?user_id=1", None).await;
+    assert_eq!(widened["items"].as_array().unwrap().len(), 2);
+    let (_, filtered) =
+        bob.call(Method::GET, "/api/me/requests?model=gpt-5.1-codex&from=&cursor=", None).await;
+    assert_eq!(filtered["items"].as_array().unwrap().len(), 1);
+    let (status, _) = bob.call(Method::GET, "/api/requests", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = bob.call(Method::GET, "/api/me/requests?cursor=abc", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let (_, all) = admin.call(Method::GET, "/api/requests", None).await;
+    let items = all["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4);
+    assert!(items.iter().all(|i| i["username"].is_string() && i["account_name"].is_string()));
+    let (_, only_bob) =
+        admin.call(Method::GET, &format!("/api/requests?user_id={bob_id}&outcome=success"), None).await;
+    assert_eq!(only_bob["items"].as_array().unwrap().len(), 2);
+    assert_eq!(only_bob["next_cursor"], Value::Null);
+
+    // a deleted account still shows, as "deleted" (ACC-5)
+    admin.call(Method::DELETE, "/api/accounts/2", None).await;
+    let (_, all) = admin.call(Method::GET, "/api/requests?account_id=2", None).await;
+    assert_eq!(all["items"][0]["account_name"], "deleted");
+
+    // the Requests page shows the records, rendered on the server
+    let html = bob
+        .request(Method::GET, "/")
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("claude-opus-4-8") && html.contains("bob-key") && html.contains("53.3 %"),
+        "{html}"
+    );
+}

@@ -87,3 +87,22 @@ async fn server_function_errors_use_the_right_status() {
     let resp = c.request(Method::POST, "/rpc/my_keys").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// The Requests page's server function with no filter set: form encoding omits the argument.
+#[tokio::test]
+async fn request_history_server_function_accepts_an_absent_filter() {
+    let t = TestServer::start().await;
+    let admin = t.admin().await;
+    for body in ["", "everyone=true"] {
+        let resp = admin
+            .request(Method::POST, "/rpc/requests")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{body:?}");
+        let v: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(v["items"], serde_json::json!([]));
+    }
+}

@@ -7,5 +7,5 @@ mod requests;
 
 pub use keys::KeysPage;
 pub use login::LoginPage;
-pub use placeholders::{AccountsPage, AdminRequestsPage, MembersPage, NotFound, PoolsPage};
-pub use requests::RequestsPage;
+pub use placeholders::{AccountsPage, MembersPage, NotFound, PoolsPage};
+pub use requests::{AdminRequestsPage, RequestsPage};

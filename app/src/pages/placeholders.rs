@@ -3,19 +3,7 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::{
-    components::{ComingSoon, PageHeader},
-    pages::requests::RequestTable,
-};
-
-#[component]
-pub fn AdminRequestsPage() -> impl IntoView {
-    view! {
-        <Title text="All requests" />
-        <PageHeader title="All requests" description="Every member's model calls, with routing explanations." />
-        <RequestTable />
-    }
-}
+use crate::components::{ComingSoon, PageHeader};
 
 #[component]
 pub fn AccountsPage() -> impl IntoView {

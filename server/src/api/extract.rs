@@ -3,7 +3,7 @@
 
 use axum::{
     Json,
-    extract::{FromRequest, FromRequestParts, Path, Request, rejection::JsonRejection},
+    extract::{FromRequest, FromRequestParts, Path, Query, Request, rejection::JsonRejection},
     http::request::Parts,
 };
 use serde::de::DeserializeOwned;
@@ -44,6 +44,24 @@ where
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(v)| ApiPath(v))
+            .map_err(|e| Error::BadRequest(e.body_text()))
+    }
+}
+
+/// Query-string parameters.
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| ApiQuery(v))
             .map_err(|e| Error::BadRequest(e.body_text()))
     }
 }

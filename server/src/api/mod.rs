@@ -7,6 +7,7 @@ mod extract;
 mod keys;
 mod members;
 mod pools;
+mod requests;
 mod session;
 
 use app::model::{ErrorBody, ErrorDetail};
@@ -17,7 +18,7 @@ use axum::{
 
 use crate::{app_state::AppState, error::Error};
 
-pub use extract::{ApiJson, ApiPath};
+pub use extract::{ApiJson, ApiPath, ApiQuery};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -26,6 +27,7 @@ pub fn router() -> Router<AppState> {
         .merge(pools::router())
         .merge(accounts::router())
         .merge(keys::router())
+        .merge(requests::router())
         .fallback(|| async { Error::NotFound("API route") })
         .method_not_allowed_fallback(|| async { MethodNotAllowed })
 }

@@ -4,11 +4,12 @@
 //! A record holds exactly the fields of REC-2. Nothing in it can carry a prompt, a body, a
 //! header, an IP, a session id or a credential: the types below have no place for them.
 
+pub mod query;
 mod writer;
 
 use std::time::Duration;
 
-pub use writer::{RecordSink, Retention, spawn_writer};
+pub use writer::{RecordSink, Retention, prune, spawn_writer};
 
 /// Retention window (REC-5).
 pub const RETENTION_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
