@@ -724,3 +724,39 @@ async fn request_history_is_scoped_filtered_and_paged() {
         "{html}"
     );
 }
+
+/// PX-6: a stream through SubLane is byte for byte the upstream's (ids and counters aside, which
+/// differ between two upstream calls).
+#[tokio::test]
+async fn streams_are_byte_identical_to_the_upstream() {
+    let r = Rig::start().await;
+    let digits = |s: &str| s.chars().map(|c| if c.is_ascii_digit() { '#' } else { c }).collect::<String>();
+    let body = json!({"model": "claude-opus-4-8", "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let direct = r
+        .http
+        .post(format!("{}/v1/messages", r.mock.url()))
+        .bearer_auth(CLAUDE_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let via = r.post("/v1/messages").json(&body).send().await.unwrap().text().await.unwrap();
+    assert_eq!(digits(&via), digits(&direct));
+
+    let direct = r
+        .http
+        .post(format!("{}/backend-api/codex/responses", r.mock.url()))
+        .bearer_auth(CODEX_TOKEN)
+        .body(RESPONSES_BODY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let via = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap().text().await.unwrap();
+    assert_eq!(digits(&via), digits(&direct));
+}

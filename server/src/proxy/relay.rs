@@ -332,6 +332,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn idle_timeout_counts_upstream_silence_not_heartbeats() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut t = timing(None);
+        t.idle_timeout = Some(Duration::from_secs(25));
+        let mut body =
+            relay(stream, None, Observer::new(Grammar::Responses), t, HardStop::new(), None, on_end)
+                .into_data_stream();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        while body.next().await.is_some() {}
+        tokio::task::yield_now().await;
+        let end = ended.lock().unwrap().take().unwrap();
+        assert!(end.idle_timed_out, "25 s without upstream bytes, heartbeats notwithstanding");
+        drop(up);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn shutdown_after_grace_ends_the_stream_and_reports_it() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
