@@ -1,8 +1,9 @@
 //! `make bench`: the proxy's cost, measured against calling the mock upstream directly in the
 //! same run (same machine, same client, same mock), so the figures are ratios, not absolutes.
 //!
-//! - added latency at concurrency 1: p50/p99 of (SubLane - direct) for a non-streaming
-//!   Responses call, and for time-to-first-byte of a streaming one;
+//! - added latency at concurrency 1 (samples of both paths interleaved): p50/p99 of SubLane minus
+//!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
+//!   streaming one;
 //! - throughput at concurrency 64 for both paths, and SubLane's share of direct.
 //!
 //! Targets (proxy issue): added p99 at c=1 under 200 us; SubLane throughput >= 70 % of direct.
@@ -65,8 +66,7 @@ async fn main() {
         "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
     );
     for (label, stream) in [("non-streaming JSON", false), ("streaming, time to first byte", true)] {
-        let d = latencies(&http, &direct, stream).await;
-        let s = latencies(&http, &sublane, stream).await;
+        let (d, s) = latencies(&http, &direct, &sublane, stream).await;
         let (dp50, dp99) = (pct(&d, 0.50), pct(&d, 0.99));
         let (sp50, sp99) = (pct(&s, 0.50), pct(&s, 0.99));
         println!("c=1 {label}:");
@@ -155,16 +155,26 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
     }
 }
 
-async fn latencies(http: &reqwest::Client, path: &Path, stream: bool) -> Vec<Duration> {
+/// Samples both paths alternately, so both see the same machine conditions (this box is shared
+/// by the client, the mock and SubLane; drift would otherwise land on one path only).
+async fn latencies(
+    http: &reqwest::Client,
+    a: &Path,
+    b: &Path,
+    stream: bool,
+) -> (Vec<Duration>, Vec<Duration>) {
     for _ in 0..WARMUP {
-        once(http, path, stream).await;
+        once(http, a, stream).await;
+        once(http, b, stream).await;
     }
-    let mut v = Vec::with_capacity(SAMPLES);
+    let (mut va, mut vb) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
     for _ in 0..SAMPLES {
-        v.push(once(http, path, stream).await);
+        va.push(once(http, a, stream).await);
+        vb.push(once(http, b, stream).await);
     }
-    v.sort();
-    v
+    va.sort();
+    vb.sort();
+    (va, vb)
 }
 
 async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
