@@ -15,6 +15,7 @@ use crate::{
         directory::Directory,
     },
     records::RecordSink,
+    scheduler::admission::Admission,
 };
 
 #[derive(Clone)]
@@ -37,6 +38,8 @@ pub struct AppState {
     pub principals: Arc<Principals>,
     /// Pools and accounts as the proxy routes over them.
     pub directory: Arc<Directory>,
+    /// Workspace and member concurrency (ADM-2, ADM-3).
+    pub admission: Arc<Admission>,
     /// Cancelled when the shutdown grace period is over: open streams end (OPS-3).
     pub hard_stop: tokio_util::sync::CancellationToken,
 }

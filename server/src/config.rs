@@ -17,6 +17,8 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:3000";
 pub const DEFAULT_DATA_DIR: &str = "./data";
 /// Lifetime of a browser session (ID-2).
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Operations in flight at once, waiters and metadata reads included (ADM-2).
+pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
 /// Where the built site (`pkg/` with wasm, js, css) is served from.
 pub const DEFAULT_SITE_ROOT: &str = "target/site";
 
@@ -89,6 +91,9 @@ pub struct Settings {
     /// Directory of the built web assets (pkg/) [env: SUBLANE_SITE_ROOT] [default: target/site]
     #[arg(long, value_name = "DIR")]
     pub site_root: Option<PathBuf>,
+    /// Operations in flight at once, model calls and metadata reads (ADM-2) [env: SUBLANE_WORKSPACE_CAPACITY] [default: 128]
+    #[arg(long, value_name = "N")]
+    pub workspace_capacity: Option<usize>,
     /// End a stream when the upstream sends nothing for this long, e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -147,6 +152,8 @@ pub struct Config {
     pub site_root: PathBuf,
     /// CD-6: optional stream idle timeout (upstream bytes only); off by default.
     pub stream_idle_timeout: Option<Duration>,
+    /// ADM-2: operations in flight at once.
+    pub workspace_capacity: usize,
     pub upstream: UpstreamUrls,
 }
 
@@ -184,6 +191,9 @@ impl Settings {
                 .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_SESSION_TTL", e)))
                 .transpose()?,
             site_root: var("SUBLANE_SITE_ROOT").map(PathBuf::from),
+            workspace_capacity: var("SUBLANE_WORKSPACE_CAPACITY")
+                .map(|v| v.parse().map_err(|e| env_err("SUBLANE_WORKSPACE_CAPACITY", e)))
+                .transpose()?,
             stream_idle_timeout: var("SUBLANE_STREAM_IDLE_TIMEOUT")
                 .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_STREAM_IDLE_TIMEOUT", e)))
                 .transpose()?,
@@ -220,6 +230,7 @@ impl Settings {
             session_ttl: over.session_ttl.or(self.session_ttl),
             site_root: over.site_root.or(self.site_root),
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
+            workspace_capacity: over.workspace_capacity.or(self.workspace_capacity),
             upstream: UpstreamSettings {
                 codex_base_url: o.codex_base_url.or(u.codex_base_url),
                 codex_usage_url: o.codex_usage_url.or(u.codex_usage_url),
@@ -246,6 +257,10 @@ impl Settings {
                 database_url.split(':').next().unwrap_or_default()
             )));
         }
+        let workspace_capacity = self.workspace_capacity.unwrap_or(DEFAULT_WORKSPACE_CAPACITY);
+        if workspace_capacity == 0 {
+            return Err(ConfigError::Invalid("workspace capacity must be at least 1".into()));
+        }
         let u = self.upstream;
         let url = |v: Option<url::Url>, default: &str| -> Result<url::Url, ConfigError> {
             match v {
@@ -269,6 +284,7 @@ impl Settings {
             session_ttl: self.session_ttl.unwrap_or(DEFAULT_SESSION_TTL),
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
+            workspace_capacity,
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
                 codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,
@@ -333,6 +349,7 @@ mod tests {
         assert_eq!(c.session_ttl, DEFAULT_SESSION_TTL);
         assert!(c.admin_password.is_none());
         assert_eq!(c.upstream.codex_base_url.as_str(), DEFAULT_CODEX_BASE_URL);
+        assert_eq!(c.workspace_capacity, 128);
         assert!(!c.secure_cookies());
     }
 

@@ -18,6 +18,7 @@ pub mod pools;
 pub mod providers;
 pub mod proxy;
 pub mod records;
+pub mod scheduler;
 pub mod serve;
 pub mod validate;
 pub mod web;

@@ -116,6 +116,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         records::spawn_writer(db.clone(), Arc::clone(&clock), records::Retention::default());
     let generation = Generation::default();
     let hard_stop = CancellationToken::new();
+    let admission = Arc::new(crate::scheduler::admission::Admission::new(config.workspace_capacity));
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -128,6 +129,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         directory: Arc::new(Directory::new(generation.clone())),
         generation,
         hard_stop: hard_stop.clone(),
+        admission,
     };
     let router = router(state);
 

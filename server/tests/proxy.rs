@@ -760,3 +760,80 @@ async fn streams_are_byte_identical_to_the_upstream() {
     let via = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap().text().await.unwrap();
     assert_eq!(digits(&via), digits(&direct));
 }
+
+/// ADM-3: a member at their concurrency limit gets 429 member_concurrency_exceeded (recorded as
+/// rejected); the slot returns when the stream ends.
+#[tokio::test]
+async fn member_concurrency_limit_rejects_and_frees_on_completion() {
+    let r = Rig::start().await;
+    let mut admin = r.t.admin().await;
+    admin.call(Method::PATCH, "/api/members/1", Some(json!({"concurrency_limit": 1}))).await;
+    r.script(CLAUDE_TOKEN, json!({"deltas": 5, "delta_delay_ms": 100})).await;
+    let body = json!({"model": "claude-opus-4-8", "max_tokens": 8, "stream": true, "messages": []});
+    let slow = r.post("/v1/messages").json(&body).send().await.unwrap();
+    assert_eq!(slow.status(), StatusCode::OK);
+
+    let resp = r.post("/v1/messages").json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "member_concurrency_exceeded");
+
+    slow.text().await.unwrap(); // the stream ends, the slot comes back
+    let recs = r.records(2).await;
+    let ok = r.post("/v1/messages").json(&body).send().await.unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    ok.text().await.unwrap();
+    assert_eq!(recs[0]["outcome"], "rejected");
+    assert_eq!(recs[0]["error_code"], "member_concurrency_exceeded");
+    assert_eq!(recs[1]["outcome"], "success");
+}
+
+/// ADM-2: a full workspace answers 429 workspace_busy without a record, for model calls and
+/// model discovery alike.
+#[tokio::test]
+async fn workspace_capacity_rejects_without_a_record() {
+    let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let m = mock.url();
+    let t = TestServer::start_with(&[
+        ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
+        ("SUBLANE_ANTHROPIC_BASE_URL", m.as_str()),
+        ("SUBLANE_WORKSPACE_CAPACITY", "1"),
+    ])
+    .await;
+    let mut admin = t.admin().await;
+    admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(json!({"provider": "anthropic_api", "name": "k", "pool_ids": [1],
+            "credentials": {"kind": "api_key", "api_key": "sk-ant-k"}})),
+        )
+        .await;
+    let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "w"}))).await;
+    let key = key["secret"].as_str().unwrap().to_owned();
+    let http = reqwest::Client::new();
+    http.put(format!("{m}/__mock/accounts/sk-ant-k"))
+        .json(&json!({"deltas": 5, "delta_delay_ms": 100}))
+        .send()
+        .await
+        .unwrap();
+    let body = json!({"model": "claude-opus-4-8", "max_tokens": 8, "stream": true, "messages": []});
+    let slow =
+        http.post(format!("{}/v1/messages", t.base)).bearer_auth(&key).json(&body).send().await.unwrap();
+    assert_eq!(slow.status(), StatusCode::OK);
+    let busy =
+        http.post(format!("{}/v1/messages", t.base)).bearer_auth(&key).json(&body).send().await.unwrap();
+    assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(busy.headers()["retry-after"], "1");
+    let v: Value = busy.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "workspace_busy");
+    let models = http.get(format!("{}/v1/models", t.base)).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(models.status(), StatusCode::TOO_MANY_REQUESTS);
+    slow.text().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let url = format!("sqlite://{}?mode=ro", t.db_path().display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&pool).await.unwrap();
+    assert_eq!(n, 1, "only the admitted call is recorded");
+}

@@ -28,6 +28,7 @@ use crate::{
     keys::Principal,
     providers::{self, Observer, Operation, TargetError, observe::sanitize},
     records::{NewRecord, Outcome, Usage, bounded_model},
+    scheduler::admission::{MemberSlot, WorkspaceSlot},
 };
 
 /// CD-6: longest wait for upstream response headers on inference calls.
@@ -67,8 +68,9 @@ pub async fn handle(
     let started = Instant::now();
     let request_id = new_request_id();
     let mut resp = match admit(&s, &headers, path_model, raw).await {
-        Ok((principal, body, fields, model)) => {
-            let attempt = Attempt {
+        Ok((principal, body, fields, model, workspace)) => {
+            let member = s.admission.member(principal.member_id, limit_of(&principal));
+            let mut attempt = Attempt {
                 records: s.records.clone(),
                 request_id: request_id.clone(),
                 protocol: spec.protocol,
@@ -78,8 +80,17 @@ pub async fn handle(
                 principal,
                 model,
                 account: None,
+                slots: None,
             };
-            dispatch(&s, spec, attempt, &headers, query.as_deref(), body, fields).await
+            match member {
+                Some(member) => {
+                    attempt.slots = Some((workspace, member));
+                    dispatch(&s, spec, attempt, &headers, query.as_deref(), body, fields).await
+                }
+                None => {
+                    attempt.fail(GatewayError::member_concurrency_exceeded(), Outcome::Rejected, None).await
+                }
+            }
         }
         Err(e) => e.render(spec.protocol, Some(&request_id)),
     };
@@ -89,13 +100,18 @@ pub async fn handle(
     resp
 }
 
-/// Authentication and body checks: failures here create no record (REC-1).
+/// The member concurrency limit of a principal (ADM-3; 0 = unlimited).
+pub(super) fn limit_of(p: &Principal) -> u32 {
+    u32::try_from(p.concurrency_limit).unwrap_or(0)
+}
+
+/// Authentication, workspace admission and body checks: failures here create no record (REC-1).
 async fn admit(
     s: &AppState,
     headers: &HeaderMap,
     path_model: Option<String>,
     raw: Bytes,
-) -> Result<(Principal, Bytes, RoutingFields, String), GatewayError> {
+) -> Result<(Principal, Bytes, RoutingFields, String, WorkspaceSlot), GatewayError> {
     let key = presented_key(headers).ok_or_else(GatewayError::invalid_api_key)?;
     let principal = s
         .principals
@@ -105,13 +121,14 @@ async fn admit(
             GatewayError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
         })?
         .ok_or_else(GatewayError::invalid_api_key)?;
+    let workspace = s.admission.workspace().ok_or_else(GatewayError::workspace_busy)?;
     let body = request::decode(headers, raw)?;
     let fields = RoutingFields::parse(&body)?;
     let model = path_model
         .or_else(|| fields.model.clone())
         .filter(|m| !m.trim().is_empty())
         .ok_or_else(|| GatewayError::bad_request("the request has no model"))?;
-    Ok((principal, body, fields, model))
+    Ok((principal, body, fields, model, workspace))
 }
 
 /// One authenticated model attempt; recorded exactly once by one of its consuming methods.
@@ -126,6 +143,8 @@ pub(super) struct Attempt {
     pub principal: Principal,
     pub model: String,
     pub account: Option<(i64, Provider)>,
+    /// Workspace and member slots, released when the attempt is recorded (ADM-8).
+    pub slots: Option<(WorkspaceSlot, MemberSlot)>,
 }
 
 /// The end of an attempt, as recorded.
@@ -158,6 +177,8 @@ impl Attempt {
             routing: None,
         };
         self.records.send(record).await;
+        // The slots are released only now, after the record is queued (ADM-8).
+        drop(self.slots);
     }
 
     /// Answers with a gateway error and records it.

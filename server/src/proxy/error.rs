@@ -46,6 +46,26 @@ impl GatewayError {
         Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "missing or invalid API key")
     }
 
+    /// ADM-2: the workspace is at capacity.
+    pub fn workspace_busy() -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "workspace_busy",
+            "the gateway is at capacity; retry shortly",
+        )
+        .retry_after(1)
+    }
+
+    /// ADM-3: the member already has their limit of calls in flight.
+    pub fn member_concurrency_exceeded() -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "member_concurrency_exceeded",
+            "you already have the most concurrent requests your limit allows; retry when one ends",
+        )
+        .retry_after(1)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }

@@ -56,6 +56,8 @@ pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Pr
             ));
         }
     };
+    // A metadata read: it takes a workspace slot (ADM-2), never a model-request slot (PX-4).
+    let Some(_slot) = s.admission.workspace() else { return fail(GatewayError::workspace_busy()) };
     let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {
         Ok(snap) => snap,
         Err(_) => {

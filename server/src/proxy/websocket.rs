@@ -105,6 +105,12 @@ async fn session(
             continue;
         };
         let warmup = frame["generate"].as_bool() == Some(false);
+        // A turn holds workspace and member slots while it runs; an idle socket holds none (ADM-4).
+        let Some(workspace) = s.admission.workspace() else {
+            let _ = send_error(&mut client, &GatewayError::workspace_busy(), &request_id).await;
+            continue;
+        };
+        let member = s.admission.member(principal.member_id, super::call::limit_of(&principal));
         let mut attempt = Attempt {
             records: s.records.clone(),
             request_id: request_id.clone(),
@@ -115,7 +121,19 @@ async fn session(
             principal: principal.clone(),
             model: model.clone(),
             account: None,
+            slots: None,
         };
+        match member {
+            Some(member) => attempt.slots = Some((workspace, member)),
+            None => {
+                let e = GatewayError::member_concurrency_exceeded();
+                let _ = send_error(&mut client, &e, &request_id).await;
+                if !warmup {
+                    attempt.finish(failure(e.code, Outcome::Rejected)).await;
+                }
+                continue;
+            }
+        }
 
         // Policy is checked every turn; the account is chosen once per connection.
         let routed = route(&s, &principal, &model, only, &headers, &mut bound).await;

@@ -1,0 +1,110 @@
+//! Admission limits that need no queue (ADM-2, ADM-3).
+//!
+//! - Workspace capacity: at most `capacity` operations in flight at once, model calls and metadata
+//!   reads alike; over it the caller gets 429 `workspace_busy` (no record, REC-1).
+//! - Member concurrency: at most the member's `concurrency_limit` model calls at once (0 means
+//!   unlimited); over it 429 `member_concurrency_exceeded`. The limit is read per request, so a
+//!   changed limit applies to the next request and never interrupts admitted ones.
+//!
+//! Both hand out guards that release on drop; a request keeps them until its record is queued
+//! (ADM-8) — for streams, until the stream ends (ADM-4).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Default workspace capacity (ADM-2).
+pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
+
+pub struct Admission {
+    workspace: Arc<Semaphore>,
+    members: Arc<Mutex<HashMap<i64, u32>>>,
+}
+
+/// Holds one workspace slot.
+#[derive(Debug)]
+pub struct WorkspaceSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+/// Holds one of a member's concurrent-request slots.
+#[derive(Debug)]
+pub struct MemberSlot {
+    member_id: i64,
+    members: Arc<Mutex<HashMap<i64, u32>>>,
+}
+
+impl Drop for MemberSlot {
+    fn drop(&mut self) {
+        let mut m = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.member_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.member_id);
+            }
+        }
+    }
+}
+
+impl Admission {
+    pub fn new(workspace_capacity: usize) -> Self {
+        Admission { workspace: Arc::new(Semaphore::new(workspace_capacity)), members: Arc::default() }
+    }
+
+    /// A workspace slot, or `None` when the workspace is full (ADM-2).
+    pub fn workspace(&self) -> Option<WorkspaceSlot> {
+        Arc::clone(&self.workspace).try_acquire_owned().ok().map(WorkspaceSlot)
+    }
+
+    /// A slot of `member_id`'s concurrency, or `None` when `limit` are in use (ADM-3; 0 = no limit).
+    pub fn member(&self, member_id: i64, limit: u32) -> Option<MemberSlot> {
+        let mut m = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let in_use = m.entry(member_id).or_insert(0);
+        if limit != 0 && *in_use >= limit {
+            return None;
+        }
+        *in_use += 1;
+        Some(MemberSlot { member_id, members: Arc::clone(&self.members) })
+    }
+
+    /// Model calls of a member now in flight (for runtime views and tests).
+    pub fn member_in_flight(&self, member_id: i64) -> u32 {
+        self.members.lock().unwrap_or_else(|p| p.into_inner()).get(&member_id).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_capacity_is_a_hard_cap_and_slots_come_back() {
+        let a = Admission::new(2);
+        let one = a.workspace().unwrap();
+        let _two = a.workspace().unwrap();
+        assert!(a.workspace().is_none());
+        drop(one);
+        assert!(a.workspace().is_some());
+    }
+
+    #[test]
+    fn member_limit_zero_is_unlimited_and_changes_apply_to_new_requests() {
+        let a = Admission::new(10);
+        let first = a.member(7, 1).unwrap();
+        assert!(a.member(7, 1).is_none(), "limit 1 reached");
+        assert!(a.member(8, 1).is_some(), "other members are separate");
+        // raising the limit lets the next request in without touching the admitted one
+        let second = a.member(7, 2).unwrap();
+        assert_eq!(a.member_in_flight(7), 2);
+        // lowering it refuses new requests but interrupts nothing
+        assert!(a.member(7, 1).is_none());
+        drop(first);
+        drop(second);
+        assert_eq!(a.member_in_flight(7), 0);
+        let many: Vec<_> = (0..50).map(|_| a.member(9, 0).unwrap()).collect();
+        assert_eq!(a.member_in_flight(9), 50);
+        drop(many);
+        assert_eq!(a.member_in_flight(9), 0);
+    }
+}
