@@ -81,28 +81,8 @@ impl Rig {
         self.mock.state.calls(credential)
     }
 
-    /// The records table, polled until `n` rows exist (the writer is asynchronous).
     async fn records(&self, n: usize) -> Vec<Value> {
-        let url = format!("sqlite://{}?mode=ro", self.t.db_path().display());
-        for _ in 0..200 {
-            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-            let rows: Vec<String> = sqlx::query_scalar(
-                "SELECT json_object('request_id', request_id, 'outcome', outcome, 'operation', operation,
-                    'upstream_status', upstream_status, 'input', input_tokens, 'output', output_tokens,
-                    'cached', cached_tokens, 'first_output_ms', first_output_ms, 'error_code', error_code,
-                    'account_id', account_id, 'model', model, 'duration_ms', duration_ms)
-                 FROM request_records ORDER BY id",
-            )
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-            pool.close().await;
-            if rows.len() >= n {
-                return rows.iter().map(|r| serde_json::from_str(r).unwrap()).collect();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("fewer than {n} records were written");
+        self.t.records(n).await
     }
 }
 
@@ -465,10 +445,7 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
     let resp = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth("sk-sl-bad").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let url = format!("sqlite://{}?mode=ro", r.t.db_path().display());
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&pool).await.unwrap();
-    assert_eq!(n, 0, "model discovery creates no record (REC-1)");
+    assert!(r.records(0).await.is_empty(), "model discovery creates no record (REC-1)");
 }
 
 /// PX-3: Gemini clients served by an Antigravity account, envelope translated both ways.
@@ -549,25 +526,19 @@ async fn gemini_generate_and_stream_through_antigravity() {
     assert_eq!(v["error"]["status"], "NOT_FOUND");
 
     // records: usage from the inner usageMetadata, first output for the stream
-    let url = format!("sqlite://{}?mode=ro", t.db_path().display());
-    let mut rows = Vec::new();
-    for _ in 0..200 {
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        rows = sqlx::query_as::<_, (String, String, Option<i64>, Option<i64>, Option<i64>)>(
-            "SELECT operation, outcome, input_tokens, cached_tokens, first_output_ms FROM request_records ORDER BY id",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-        if rows.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(rows[0], ("gemini_generate".into(), "success".into(), Some(120), Some(64), None));
-    assert_eq!((rows[1].0.as_str(), rows[1].1.as_str()), ("gemini_stream", "success"));
-    assert!(rows[1].4.is_some());
+    let rows = t.records(2).await;
+    assert_eq!(
+        (
+            &rows[0]["operation"],
+            &rows[0]["outcome"],
+            &rows[0]["input"],
+            &rows[0]["cached"],
+            &rows[0]["first_output_ms"]
+        ),
+        (&json!("gemini_generate"), &json!("success"), &json!(120), &json!(64), &Value::Null)
+    );
+    assert_eq!((&rows[1]["operation"], &rows[1]["outcome"]), (&json!("gemini_stream"), &json!("success")));
+    assert!(rows[1]["first_output_ms"].is_i64());
     assert!(!contains(&t.db_bytes(), "MARKER-GEMINI"));
 }
 
@@ -831,9 +802,7 @@ async fn workspace_capacity_rejects_without_a_record() {
     let models = http.get(format!("{}/v1/models", t.base)).bearer_auth(&key).send().await.unwrap();
     assert_eq!(models.status(), StatusCode::TOO_MANY_REQUESTS);
     slow.text().await.unwrap();
+    t.records(1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let url = format!("sqlite://{}?mode=ro", t.db_path().display());
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&pool).await.unwrap();
-    assert_eq!(n, 1, "only the admitted call is recorded");
+    assert_eq!(t.records(0).await.len(), 1, "only the admitted call is recorded");
 }

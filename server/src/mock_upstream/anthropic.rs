@@ -163,32 +163,17 @@ fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         ),
         sse("ping", &json!({"type": "ping"})),
     ];
-    let cut = match turn.step {
-        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
-        _ => None,
-    };
-    let end = |a: &mut Vec<Action>| {
-        a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall })
-    };
-    let mut text = String::new();
-    for i in 0..sc.deltas {
-        if cut == Some(i) {
-            end(&mut a);
-            return (a, Value::Null);
-        }
-        if i > 0 && sc.delta_delay_ms > 0 {
-            a.push(Action::Sleep(sc.delta_delay_ms));
-        }
-        text.push_str(&sc.delta_text);
-        a.push(sse(
+    let (deltas, cut) = play::deltas(turn, |_| {
+        sse(
             "content_block_delta",
             &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": sc.delta_text}}),
-        ));
-    }
-    if cut.is_some() {
-        end(&mut a);
+        )
+    });
+    a.extend(deltas);
+    if cut {
         return (a, Value::Null);
     }
+    let text = sc.delta_text.repeat(sc.deltas as usize);
     if let Step::FailedEvent { code } = &turn.step {
         a.push(sse(
             "error",

@@ -186,25 +186,15 @@ fn chunks(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         r["candidates"] = json!([candidate]);
         r
     };
-    let cut = match turn.step {
-        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
-        _ => None,
-    };
-    let mut actions = Vec::new();
-    let mut text = String::new();
-    for i in 0..sc.deltas {
-        if cut == Some(i) {
-            actions.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
-            return (actions, Value::Null);
-        }
-        if i > 0 && sc.delta_delay_ms > 0 {
-            actions.push(Action::Sleep(sc.delta_delay_ms));
-        }
-        text.push_str(&sc.delta_text);
+    let (actions, cut) = play::deltas(turn, |i| {
         let last = i + 1 == sc.deltas;
         let envelope =
             json!({"response": chunk(&sc.delta_text, last), "traceId": format!("trace-{}", turn.id)});
-        actions.push(Action::Send(format!("data: {envelope}\n\n")));
+        Action::Send(format!("data: {envelope}\n\n"))
+    });
+    if cut {
+        return (actions, Value::Null);
     }
+    let text = sc.delta_text.repeat(sc.deltas as usize);
     (actions, chunk(&text, true))
 }

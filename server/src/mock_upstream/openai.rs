@@ -247,29 +247,17 @@ pub(crate) fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
             json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
         ),
     ];
-    let cut = match turn.step {
-        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
-        _ => None,
-    };
-    let mut text = String::new();
-    for i in 0..sc.deltas {
-        if cut == Some(i) {
-            a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
-            return (a, Value::Null);
-        }
-        if i > 0 && sc.delta_delay_ms > 0 {
-            a.push(Action::Sleep(sc.delta_delay_ms));
-        }
-        text.push_str(&sc.delta_text);
-        a.push(ev(
+    let (deltas, cut) = play::deltas(turn, |_| {
+        ev(
             "response.output_text.delta",
             json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": sc.delta_text, "logprobs": []}),
-        ));
-    }
-    if cut.is_some() {
-        a.push(if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall });
+        )
+    });
+    a.extend(deltas);
+    if cut {
         return (a, Value::Null);
     }
+    let text = sc.delta_text.repeat(sc.deltas as usize);
     let u = usage(sc.usage.input, sc.usage.cached, sc.usage.output);
     match &turn.step {
         Step::FailedEvent { code } => {

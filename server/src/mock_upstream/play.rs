@@ -15,6 +15,34 @@ pub(crate) enum Action {
     Stall,
 }
 
+/// The deltas of a scripted answer: `delta(i)` for each, with the script's delay between them,
+/// cut short by a `stall`/`abort` step. Returns the actions and whether the answer was cut (then
+/// nothing may follow).
+pub(crate) fn deltas(turn: &super::Turn, mut delta: impl FnMut(u32) -> Action) -> (Vec<Action>, bool) {
+    use super::Step;
+    let cut = match turn.step {
+        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
+        _ => None,
+    };
+    let end = || if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall };
+    let mut actions = Vec::new();
+    for i in 0..turn.script.deltas {
+        if cut == Some(i) {
+            actions.push(end());
+            return (actions, true);
+        }
+        if i > 0 && turn.script.delta_delay_ms > 0 {
+            actions.push(Action::Sleep(turn.script.delta_delay_ms));
+        }
+        actions.push(delta(i));
+    }
+    if cut.is_some() {
+        actions.push(end());
+        return (actions, true);
+    }
+    (actions, false)
+}
+
 /// One SSE event: `event: <name>` and the JSON payload.
 pub(crate) fn sse(name: &str, data: &serde_json::Value) -> Action {
     Action::Send(format!("event: {name}\ndata: {data}\n\n"))

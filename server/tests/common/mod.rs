@@ -79,6 +79,31 @@ impl TestServer {
         self.dir.path().join("sublane.db")
     }
 
+    /// The request records as JSON rows, oldest first, polled until at least `n` exist (the
+    /// writer is asynchronous).
+    pub async fn records(&self, n: usize) -> Vec<Value> {
+        let url = format!("sqlite://{}?mode=ro", self.db_path().display());
+        for _ in 0..200 {
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let rows: Vec<String> = sqlx::query_scalar(
+                "SELECT json_object('request_id', request_id, 'outcome', outcome, 'operation', operation,
+                    'upstream_status', upstream_status, 'input', input_tokens, 'output', output_tokens,
+                    'cached', cached_tokens, 'first_output_ms', first_output_ms, 'error_code', error_code,
+                    'account_id', account_id, 'model', model, 'duration_ms', duration_ms)
+                 FROM request_records ORDER BY id",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+            if rows.len() >= n {
+                return rows.iter().map(|r| serde_json::from_str(r).unwrap()).collect();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("fewer than {n} records were written");
+    }
+
     /// Every byte SubLane keeps on disk for this database (main file and WAL).
     pub fn db_bytes(&self) -> Vec<u8> {
         let mut all = std::fs::read(self.db_path()).unwrap_or_default();
