@@ -98,6 +98,8 @@ async fn admin_routes_refuse_anonymous_and_members() {
         (Method::GET, "/api/accounts/1", None),
         (Method::PATCH, "/api/accounts/1", Some(json!({"name": "b"}))),
         (Method::DELETE, "/api/accounts/1", None),
+        (Method::PATCH, "/api/accounts/1/limits", Some(json!({"max_concurrency": 5}))),
+        (Method::GET, "/api/requests", None),
         (Method::GET, "/api/keys", None),
         (Method::POST, "/api/keys", Some(json!({"name": "k", "member_id": 1}))),
         (Method::DELETE, "/api/keys/1", None),

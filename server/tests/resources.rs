@@ -273,3 +273,36 @@ async fn keys_show_expired_once_their_time_passes() {
     let (_, list) = admin.call(Method::GET, "/api/me/keys", None).await;
     assert_eq!(list[0]["status"], "expired");
 }
+
+/// API-1 / ADM-1: `PATCH /api/accounts/{id}/limits` takes 1..=1000 and answers 422 outside.
+#[tokio::test]
+async fn account_limits_route_validates_the_range() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (_, acct) =
+        admin.call(Method::POST, "/api/accounts", Some(json!({"provider": "codex", "name": "a"}))).await;
+    let path = format!("/api/accounts/{}/limits", acct["id"]);
+    for bad in [
+        json!({"max_concurrency": 0}),
+        json!({"max_concurrency": 1001}),
+        json!({"max_concurrency": -1}),
+        json!({}),
+    ] {
+        let (status, body) = admin.call(Method::PATCH, &path, Some(bad.clone())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad} -> {body}");
+    }
+    for good in [1, 1000, 7] {
+        let (status, body) = admin.call(Method::PATCH, &path, Some(json!({"max_concurrency": good}))).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["max_concurrency"], good);
+    }
+    let (mut bob, _) = t.member(&admin, "bob").await;
+    assert_eq!(
+        bob.call(Method::PATCH, &path, Some(json!({"max_concurrency": 5}))).await.0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        admin.call(Method::PATCH, "/api/accounts/999/limits", Some(json!({"max_concurrency": 5}))).await.0,
+        StatusCode::NOT_FOUND
+    );
+}

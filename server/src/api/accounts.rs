@@ -2,7 +2,12 @@
 //! accepted here and never returned.
 
 use app::model::{AccountPatch, AccountView, NewAccount};
-use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use axum::{
+    Json, Router,
+    extract::State,
+    http::StatusCode,
+    routing::{get, patch},
+};
 
 use crate::{
     accounts,
@@ -16,6 +21,25 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/accounts", get(list).post(create))
         .route("/accounts/{id}", get(show).patch(update).delete(remove))
+        .route("/accounts/{id}/limits", patch(limits))
+}
+
+/// `PATCH /api/accounts/{id}/limits` body (API-1).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Limits {
+    max_concurrency: u32,
+}
+
+/// API-1: the account's concurrency limit (ADM-1: 1..=1000, 422 outside).
+async fn limits(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(l): ApiJson<Limits>,
+) -> Result<Json<AccountView>> {
+    let patch = AccountPatch { max_concurrency: Some(l.max_concurrency), ..Default::default() };
+    Ok(Json(accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?))
 }
 
 async fn list(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<AccountView>>> {
