@@ -92,6 +92,25 @@ pub enum PolicyMode {
     Deny,
 }
 
+impl PolicyMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyMode::All => "all",
+            PolicyMode::Allow => "allow",
+            PolicyMode::Deny => "deny",
+        }
+    }
+
+    /// The stored name back as a mode; anything unknown is `All`.
+    pub fn parse(s: &str) -> PolicyMode {
+        match s {
+            "allow" => PolicyMode::Allow,
+            "deny" => PolicyMode::Deny,
+            _ => PolicyMode::All,
+        }
+    }
+}
+
 /// A pool's model policy: allow/deny list plus optional aliases (alias -> real model id).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

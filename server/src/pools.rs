@@ -23,19 +23,10 @@ struct PoolRow {
 
 impl PoolRow {
     fn view(self) -> PoolView {
-        let mode = match self.policy_mode.as_str() {
-            "allow" => PolicyMode::Allow,
-            "deny" => PolicyMode::Deny,
-            _ => PolicyMode::All,
-        };
         PoolView {
             id: self.id,
+            model_policy: policy_from_columns(&self.policy_mode, &self.policy_models, &self.model_aliases),
             name: self.name,
-            model_policy: ModelPolicy {
-                mode,
-                models: serde_json::from_str(&self.policy_models).unwrap_or_default(),
-                aliases: serde_json::from_str(&self.model_aliases).unwrap_or_default(),
-            },
             member_ids: validate::id_list(self.member_ids),
             account_ids: validate::id_list(self.account_ids),
             created_at: from_unix(self.created_at),
@@ -82,7 +73,7 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, new: NewPool) -> Result<
          VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
     )
     .bind(&name)
-    .bind(mode_str(new.model_policy.mode))
+    .bind(new.model_policy.mode.as_str())
     .bind(models)
     .bind(aliases)
     .bind(now)
@@ -109,7 +100,7 @@ pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: PoolPatc
          WHERE id = ?",
     )
     .bind(&name)
-    .bind(mode_str(policy.mode))
+    .bind(policy.mode.as_str())
     .bind(models)
     .bind(aliases)
     .bind(to_unix(clock.now()))
@@ -136,11 +127,12 @@ async fn replace_members(tx: &mut Transaction<'_, Sqlite>, pool_id: i64, member_
     Ok(())
 }
 
-fn mode_str(mode: PolicyMode) -> &'static str {
-    match mode {
-        PolicyMode::All => "all",
-        PolicyMode::Allow => "allow",
-        PolicyMode::Deny => "deny",
+/// A pool's model policy from its stored columns (mode name, JSON model list, JSON alias map).
+pub fn policy_from_columns(mode: &str, models: &str, aliases: &str) -> ModelPolicy {
+    ModelPolicy {
+        mode: PolicyMode::parse(mode),
+        models: serde_json::from_str(models).unwrap_or_default(),
+        aliases: serde_json::from_str(aliases).unwrap_or_default(),
     }
 }
 

@@ -21,6 +21,16 @@ use crate::{
 /// Name of the session cookie.
 pub const COOKIE: &str = "sublane_session";
 
+/// The session-lookup query, built once from the member columns (it runs on every signed-in
+/// request).
+static SESSION_MEMBER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let cols = members::COLUMNS.split(", ").map(|c| format!("m.{c}")).collect::<Vec<_>>().join(", ");
+    format!(
+        "SELECT {cols} FROM sessions s JOIN members m ON m.id = s.member_id
+         WHERE s.token_hash = ? AND s.expires_at > ? AND m.enabled = 1"
+    )
+});
+
 /// Opens a session for `member_id` and returns its token (to be set as the cookie).
 pub async fn create(db: &SqlitePool, clock: &dyn Clock, member_id: i64, ttl: Duration) -> Result<String> {
     let token = secrets::new_session_token();
@@ -40,15 +50,11 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, member_id: i64, ttl: Dur
 
 /// The enabled member behind a live session token.
 pub async fn member_for_token(db: &SqlitePool, clock: &dyn Clock, token: &str) -> Result<Option<MemberView>> {
-    let cols = members::COLUMNS.split(", ").map(|c| format!("m.{c}")).collect::<Vec<_>>().join(", ");
-    let row: Option<MemberRow> = sqlx::query_as(&format!(
-        "SELECT {cols} FROM sessions s JOIN members m ON m.id = s.member_id
-         WHERE s.token_hash = ? AND s.expires_at > ? AND m.enabled = 1"
-    ))
-    .bind(secrets::hash(token))
-    .bind(to_unix(clock.now()))
-    .fetch_optional(db)
-    .await?;
+    let row: Option<MemberRow> = sqlx::query_as(&SESSION_MEMBER)
+        .bind(secrets::hash(token))
+        .bind(to_unix(clock.now()))
+        .fetch_optional(db)
+        .await?;
     Ok(row.map(|r| r.view()))
 }
 

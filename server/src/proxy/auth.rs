@@ -45,6 +45,21 @@ impl Generation {
     }
 }
 
+/// The principal behind a model request's key: 401 `invalid_api_key` when missing or refused,
+/// 500 when the lookup itself fails (a platform fault is never disguised as a bad key, ERR-1).
+pub async fn authenticate_request(
+    s: &crate::app_state::AppState,
+    headers: &HeaderMap,
+) -> std::result::Result<Principal, super::error::GatewayError> {
+    use super::error::GatewayError;
+    let key = presented_key(headers).ok_or_else(GatewayError::invalid_api_key)?;
+    s.principals
+        .authenticate(&s.db, &*s.clock, key)
+        .await
+        .map_err(|_| GatewayError::internal())?
+        .ok_or_else(GatewayError::invalid_api_key)
+}
+
 /// The key a client presents, from the first header that has one.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);

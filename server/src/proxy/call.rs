@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{
-    auth::presented_key,
+    auth::authenticate_request,
     error::{GatewayError, Protocol},
     relay::{self, Timing},
     request::{self, RoutingFields},
@@ -112,15 +112,7 @@ async fn admit(
     path_model: Option<String>,
     raw: Bytes,
 ) -> Result<(Principal, Bytes, RoutingFields, String, WorkspaceSlot), GatewayError> {
-    let key = presented_key(headers).ok_or_else(GatewayError::invalid_api_key)?;
-    let principal = s
-        .principals
-        .authenticate(&s.db, &*s.clock, key)
-        .await
-        .map_err(|_| {
-            GatewayError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
-        })?
-        .ok_or_else(GatewayError::invalid_api_key)?;
+    let principal = authenticate_request(s, headers).await?;
     let workspace = s.admission.workspace().ok_or_else(GatewayError::workspace_busy)?;
     let body = request::decode(headers, raw)?;
     let fields = RoutingFields::parse(&body)?;
@@ -208,8 +200,7 @@ async fn dispatch(
     let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {
         Ok(snap) => snap,
         Err(_) => {
-            let e = GatewayError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error");
-            return attempt.fail(e, Outcome::Error, None).await;
+            return attempt.fail(GatewayError::internal(), Outcome::Error, None).await;
         }
     };
     let model = attempt.model.clone();
@@ -355,10 +346,14 @@ async fn dispatch(
         }
     };
     let mut bytes = bytes;
-    if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+    if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
         observer.body(&v);
-        if let Some(inner) = rewrite.and_then(|unwrap| unwrap(std::str::from_utf8(&bytes).unwrap_or(""))) {
-            bytes = Bytes::from(inner);
+        // Antigravity: the client gets the inner response, taken from the value already parsed.
+        if rewrite.is_some()
+            && let Some(inner) = v.get_mut("response").map(Value::take)
+            && let Ok(b) = serde_json::to_vec(&inner)
+        {
+            bytes = Bytes::from(b);
         }
     }
     let o = observer.seen;

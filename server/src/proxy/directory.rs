@@ -136,15 +136,7 @@ async fn load(db: &SqlitePool, sealer: &Sealer, generation: u64) -> Result<Snaps
     let mut pools: HashMap<i64, PoolRoutes> = policies
         .into_iter()
         .map(|(id, mode, models, aliases)| {
-            let policy = ModelPolicy {
-                mode: match mode.as_str() {
-                    "allow" => PolicyMode::Allow,
-                    "deny" => PolicyMode::Deny,
-                    _ => PolicyMode::All,
-                },
-                models: serde_json::from_str(&models).unwrap_or_default(),
-                aliases: serde_json::from_str(&aliases).unwrap_or_default(),
-            };
+            let policy = crate::pools::policy_from_columns(&mode, &models, &aliases);
             (id, PoolRoutes { policy, accounts: Vec::new(), next: AtomicUsize::new(0) })
         })
         .collect();

@@ -89,6 +89,11 @@ impl GatewayError {
         .retry_after(1)
     }
 
+    /// A fault of the gateway itself (details go to the log, never to the client).
+    pub fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
+    }
+
     /// The upstream could not be reached or broke before answering.
     pub fn upstream_unavailable() -> Self {
         Self::new(

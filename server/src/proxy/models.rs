@@ -9,13 +9,13 @@ use app::model::{PolicyMode, Provider};
 use axum::{
     Json,
     extract::State,
-    http::{HeaderMap, StatusCode},
+    http::HeaderMap,
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
 
 use super::{
-    auth::presented_key,
+    auth::authenticate_request,
     call::new_request_id,
     error::{GatewayError, Protocol},
 };
@@ -44,28 +44,16 @@ pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Pr
     let protocol = if anthropic { Protocol::Anthropic } else { Protocol::OpenAi };
     let request_id = new_request_id();
     let fail = |e: GatewayError| e.render(protocol, Some(&request_id));
-    let Some(key) = presented_key(&headers) else { return fail(GatewayError::invalid_api_key()) };
-    let principal = match s.principals.authenticate(&s.db, &*s.clock, key).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return fail(GatewayError::invalid_api_key()),
-        Err(_) => {
-            return fail(GatewayError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                "internal error",
-            ));
-        }
+    let principal = match authenticate_request(&s, &headers).await {
+        Ok(p) => p,
+        Err(e) => return fail(e),
     };
     // A metadata read: it takes a workspace slot (ADM-2), never a model-request slot (PX-4).
     let Some(_slot) = s.admission.workspace() else { return fail(GatewayError::workspace_busy()) };
     let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {
         Ok(snap) => snap,
         Err(_) => {
-            return fail(GatewayError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                "internal error",
-            ));
+            return fail(GatewayError::internal());
         }
     };
     let mut ids: Vec<String> = Vec::new();

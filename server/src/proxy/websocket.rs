@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
 
 use super::{
-    auth::presented_key,
+    auth::authenticate_request,
     call::{Attempt, Ending, REQUEST_DEADLINE, new_request_id},
     directory::Account,
     error::{GatewayError, Protocol},
@@ -49,12 +49,9 @@ pub async fn upgrade(
     only: Option<Provider>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let principal = match presented_key(&headers) {
-        Some(key) => s.principals.authenticate(&s.db, &*s.clock, key).await.ok().flatten(),
-        None => None,
-    };
-    let Some(principal) = principal else {
-        return GatewayError::invalid_api_key().render(Protocol::OpenAi, None).into_response();
+    let principal = match authenticate_request(&s, &headers).await {
+        Ok(p) => p,
+        Err(e) => return e.render(Protocol::OpenAi, None).into_response(),
     };
     ws.on_upgrade(move |socket| session(s, principal, headers, only, socket))
 }
@@ -186,16 +183,11 @@ async fn route(
     headers: &HeaderMap,
     bound: &mut Option<Binding>,
 ) -> Result<String, (GatewayError, Outcome)> {
-    let snapshot = s.directory.snapshot(&s.db, &s.sealer).await.map_err(|_| {
-        (
-            GatewayError::new(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                "internal error",
-            ),
-            Outcome::Error,
-        )
-    })?;
+    let snapshot = s
+        .directory
+        .snapshot(&s.db, &s.sealer)
+        .await
+        .map_err(|_| (GatewayError::internal(), Outcome::Error))?;
     let pool = snapshot
         .pool(principal.pool_id)
         .ok_or((GatewayError::no_available_account(model), Outcome::Rejected))?;
