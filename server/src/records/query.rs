@@ -137,3 +137,95 @@ pub async fn list(
         .collect();
     Ok(Page { items, next_cursor })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::{DateTime, TimeDelta};
+
+    use super::*;
+    use crate::{
+        clock::FakeClock,
+        records::{NewRecord, Outcome, Usage, spawn_writer},
+    };
+
+    fn record(n: i64, key: i64, started_at_ms: i64) -> NewRecord {
+        NewRecord {
+            request_id: format!("req_{n:04}"),
+            member_id: 1,
+            key_id: Some(key),
+            pool_id: Some(1),
+            account_id: None,
+            provider: None,
+            model: "m".into(),
+            operation: "responses",
+            started_at_ms,
+            duration_ms: 1,
+            first_output_ms: None,
+            outcome: Outcome::Success,
+            error_code: None,
+            upstream_status: Some(200),
+            usage: Usage::default(),
+            routing: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn pages_filters_and_pruning_on_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _lock) =
+            crate::db::open(&format!("sqlite://{}", dir.path().join("q.db").display())).await.unwrap();
+        let start = DateTime::from_timestamp(1_900_000_000, 0).unwrap();
+        let clock = FakeClock::new(start);
+        let t0 = start.timestamp_millis();
+        // 120 records, one second apart, alternating between keys 1 and 2
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), Default::default());
+        for n in 0..120 {
+            sink.send(record(n, 1 + n % 2, t0 + n * 1000)).await;
+        }
+        drop(sink);
+        task.await.unwrap();
+        let scope = Scope::Member(1);
+        let all = RequestFilter::default();
+
+        // REC-5: pages of 50, newest first, by cursor, to the end
+        let p1 = list(&db, &clock, scope, &all).await.unwrap();
+        assert_eq!(p1.items.len(), 50);
+        assert_eq!(p1.items[0].request_id, "req_0119");
+        let p2 =
+            list(&db, &clock, scope, &RequestFilter { cursor: p1.next_cursor, ..all.clone() }).await.unwrap();
+        assert_eq!(p2.items[0].request_id, "req_0069");
+        let p3 =
+            list(&db, &clock, scope, &RequestFilter { cursor: p2.next_cursor, ..all.clone() }).await.unwrap();
+        assert_eq!(p3.items.len(), 20);
+        assert_eq!(p3.next_cursor, None);
+
+        // REC-4: request id, key, and a [from, until) range in unix seconds
+        let one = RequestFilter { request_id: Some("req_0007".into()), ..all.clone() };
+        assert_eq!(list(&db, &clock, scope, &one).await.unwrap().items.len(), 1);
+        let key2 = RequestFilter { key_id: Some(2), ..all.clone() };
+        let p = list(&db, &clock, scope, &key2).await.unwrap();
+        assert!(p.items.iter().all(|r| r.key_id == Some(2)) && p.items.len() == 50);
+        let secs = start.timestamp();
+        let range = RequestFilter { from: Some(secs + 10), until: Some(secs + 20), ..all.clone() };
+        let p = list(&db, &clock, scope, &range).await.unwrap();
+        assert_eq!(p.items.len(), 10, "from inclusive, until exclusive");
+        assert_eq!(
+            (p.items[0].request_id.as_str(), p.items[9].request_id.as_str()),
+            ("req_0019", "req_0010")
+        );
+        assert!(list(&db, &clock, Scope::Member(2), &all).await.unwrap().items.is_empty());
+
+        // REC-5 on read: nothing is written, yet a read after the window shows only what is left
+        clock.advance(TimeDelta::days(7) + TimeDelta::seconds(60));
+        let p = list(&db, &clock, scope, &all).await.unwrap();
+        assert_eq!(p.items.len(), 50);
+        let older = RequestFilter { cursor: p.next_cursor, ..all.clone() };
+        let rest = list(&db, &clock, scope, &older).await.unwrap();
+        assert_eq!(rest.items.last().unwrap().request_id, "req_0060", "records older than 7 days are gone");
+        let left: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&db).await.unwrap();
+        assert_eq!(left, 60, "pruned in the database, not just hidden");
+    }
+}
