@@ -270,6 +270,44 @@ pub struct AccountView {
     pub created_at: DateTime<Utc>,
 }
 
+/// `GET /api/accounts/runtime` (API-1): one account's live scheduling state. Times are unix
+/// seconds and present only while they are in the future.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountRuntime {
+    pub id: i64,
+    pub name: String,
+    pub provider: Provider,
+    pub status: AccountStatus,
+    pub schedulable: bool,
+    /// Requests holding one of the account's slots now.
+    pub in_flight: u32,
+    pub max_concurrency: u32,
+    /// Requests waiting in the queues of the account's pools.
+    pub queue_depth: u32,
+    pub rate_limited_at: Option<i64>,
+    pub rate_limit_reset_at: Option<i64>,
+    pub overload_until: Option<i64>,
+    pub temp_unschedulable_until: Option<i64>,
+    pub temp_unschedulable_reason: Option<String>,
+    /// Models cooling or limited now.
+    pub limited_models: u32,
+    pub models: Vec<ModelRuntime>,
+}
+
+/// Per-model state of an account (API-1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRuntime {
+    pub model: String,
+    /// Requests sent to this account for this model since the gateway started.
+    pub requests: u64,
+    /// Failures counted toward a cooldown (CD-2).
+    pub recent_failures: u32,
+    /// Cooldowns in a row (the escalation step).
+    pub cooldown_level: u32,
+    pub cooling_until: Option<i64>,
+    pub limited_until: Option<i64>,
+}
+
 /// `POST /api/accounts`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -232,6 +232,59 @@ pub async fn update(
     get(db, id).await
 }
 
+/// ACC-3 actions that change an account's stored lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Status back to active from disabled (an account in error stays in error).
+    Enable,
+    Disable,
+    /// Status back to active from error; nothing else.
+    ClearError,
+    /// Manual switch: the account takes new requests or not (nothing else changes).
+    Schedulable(bool),
+    /// A manual clear of runtime limits (Clear cooldown, Recover): a new lifecycle revision so
+    /// limits persisted under the old one are never reloaded (ACC-4).
+    NewRevision,
+    /// Recover state: status active from error, and a new revision.
+    Recover,
+}
+
+/// Applies `action`; returns the account and its lifecycle revision afterwards.
+pub async fn change(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    id: i64,
+    action: Lifecycle,
+) -> Result<(AccountView, i64)> {
+    get(db, id).await?;
+    let sql = match action {
+        Lifecycle::Enable => {
+            "UPDATE accounts SET status = 'active', lifecycle_revision = lifecycle_revision + 1, updated_at = ?
+             WHERE id = ? AND status = 'disabled'"
+        }
+        Lifecycle::Disable => {
+            "UPDATE accounts SET status = 'disabled', lifecycle_revision = lifecycle_revision + 1, updated_at = ?
+             WHERE id = ? AND status <> 'disabled'"
+        }
+        Lifecycle::ClearError => "UPDATE accounts SET status = 'active', updated_at = ? WHERE id = ? AND status = 'error'",
+        Lifecycle::Schedulable(true) => "UPDATE accounts SET schedulable = 1, updated_at = ? WHERE id = ?",
+        Lifecycle::Schedulable(false) => "UPDATE accounts SET schedulable = 0, updated_at = ? WHERE id = ?",
+        Lifecycle::NewRevision => {
+            "UPDATE accounts SET lifecycle_revision = lifecycle_revision + 1, updated_at = ? WHERE id = ?"
+        }
+        Lifecycle::Recover => {
+            "UPDATE accounts SET status = CASE status WHEN 'error' THEN 'active' ELSE status END,
+                    lifecycle_revision = lifecycle_revision + 1, updated_at = ? WHERE id = ?"
+        }
+    };
+    sqlx::query(sql).bind(to_unix(clock.now())).bind(id).execute(db).await?;
+    let revision: i64 = sqlx::query_scalar("SELECT lifecycle_revision FROM accounts WHERE id = ?")
+        .bind(id)
+        .fetch_one(db)
+        .await?;
+    Ok((get(db, id).await?, revision))
+}
+
 /// Soft delete (ACC-5): the row stays so history can say "deleted"; secrets and pools go.
 pub async fn delete(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<()> {
     let mut tx = db.begin().await?;

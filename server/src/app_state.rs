@@ -15,7 +15,7 @@ use crate::{
         directory::Directory,
     },
     records::RecordSink,
-    scheduler::admission::Admission,
+    scheduler::{Scheduler, admission::Admission},
 };
 
 #[derive(Clone)]
@@ -40,6 +40,10 @@ pub struct AppState {
     pub directory: Arc<Directory>,
     /// Workspace and member concurrency (ADM-2, ADM-3).
     pub admission: Arc<Admission>,
+    /// Account selection, leases, queues and account state (ADM, RT, ACC, CD).
+    pub scheduler: Arc<Scheduler>,
+    /// Cancelled when shutdown starts: queued requests leave at once (ADM-7).
+    pub shutdown: tokio_util::sync::CancellationToken,
     /// Cancelled when the shutdown grace period is over: open streams end (OPS-3).
     pub hard_stop: tokio_util::sync::CancellationToken,
 }

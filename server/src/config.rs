@@ -98,6 +98,24 @@ pub struct Settings {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub stream_idle_timeout: Option<Duration>,
+    /// Longest wait in a pool's queue for an account slot, e.g. "30s" (ADM-6) [env: SUBLANE_QUEUE_TIMEOUT] [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub queue_timeout: Option<Duration>,
+    /// Most requests waiting per pool (ADM-6) [env: SUBLANE_QUEUE_CAPACITY] [default: 100]
+    #[arg(long, value_name = "N")]
+    pub queue_capacity: Option<usize>,
+    /// Upstream failures of one model on one account that start a model cooldown; 0 disables (CD-2) [env: SUBLANE_FAILURE_THRESHOLD] [default: 3]
+    #[arg(long, value_name = "N")]
+    pub failure_threshold: Option<u32>,
+    /// Window in which those failures are counted (CD-2) [env: SUBLANE_FAILURE_WINDOW] [default: 2m]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub failure_window: Option<Duration>,
+    /// First model cooldown; repeats double it up to 5 minutes (CD-2) [env: SUBLANE_MODEL_COOLDOWN] [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub model_cooldown: Option<Duration>,
     #[command(flatten)]
     #[serde(default)]
     pub upstream: UpstreamSettings,
@@ -154,6 +172,8 @@ pub struct Config {
     pub stream_idle_timeout: Option<Duration>,
     /// ADM-2: operations in flight at once.
     pub workspace_capacity: usize,
+    /// ADM-6, CD-2: queues and the failure policy.
+    pub scheduler: crate::scheduler::Settings,
     pub upstream: UpstreamUrls,
 }
 
@@ -179,6 +199,19 @@ impl Settings {
         let parse = |name: &'static str| -> Result<Option<url::Url>, ConfigError> {
             var(name).map(|v| v.parse().map_err(|e: url::ParseError| env_err(name, e))).transpose()
         };
+        let duration = |name: &'static str| -> Result<Option<Duration>, ConfigError> {
+            var(name).map(|v| humantime::parse_duration(&v).map_err(|e| env_err(name, e))).transpose()
+        };
+        fn parsed<T: std::str::FromStr>(
+            name: &'static str,
+            v: Option<String>,
+        ) -> Result<Option<T>, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            v.map(|v| v.parse().map_err(|e| env_err(name, e))).transpose()
+        }
+
         Ok(Self {
             addr: var("SUBLANE_ADDR")
                 .map(|v| v.parse().map_err(|e| env_err("SUBLANE_ADDR", e)))
@@ -194,9 +227,12 @@ impl Settings {
             workspace_capacity: var("SUBLANE_WORKSPACE_CAPACITY")
                 .map(|v| v.parse().map_err(|e| env_err("SUBLANE_WORKSPACE_CAPACITY", e)))
                 .transpose()?,
-            stream_idle_timeout: var("SUBLANE_STREAM_IDLE_TIMEOUT")
-                .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_STREAM_IDLE_TIMEOUT", e)))
-                .transpose()?,
+            stream_idle_timeout: duration("SUBLANE_STREAM_IDLE_TIMEOUT")?,
+            queue_timeout: duration("SUBLANE_QUEUE_TIMEOUT")?,
+            queue_capacity: parsed("SUBLANE_QUEUE_CAPACITY", var("SUBLANE_QUEUE_CAPACITY"))?,
+            failure_threshold: parsed("SUBLANE_FAILURE_THRESHOLD", var("SUBLANE_FAILURE_THRESHOLD"))?,
+            failure_window: duration("SUBLANE_FAILURE_WINDOW")?,
+            model_cooldown: duration("SUBLANE_MODEL_COOLDOWN")?,
             upstream: UpstreamSettings {
                 codex_base_url: parse("SUBLANE_CODEX_BASE_URL")?,
                 codex_usage_url: parse("SUBLANE_CODEX_USAGE_URL")?,
@@ -231,6 +267,11 @@ impl Settings {
             site_root: over.site_root.or(self.site_root),
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
             workspace_capacity: over.workspace_capacity.or(self.workspace_capacity),
+            queue_timeout: over.queue_timeout.or(self.queue_timeout),
+            queue_capacity: over.queue_capacity.or(self.queue_capacity),
+            failure_threshold: over.failure_threshold.or(self.failure_threshold),
+            failure_window: over.failure_window.or(self.failure_window),
+            model_cooldown: over.model_cooldown.or(self.model_cooldown),
             upstream: UpstreamSettings {
                 codex_base_url: o.codex_base_url.or(u.codex_base_url),
                 codex_usage_url: o.codex_usage_url.or(u.codex_usage_url),
@@ -261,6 +302,18 @@ impl Settings {
         if workspace_capacity == 0 {
             return Err(ConfigError::Invalid("workspace capacity must be at least 1".into()));
         }
+        let defaults = crate::scheduler::Settings::default();
+        let scheduler = crate::scheduler::Settings {
+            queue_timeout: self.queue_timeout.unwrap_or(defaults.queue_timeout),
+            queue_capacity: self.queue_capacity.unwrap_or(defaults.queue_capacity),
+            failure: crate::scheduler::state::FailurePolicy {
+                threshold: self.failure_threshold.unwrap_or(defaults.failure.threshold),
+                window: self.failure_window.unwrap_or(defaults.failure.window),
+                cooldown: self.model_cooldown.unwrap_or(defaults.failure.cooldown),
+                ..defaults.failure
+            },
+            ..defaults
+        };
         let u = self.upstream;
         let url = |v: Option<url::Url>, default: &str| -> Result<url::Url, ConfigError> {
             match v {
@@ -285,6 +338,7 @@ impl Settings {
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             workspace_capacity,
+            scheduler,
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
                 codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,

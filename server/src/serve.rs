@@ -29,7 +29,9 @@ use crate::{
         auth::{Generation, Principals},
         directory::Directory,
     },
-    records, web,
+    records,
+    scheduler::Scheduler,
+    web,
 };
 
 /// Largest request body accepted (model requests with long histories are big).
@@ -116,7 +118,17 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         records::spawn_writer(db.clone(), Arc::clone(&clock), records::Retention::default());
     let generation = Generation::default();
     let hard_stop = CancellationToken::new();
+    let shutdown = CancellationToken::new();
     let admission = Arc::new(crate::scheduler::admission::Admission::new(config.workspace_capacity));
+    let (store, store_task) = crate::scheduler::store::spawn(db.clone());
+    let scheduler = Scheduler::new(config.scheduler, Arc::clone(&clock), store);
+    let binding_ttl =
+        chrono::Duration::from_std(config.scheduler.binding_ttl).unwrap_or(chrono::Duration::days(1));
+    let since = (clock.now() - binding_ttl).timestamp_millis();
+    let loaded = crate::scheduler::store::load(&db, since)
+        .await
+        .map_err(|e| StartError::Bootstrap(format!("scheduler state: {e}")))?;
+    scheduler.restore(loaded);
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -126,14 +138,15 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         http,
         records,
         principals: Arc::new(Principals::new(generation.clone())),
-        directory: Arc::new(Directory::new(generation.clone())),
+        directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler))),
         generation,
         hard_stop: hard_stop.clone(),
+        shutdown: shutdown.clone(),
         admission,
+        scheduler,
     };
     let router = router(state);
 
-    let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let listener = listener.tap_io(|tcp| {
         // Small writes (SSE events, JSON) must not wait for Nagle's algorithm.
@@ -143,6 +156,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
         // Every record sender is gone with the router: the writer drains its queue and ends.
         let _ = writer.await;
+        let _ = store_task.await;
         db.close().await;
         drop(lock);
         served

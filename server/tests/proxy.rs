@@ -320,14 +320,34 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
     assert_eq!(resp.headers()["retry-after"], "17");
     let v: Value = resp.json().await.unwrap();
     assert!(!v.to_string().contains("scripted"), "raw upstream messages are not returned: {v}");
+    // CD-1: the 429 cooled the account for its Retry-After; the bound conversation is told so
+    // (ADM-9) without another upstream call.
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((16..=17).contains(&wait), "bounded by the upstream's 17 s: {wait}");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "account_cooling");
+    assert_eq!(r.calls(CODEX_TOKEN).len(), 1);
+    // ACC-3: resume clears the cooldown; the next call reaches the upstream again.
+    let mut admin = r.t.admin().await;
+    let (status, runtime) = admin.call(Method::GET, "/api/accounts/runtime", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let codex = runtime.as_array().unwrap().iter().find(|a| a["provider"] == "codex").unwrap().clone();
+    assert!(codex["rate_limit_reset_at"].is_i64(), "{codex}");
+    let (status, _) =
+        admin.call(Method::POST, &format!("/api/accounts/{}/resume", codex["id"]), Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK);
     let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["type"], "usage_limit_reached", "Codex needs the type to explain the limit");
     assert!(v["error"]["resets_at"].is_u64());
-    let recs = r.records(2).await;
+    let recs = r.records(3).await;
     assert_eq!(recs[0]["outcome"], "error");
     assert_eq!(recs[0]["upstream_status"], 429);
-    assert_eq!(recs[1]["error_code"], "usage_limit_reached");
+    assert_eq!(recs[1]["outcome"], "rejected");
+    assert_eq!(recs[1]["error_code"], "account_cooling");
+    assert_eq!(recs[2]["error_code"], "usage_limit_reached");
 }
 
 #[tokio::test]

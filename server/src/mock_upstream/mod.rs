@@ -40,6 +40,23 @@ struct Inner {
     scripts: HashMap<String, Script>,
     calls: HashMap<String, Vec<Call>>,
     next_id: u64,
+    /// Calls of a credential inside their scripted header delay now, and the most ever at once.
+    waiting: HashMap<String, (u32, u32)>,
+}
+
+/// Marks one call as inside its header delay until dropped.
+struct Waiting {
+    state: MockState,
+    credential: String,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut inner = self.state.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((now, _)) = inner.waiting.get_mut(&self.credential) {
+            *now = now.saturating_sub(1);
+        }
+    }
 }
 
 /// One model call as the handlers see it: the account's script and the step to play.
@@ -59,6 +76,21 @@ impl MockState {
         let script = inner.scripts.entry(credential.to_owned()).or_default();
         let step = script.steps.pop_front().unwrap_or(Step::Ok);
         Turn { script: script.clone(), step, id }
+    }
+
+    fn enter(&self, credential: &str) -> Waiting {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (now, peak) = inner.waiting.entry(credential.to_owned()).or_default();
+        *now += 1;
+        *peak = (*peak).max(*now);
+        Waiting { state: self.clone(), credential: credential.to_owned() }
+    }
+
+    /// The most calls of `credential` that were ever inside their header delay at once: a lower
+    /// bound of how many requests the gateway had in flight on that account.
+    pub fn peak(&self, credential: &str) -> u32 {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.waiting.get(credential).map_or(0, |w| w.1)
     }
 
     pub fn set_script(&self, credential: &str, script: Script) {
@@ -198,7 +230,9 @@ pub(crate) async fn turn(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Turn {
-    let turn = state.begin(&credential(headers), call(method, uri, headers, body));
+    let credential = credential(headers);
+    let _waiting = state.enter(&credential);
+    let turn = state.begin(&credential, call(method, uri, headers, body));
     if turn.script.delay_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(turn.script.delay_ms)).await;
     }

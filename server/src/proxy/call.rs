@@ -22,13 +22,17 @@ use super::{
     error::{GatewayError, Protocol},
     relay::{self, Timing},
     request::{self, RoutingFields},
+    schedule::{self, Conversation},
 };
 use crate::{
     app_state::AppState,
     keys::Principal,
     providers::{self, Observer, Operation, TargetError, observe::sanitize},
     records::{NewRecord, Outcome, Usage, bounded_model},
-    scheduler::admission::{MemberSlot, WorkspaceSlot},
+    scheduler::{
+        Lease, RoutingDecision, Verdict,
+        admission::{MemberSlot, WorkspaceSlot},
+    },
 };
 
 /// CD-6: longest wait for upstream response headers on inference calls.
@@ -81,6 +85,8 @@ pub async fn handle(
                 model,
                 account: None,
                 slots: None,
+                lease: None,
+                routing: None,
             };
             match member {
                 Some(member) => {
@@ -137,6 +143,10 @@ pub(super) struct Attempt {
     pub account: Option<(i64, Provider)>,
     /// Workspace and member slots, released when the attempt is recorded (ADM-8).
     pub slots: Option<(WorkspaceSlot, MemberSlot)>,
+    /// The account slot, settled with the attempt's verdict and released after its record (ADM-8).
+    pub lease: Option<Lease>,
+    /// The scheduler's explanation (EXP-1); none when rejected before routing.
+    pub routing: Option<RoutingDecision>,
 }
 
 /// The end of an attempt, as recorded.
@@ -146,10 +156,15 @@ pub(super) struct Ending {
     pub upstream_status: Option<u16>,
     pub usage: Usage,
     pub first_output: Option<Duration>,
+    /// What the answer says about the account (CD-*); `Neutral` for local failures.
+    pub verdict: Verdict,
 }
 
 impl Attempt {
-    pub(super) async fn finish(self, end: Ending) {
+    pub(super) async fn finish(mut self, end: Ending) {
+        if let Some(lease) = self.lease.as_mut() {
+            lease.settle(end.verdict);
+        }
         let record = NewRecord {
             request_id: self.request_id,
             member_id: self.principal.member_id,
@@ -166,15 +181,32 @@ impl Attempt {
             error_code: end.error_code,
             upstream_status: end.upstream_status,
             usage: end.usage,
-            routing: None,
+            routing: self.routing.and_then(|d| d.to_json()),
         };
         self.records.send(record).await;
         // The slots are released only now, after the record is queued (ADM-8).
+        drop(self.lease);
         drop(self.slots);
     }
 
     /// Answers with a gateway error and records it.
-    async fn fail(self, err: GatewayError, outcome: Outcome, upstream_status: Option<u16>) -> Response {
+    pub(super) async fn fail(
+        self,
+        err: GatewayError,
+        outcome: Outcome,
+        upstream_status: Option<u16>,
+    ) -> Response {
+        self.fail_with(err, outcome, upstream_status, Verdict::Neutral).await
+    }
+
+    /// Answers with a gateway error, records it, and settles the account with `verdict`.
+    async fn fail_with(
+        self,
+        err: GatewayError,
+        outcome: Outcome,
+        upstream_status: Option<u16>,
+        verdict: Verdict,
+    ) -> Response {
         let resp = err.render(self.protocol, Some(&self.request_id));
         self.finish(Ending {
             outcome,
@@ -182,6 +214,7 @@ impl Attempt {
             upstream_status,
             usage: Usage::default(),
             first_output: None,
+            verdict,
         })
         .await;
         resp
@@ -197,25 +230,15 @@ async fn dispatch(
     body: Bytes,
     fields: RoutingFields,
 ) -> Response {
-    let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {
-        Ok(snap) => snap,
-        Err(_) => {
-            return attempt.fail(GatewayError::internal(), Outcome::Error, None).await;
-        }
-    };
     let model = attempt.model.clone();
-    let Some(pool) = snapshot.pool(attempt.principal.pool_id) else {
-        return attempt.fail(GatewayError::no_available_account(&model), Outcome::Rejected, None).await;
-    };
-    let Ok(upstream_model) = pool.resolve_model(&model) else {
-        return attempt.fail(GatewayError::model_not_allowed(&model), Outcome::Rejected, None).await;
-    };
-    let providers: Vec<Provider> =
-        spec.op.providers().iter().copied().filter(|p| spec.only.is_none_or(|o| o == *p)).collect();
-    let Some(account) = pool.pick(&providers) else {
-        return attempt.fail(GatewayError::no_available_account(&model), Outcome::Rejected, None).await;
-    };
-    attempt.account = Some((account.id, account.provider));
+    let conversation = Conversation::of(headers, &fields);
+    let (lease, upstream_model) =
+        match schedule::schedule(s, spec, &mut attempt, headers, conversation, None).await {
+            Ok(chosen) => chosen,
+            Err((e, outcome)) => return attempt.fail(e, outcome, None).await,
+        };
+    let account = std::sync::Arc::clone(lease.account());
+    attempt.lease = Some(lease);
     let target = match providers::target(
         account.provider,
         &account.credentials,
@@ -254,21 +277,44 @@ async fn dispatch(
     let rewrite: Option<relay::Rewrite> =
         target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
 
-    let send = s
-        .http
-        .post(&target.url)
-        .headers(target.headers)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send();
-    let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
-        Err(_) => return attempt.fail(GatewayError::upstream_timeout(), Outcome::Error, None).await,
-        Ok(Err(_)) => return attempt.fail(GatewayError::upstream_unavailable(), Outcome::Error, None).await,
-        Ok(Ok(r)) => r,
+    // CD-3: explicit 408/5xx answers are retried on the same account, at most twice, before
+    // any byte is accepted; every retry re-checks policy. Same lease, request id and record.
+    let mut retries = 0;
+    let upstream = loop {
+        let send = s
+            .http
+            .post(&target.url)
+            .headers(target.headers.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send();
+        let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
+            Err(_) => return attempt.fail(GatewayError::upstream_timeout(), Outcome::Error, None).await,
+            Ok(Err(_)) => {
+                return attempt.fail(GatewayError::upstream_unavailable(), Outcome::Error, None).await;
+            }
+            Ok(Ok(r)) => r,
+        };
+        let hint = schedule::retry_after_header(upstream.headers());
+        // A long upstream hint goes back to the client instead of being waited out.
+        if !schedule::retryable(upstream.status())
+            || retries >= schedule::MAX_RETRIES
+            || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
+        {
+            break upstream;
+        }
+        drop(upstream);
+        retries += 1;
+        tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
+        if let Err((e, outcome)) =
+            schedule::recheck_for_retry(s, headers, &attempt, &account, &upstream_model).await
+        {
+            return attempt.fail(e, outcome, None).await;
+        }
     };
     let status = upstream.status();
     if !status.is_success() {
-        return upstream_error(attempt, upstream).await;
+        return upstream_error(attempt, upstream, account.provider, &upstream_model).await;
     }
     let deadline = attempt.started + REQUEST_DEADLINE;
     let mut observer = Observer::new(spec.op.grammar());
@@ -294,7 +340,12 @@ async fn dispatch(
             Ok(None) => None,
             Ok(Some(Err(_))) => {
                 return attempt
-                    .fail(GatewayError::upstream_unavailable(), Outcome::Error, Some(upstream_status))
+                    .fail_with(
+                        GatewayError::upstream_unavailable(),
+                        Outcome::Error,
+                        Some(upstream_status),
+                        Verdict::ModelFailure,
+                    )
                     .await;
             }
             Err(_) => {
@@ -312,6 +363,7 @@ async fn dispatch(
             rewrite,
             move |end| async move {
                 let (outcome, error_code) = stream_outcome(&end);
+                let verdict = stream_verdict(outcome, error_code.as_deref());
                 let o = end.observation;
                 attempt
                     .finish(Ending {
@@ -320,6 +372,7 @@ async fn dispatch(
                         upstream_status: Some(upstream_status),
                         usage: o.usage,
                         first_output: o.first_output,
+                        verdict,
                     })
                     .await;
             },
@@ -365,6 +418,7 @@ async fn dispatch(
             upstream_status: Some(status.as_u16()),
             usage: o.usage,
             first_output: None,
+            verdict: if outcome == Outcome::Success { Verdict::Success } else { Verdict::Neutral },
         })
         .await;
     let mut resp = Response::new(Body::from(bytes));
@@ -398,21 +452,26 @@ async fn collect_stream(
     .await;
     let o = observer.seen;
     let failure = match (&read, &o.final_response) {
-        (Err(_), _) => Some(GatewayError::upstream_timeout()),
-        (Ok(Err(())), _) | (Ok(Ok(())), None) => Some(GatewayError::upstream_unavailable()),
+        (Err(_), _) => Some((GatewayError::upstream_timeout(), Verdict::Neutral)),
+        // CD-2: a broken or unfinished stream counts against the model on this account.
+        (Ok(Err(())), _) | (Ok(Ok(())), None) => {
+            Some((GatewayError::upstream_unavailable(), Verdict::ModelFailure))
+        }
         _ => None,
     };
-    if let Some(e) = failure {
-        return attempt.fail(e, Outcome::Error, Some(status)).await;
+    if let Some((e, verdict)) = failure {
+        return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
     }
     let final_response = o.final_response.clone().unwrap_or(Value::Null);
+    let outcome = o.outcome.unwrap_or(Outcome::Success);
     attempt
         .finish(Ending {
-            outcome: o.outcome.unwrap_or(Outcome::Success),
+            outcome,
             error_code: o.error_code,
             upstream_status: Some(status),
             usage: o.usage,
             first_output: None,
+            verdict: if outcome == Outcome::Success { Verdict::Success } else { Verdict::Neutral },
         })
         .await;
     let mut resp = axum::Json(final_response).into_response();
@@ -435,11 +494,31 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
     }
 }
 
+/// What a relayed stream's end says about the model on this account (CD-2): a completed stream
+/// is a success; a broken or cut-off one a failure; anything else (cancel, timeout, shutdown, a
+/// model-reported failure) nothing.
+pub(super) fn stream_verdict(outcome: Outcome, error_code: Option<&str>) -> Verdict {
+    match (outcome, error_code) {
+        (Outcome::Success, _) => Verdict::Success,
+        (_, Some("upstream_stream_broken" | "stream_ended_early")) => Verdict::ModelFailure,
+        _ => Verdict::Neutral,
+    }
+}
+
 /// An upstream HTTP error, re-rendered: status and Retry-After kept, body rebuilt in the client's
-/// shape from the upstream's error type/code only (ERR-3: never a raw upstream body).
-async fn upstream_error(attempt: Attempt, upstream: reqwest::Response) -> Response {
+/// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). Its verdict
+/// goes to the account (CD-1..CD-5); 403 becomes `upstream_forbidden`, a 401 for the account's
+/// credentials `upstream_unauthorized` (never the caller's `invalid_api_key`), and a model-scoped
+/// Antigravity limit `model_rate_limited`.
+async fn upstream_error(
+    attempt: Attempt,
+    upstream: reqwest::Response,
+    provider: Provider,
+    upstream_model: &str,
+) -> Response {
     let status = upstream.status();
     let retry_after = upstream.headers().get(header::RETRY_AFTER).cloned();
+    let hint = schedule::retry_after_header(upstream.headers());
     let mut bytes = Vec::new();
     let mut stream = upstream.bytes_stream();
     while let Some(Ok(chunk)) = stream.next().await {
@@ -449,6 +528,20 @@ async fn upstream_error(attempt: Attempt, upstream: reqwest::Response) -> Respon
         }
     }
     let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let verdict = schedule::verdict(provider, status, hint, &v, upstream_model);
+    let local = match verdict {
+        Verdict::ModelLimited(d) => Some(GatewayError::model_rate_limited(
+            crate::scheduler::state::clamp_retry(d, crate::scheduler::state::RETRY_AFTER_MIN)
+                .as_secs()
+                .max(1),
+        )),
+        Verdict::CredentialsRejected(403) => Some(GatewayError::upstream_forbidden()),
+        Verdict::CredentialsRejected(_) => Some(GatewayError::upstream_unauthorized()),
+        _ => None,
+    };
+    if let Some(e) = local {
+        return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+    }
     let err = &v["error"];
     let code = sanitize(
         err["type"]
@@ -481,6 +574,7 @@ async fn upstream_error(attempt: Attempt, upstream: reqwest::Response) -> Respon
             upstream_status: Some(status.as_u16()),
             usage: Usage::default(),
             first_output: None,
+            verdict,
         })
         .await;
     resp

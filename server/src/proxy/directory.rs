@@ -2,9 +2,9 @@
 //! SQLite. A snapshot is rebuilt when the configuration [`Generation`] moves (any change through
 //! the JSON API or the web app) and otherwise reused.
 //!
-//! Selection here is the proxy issue's narrow seam: round robin over the pool's active,
-//! schedulable accounts of the request's providers, highest priority tier first (RT-5). The
-//! scheduler replaces [`PoolRoutes::pick`] with admission, binding and cooldowns.
+//! A pool's accounts are kept sorted by priority (highest first) so the scheduler's eligibility
+//! scan finds the top tier as a prefix. Each account carries its scheduler slot, so the scan reads
+//! live state by index, not by lookup.
 
 use std::{
     collections::HashMap,
@@ -19,7 +19,7 @@ use sqlx::SqlitePool;
 use tokio::sync::{Mutex, RwLock};
 
 use super::auth::Generation;
-use crate::{accounts::SEAL_PURPOSE, crypto::Sealer, error::Result};
+use crate::{accounts::SEAL_PURPOSE, crypto::Sealer, error::Result, scheduler::Scheduler};
 
 /// One routable account with its opened credentials. Never logged (no Debug on secrets).
 pub struct Account {
@@ -27,7 +27,13 @@ pub struct Account {
     pub provider: Provider,
     /// Larger is preferred (RT-5: highest tier first).
     pub priority: i64,
-    pub max_concurrency: i64,
+    pub max_concurrency: u32,
+    /// Lifecycle revision (ACC-4): a new one discards old runtime limits.
+    pub revision: i64,
+    /// Pools this account serves.
+    pub pools: Vec<i64>,
+    /// The account's dense index in the scheduler.
+    pub slot: usize,
     pub credentials: CredentialInput,
 }
 
@@ -66,14 +72,20 @@ impl PoolRoutes {
         out
     }
 
-    /// Round robin within the highest priority tier among accounts of `providers`.
-    pub fn pick(&self, providers: &[Provider]) -> Option<Arc<Account>> {
-        let top =
-            self.accounts.iter().filter(|a| providers.contains(&a.provider)).map(|a| a.priority).max()?;
-        let tier: Vec<&Arc<Account>> =
-            self.accounts.iter().filter(|a| providers.contains(&a.provider) && a.priority == top).collect();
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        tier.get(n % tier.len()).map(|a| Arc::clone(a))
+    /// The pool's routable accounts, highest priority first.
+    pub fn accounts(&self) -> &[Arc<Account>] {
+        &self.accounts
+    }
+
+    /// The rotation counter's next turn (RT-5).
+    pub fn next_turn(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A pool over `accounts` (benchmarks and tests build pools without a database).
+    pub fn new(policy: ModelPolicy, mut accounts: Vec<Arc<Account>>) -> Self {
+        accounts.sort_by_key(|a| std::cmp::Reverse(a.priority));
+        PoolRoutes { policy, accounts, next: AtomicUsize::new(0) }
     }
 }
 
@@ -91,6 +103,7 @@ impl Snapshot {
 
 pub struct Directory {
     generation: Generation,
+    scheduler: Arc<Scheduler>,
     current: RwLock<Option<Arc<Snapshot>>>,
     reload: Mutex<()>,
 }
@@ -101,13 +114,14 @@ struct AccountRow {
     provider: String,
     priority: i64,
     max_concurrency: i64,
+    lifecycle_revision: i64,
     sealed_credential: Option<Vec<u8>>,
     pool_ids: Option<String>,
 }
 
 impl Directory {
-    pub fn new(generation: Generation) -> Self {
-        Directory { generation, current: RwLock::new(None), reload: Mutex::new(()) }
+    pub fn new(generation: Generation, scheduler: Arc<Scheduler>) -> Self {
+        Directory { generation, scheduler, current: RwLock::new(None), reload: Mutex::new(()) }
     }
 
     /// The current snapshot, rebuilt first if the configuration changed.
@@ -122,13 +136,13 @@ impl Directory {
         if let Some(s) = self.current.read().await.as_ref().filter(|s| s.generation == generation) {
             return Ok(Arc::clone(s));
         }
-        let snapshot = Arc::new(load(db, sealer, generation).await?);
+        let snapshot = Arc::new(load(db, sealer, &self.scheduler, generation).await?);
         *self.current.write().await = Some(Arc::clone(&snapshot));
         Ok(snapshot)
     }
 }
 
-async fn load(db: &SqlitePool, sealer: &Sealer, generation: u64) -> Result<Snapshot> {
+async fn load(db: &SqlitePool, sealer: &Sealer, scheduler: &Scheduler, generation: u64) -> Result<Snapshot> {
     let policies: Vec<(i64, String, String, String)> =
         sqlx::query_as("SELECT id, policy_mode, policy_models, model_aliases FROM pools")
             .fetch_all(db)
@@ -137,11 +151,11 @@ async fn load(db: &SqlitePool, sealer: &Sealer, generation: u64) -> Result<Snaps
         .into_iter()
         .map(|(id, mode, models, aliases)| {
             let policy = crate::pools::policy_from_columns(&mode, &models, &aliases);
-            (id, PoolRoutes { policy, accounts: Vec::new(), next: AtomicUsize::new(0) })
+            (id, PoolRoutes::new(policy, Vec::new()))
         })
         .collect();
     let rows: Vec<AccountRow> = sqlx::query_as(
-        "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.sealed_credential,
+        "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.lifecycle_revision, a.sealed_credential,
                 (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids
          FROM accounts a
          WHERE a.deleted_at IS NULL AND a.status = 'active' AND a.schedulable = 1 AND a.sealed_credential IS NOT NULL
@@ -163,18 +177,25 @@ async fn load(db: &SqlitePool, sealer: &Sealer, generation: u64) -> Result<Snaps
                 continue;
             }
         };
+        let account_pools = crate::validate::id_list(row.pool_ids);
         let account = Arc::new(Account {
             id: row.id,
             provider,
             priority: row.priority,
-            max_concurrency: row.max_concurrency,
+            max_concurrency: u32::try_from(row.max_concurrency).unwrap_or(1),
+            revision: row.lifecycle_revision,
+            slot: scheduler.register(row.id),
+            pools: account_pools.clone(),
             credentials,
         });
-        for pool_id in crate::validate::id_list(row.pool_ids) {
+        for pool_id in account_pools {
             if let Some(pool) = pools.get_mut(&pool_id) {
                 pool.accounts.push(Arc::clone(&account));
             }
         }
+    }
+    for pool in pools.values_mut() {
+        pool.accounts.sort_by_key(|a| std::cmp::Reverse(a.priority));
     }
     Ok(Snapshot { generation, pools })
 }
@@ -183,36 +204,8 @@ async fn load(db: &SqlitePool, sealer: &Sealer, generation: u64) -> Result<Snaps
 mod tests {
     use super::*;
 
-    fn account(id: i64, provider: Provider, priority: i64) -> Arc<Account> {
-        Arc::new(Account {
-            id,
-            provider,
-            priority,
-            max_concurrency: 30,
-            credentials: CredentialInput::ApiKey { api_key: "k".into() },
-        })
-    }
-
     fn pool(accounts: Vec<Arc<Account>>, policy: ModelPolicy) -> PoolRoutes {
-        PoolRoutes { policy, accounts, next: AtomicUsize::new(0) }
-    }
-
-    #[test]
-    fn round_robin_stays_in_the_top_priority_tier_and_provider() {
-        let p = pool(
-            vec![
-                account(1, Provider::Codex, 0),
-                account(2, Provider::Codex, 5),
-                account(3, Provider::Claude, 9),
-                account(4, Provider::OpenaiApi, 5),
-            ],
-            ModelPolicy::default(),
-        );
-        let picks: Vec<i64> =
-            (0..4).map(|_| p.pick(&[Provider::Codex, Provider::OpenaiApi]).unwrap().id).collect();
-        assert_eq!(picks, vec![2, 4, 2, 4]);
-        assert_eq!(p.pick(&[Provider::Claude]).unwrap().id, 3);
-        assert!(p.pick(&[Provider::Antigravity]).is_none());
+        PoolRoutes::new(policy, accounts)
     }
 
     #[test]

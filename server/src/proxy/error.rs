@@ -89,6 +89,77 @@ impl GatewayError {
         .retry_after(1)
     }
 
+    /// ADM-6: the pool's wait queue is full.
+    pub fn account_queue_full() -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "account_queue_full",
+            "every account that can serve this request is busy and the wait queue is full",
+        )
+        .retry_after(1)
+    }
+
+    /// ADM-6: no slot freed up within the queue timeout.
+    pub fn account_wait_timeout() -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "account_wait_timeout", "no account slot freed up in time")
+            .retry_after(1)
+    }
+
+    /// ADM-9 / RT-2: the conversation's account (or every account) is cooling down.
+    pub fn account_cooling(retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "account_cooling",
+            "the account serving this conversation is cooling down after an upstream limit",
+        )
+        .retry_after(retry_after)
+    }
+
+    /// CD-2 / CD-4: the gateway paused this model on the account after repeated failures.
+    pub fn model_cooling(retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "model_cooling",
+            "this model is cooling down after repeated upstream failures",
+        )
+        .retry_after(retry_after)
+    }
+
+    /// CD-4: the provider limited this model for the account.
+    pub fn model_rate_limited(retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "model_rate_limited",
+            "the upstream provider rate-limited this model",
+        )
+        .retry_after(retry_after)
+    }
+
+    /// CD-5: the upstream refused the account (403).
+    pub fn upstream_forbidden() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "upstream_forbidden",
+            "the upstream provider refused this account (403); an admin should check it",
+        )
+    }
+
+    /// ERR-2: the upstream rejected the account's credentials (401). Not the caller's key: that
+    /// would be `invalid_api_key`, so it is reported as a gateway-side failure.
+    pub fn upstream_unauthorized() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_unauthorized",
+            "the upstream provider rejected the account's credentials; an admin must re-authorize it",
+        )
+    }
+
+    /// OPS-3: waiting requests end when the server stops.
+    pub fn shutting_down() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_shutting_down", "the gateway is shutting down")
+            .retry_after(1)
+    }
+
     /// A fault of the gateway itself (details go to the log, never to the client).
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")

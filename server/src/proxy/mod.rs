@@ -8,6 +8,7 @@ pub mod error;
 pub mod models;
 pub mod relay;
 pub mod request;
+pub mod schedule;
 pub mod websocket;
 
 use app::model::Provider;

@@ -26,15 +26,18 @@ use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
 
 use super::{
     auth::authenticate_request,
-    call::{Attempt, Ending, REQUEST_DEADLINE, new_request_id},
+    call::{Attempt, Ending, REQUEST_DEADLINE, Spec, new_request_id},
     directory::Account,
     error::{GatewayError, Protocol},
+    request::RoutingFields,
+    schedule::{self, Conversation},
 };
 use crate::{
     app_state::AppState,
     keys::Principal,
     providers::{self, Grammar, Observer, Operation},
     records::{Outcome, Usage},
+    scheduler::Verdict,
 };
 
 type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -119,6 +122,8 @@ async fn session(
             model: model.clone(),
             account: None,
             slots: None,
+            lease: None,
+            routing: None,
         };
         match member {
             Some(member) => attempt.slots = Some((workspace, member)),
@@ -132,8 +137,10 @@ async fn session(
             }
         }
 
-        // Policy is checked every turn; the account is chosen once per connection.
-        let routed = route(&s, &principal, &model, only, &headers, &mut bound).await;
+        // Policy is checked every turn; the account is chosen once per connection, and every
+        // turn takes one of its slots (ADM-4).
+        let fields = RoutingFields::parse(text.as_bytes()).unwrap_or_default();
+        let routed = route(&s, &mut attempt, only, &headers, &fields, &mut bound).await;
         let upstream_model = match routed {
             Ok(m) => m,
             Err((e, outcome)) => {
@@ -174,34 +181,23 @@ async fn session(
     }
 }
 
-/// Model policy for this turn, and on the first turn the account and its upstream socket.
+/// Schedules this turn: the first turn chooses the account (and opens its upstream socket),
+/// later ones are pinned to it. Every turn re-checks policy and takes a lease.
 async fn route(
     s: &AppState,
-    principal: &Principal,
-    model: &str,
+    attempt: &mut Attempt,
     only: Option<Provider>,
     headers: &HeaderMap,
+    fields: &RoutingFields,
     bound: &mut Option<Binding>,
 ) -> Result<String, (GatewayError, Outcome)> {
-    let snapshot = s
-        .directory
-        .snapshot(&s.db, &s.sealer)
-        .await
-        .map_err(|_| (GatewayError::internal(), Outcome::Error))?;
-    let pool = snapshot
-        .pool(principal.pool_id)
-        .ok_or((GatewayError::no_available_account(model), Outcome::Rejected))?;
-    let upstream_model =
-        pool.resolve_model(model).map_err(|_| (GatewayError::model_not_allowed(model), Outcome::Rejected))?;
+    let spec = Spec { protocol: Protocol::OpenAi, op: Operation::Responses, only };
+    let pin = bound.as_ref().map(|b| b.account.id);
+    let conversation = Conversation::of(headers, fields);
+    let (lease, upstream_model) = schedule::schedule(s, spec, attempt, headers, conversation, pin).await?;
+    let account = Arc::clone(lease.account());
+    attempt.lease = Some(lease);
     if bound.is_none() {
-        let providers: Vec<Provider> = Operation::Responses
-            .providers()
-            .iter()
-            .copied()
-            .filter(|p| only.is_none_or(|o| o == *p))
-            .collect();
-        let account =
-            pool.pick(&providers).ok_or((GatewayError::no_available_account(model), Outcome::Rejected))?;
         let upstream = connect(s, &account, headers).await.map_err(|e| (e, Outcome::Error))?;
         *bound = Some(Binding { account, upstream });
     }
@@ -310,6 +306,7 @@ async fn relay_turn(
         let e = GatewayError::upstream_unavailable();
         let _ = send_error(client, &e, request_id).await;
     }
+    let verdict = super::call::stream_verdict(outcome, code.as_deref());
     Turn {
         ending: Ending {
             outcome,
@@ -317,6 +314,7 @@ async fn relay_turn(
             upstream_status: None,
             usage: seen.usage,
             first_output: seen.first_output,
+            verdict,
         },
         client_gone,
         upstream_gone,
@@ -337,5 +335,6 @@ fn failure(code: &str, outcome: Outcome) -> Ending {
         upstream_status: None,
         usage: Usage::default(),
         first_output: None,
+        verdict: Verdict::Neutral,
     }
 }

@@ -89,7 +89,8 @@ impl TestServer {
                 "SELECT json_object('request_id', request_id, 'outcome', outcome, 'operation', operation,
                     'upstream_status', upstream_status, 'input', input_tokens, 'output', output_tokens,
                     'cached', cached_tokens, 'first_output_ms', first_output_ms, 'error_code', error_code,
-                    'account_id', account_id, 'model', model, 'duration_ms', duration_ms)
+                    'account_id', account_id, 'model', model, 'duration_ms', duration_ms,
+                    'routing', json(routing))
                  FROM request_records ORDER BY id",
             )
             .fetch_all(&pool)

@@ -1,0 +1,331 @@
+//! The proxy's side of scheduling: asks the scheduler for an account, waits in the pool's queue
+//! when it says so, re-checks every policy before dispatch (ADM-7), and turns upstream answers
+//! into verdicts about the account (CD-1..CD-5).
+
+use std::time::Duration;
+
+use app::model::Provider;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+use super::directory::Account;
+use super::{
+    auth::authenticate_request,
+    call::{Attempt, Spec},
+    error::GatewayError,
+    request::RoutingFields,
+};
+use crate::{
+    app_state::AppState,
+    records::Outcome,
+    scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Verdict, state::RETRY_AFTER_MAX},
+};
+
+/// What a request tells the scheduler about its conversation (RT-1, RT-3, RT-4, RT-7).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Conversation {
+    pub key: Option<ConversationKey>,
+    pub parent: Option<ConversationKey>,
+    pub continuation: bool,
+}
+
+impl Conversation {
+    /// `session_id`/`session-id` header, else a non-empty `prompt_cache_key`; a Codex
+    /// review/guardian sub-agent names its parent thread.
+    pub fn of(headers: &HeaderMap, fields: &RoutingFields) -> Self {
+        let header = |name: &str| {
+            headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
+        };
+        let key = header("session_id")
+            .or_else(|| header("session-id"))
+            .map(ConversationKey::session)
+            .or_else(|| {
+                fields
+                    .prompt_cache_key
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(ConversationKey::prompt_cache)
+            });
+        let subagent = header("x-openai-subagent").map(str::to_ascii_lowercase);
+        let parent = match subagent.as_deref() {
+            Some("review" | "guardian" | "codex-auto-review") => {
+                header("x-codex-parent-thread-id").map(ConversationKey::session)
+            }
+            _ => None,
+        }
+        // A parent that is the request's own conversation is inconsistent metadata (RT-7).
+        .filter(|p| Some(*p) != key);
+        Conversation {
+            key,
+            parent,
+            continuation: fields.previous_response_id.as_deref().is_some_and(|id| !id.is_empty()),
+        }
+    }
+}
+
+/// Finds the attempt an account: decides, waits in the queue if needed, and re-checks the key,
+/// member, pool and model policy before every decision (ADM-7). Returns the lease and the model
+/// to send upstream; the routing explanation is left on the attempt (EXP-1).
+pub(super) async fn schedule(
+    s: &AppState,
+    spec: Spec,
+    attempt: &mut Attempt,
+    headers: &HeaderMap,
+    conversation: Conversation,
+    pin: Option<i64>,
+) -> Result<(Lease, String), (GatewayError, Outcome)> {
+    let mut reserved = None;
+    let mut deadline = None;
+    loop {
+        if deadline.is_some() {
+            recheck_principal(s, headers, attempt).await?;
+        }
+        let snapshot = s.directory.snapshot(&s.db, &s.sealer).await.map_err(|e| {
+            tracing::error!(error = %e, "account directory could not be loaded");
+            (GatewayError::internal(), Outcome::Error)
+        })?;
+        let model = attempt.model.clone();
+        let Some(pool) = snapshot.pool(attempt.principal.pool_id) else {
+            return Err((GatewayError::no_available_account(&model), Outcome::Rejected));
+        };
+        let upstream_model = pool
+            .resolve_model(&model)
+            .map_err(|_| (GatewayError::model_not_allowed(&model), Outcome::Rejected))?;
+        let ask = Ask {
+            member_id: attempt.principal.member_id,
+            pool_id: attempt.principal.pool_id,
+            model: &upstream_model,
+            supported: spec.op.providers(),
+            only: spec.only,
+            conversation: conversation.key,
+            parent: conversation.parent,
+            continuation: conversation.continuation,
+            pin,
+        };
+        let (step, decision) = s.scheduler.decide(pool, &ask, reserved.take());
+        attempt.routing = Some(decision);
+        let ticket = match step {
+            Step::Go(lease) => {
+                attempt.account = Some((lease.account().id, lease.account().provider));
+                return Ok((lease, upstream_model));
+            }
+            Step::Refuse(r) => return Err((refusal(r, &model), Outcome::Rejected)),
+            Step::Wait(ticket) => ticket,
+        };
+        drop(snapshot);
+        let until = *deadline
+            .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
+        match ticket.wait(until, &s.shutdown).await {
+            Ok(r) => reserved = Some(r),
+            Err(r) => return Err((refusal(r, &model), Outcome::Rejected)),
+        }
+    }
+}
+
+/// ADM-7 / CD-3: the key and member still allowed (revoked, disabled, expired keys stop here).
+pub(super) async fn recheck_principal(
+    s: &AppState,
+    headers: &HeaderMap,
+    attempt: &Attempt,
+) -> Result<(), (GatewayError, Outcome)> {
+    match authenticate_request(s, headers).await {
+        Ok(p) if p.key_id == attempt.principal.key_id && p.pool_id == attempt.principal.pool_id => Ok(()),
+        Ok(_) => Err((GatewayError::invalid_api_key(), Outcome::Rejected)),
+        Err(e) => Err((e, Outcome::Rejected)),
+    }
+}
+
+/// CD-3: before a retry on the same account, everything is checked again: key and member, pool
+/// and model policy, and that the account is still routable in this pool and not cooling.
+pub(super) async fn recheck_for_retry(
+    s: &AppState,
+    headers: &HeaderMap,
+    attempt: &Attempt,
+    account: &Account,
+    upstream_model: &str,
+) -> Result<(), (GatewayError, Outcome)> {
+    recheck_principal(s, headers, attempt).await?;
+    let snapshot = s
+        .directory
+        .snapshot(&s.db, &s.sealer)
+        .await
+        .map_err(|_| (GatewayError::internal(), Outcome::Error))?;
+    let model = &attempt.model;
+    let pool = snapshot
+        .pool(attempt.principal.pool_id)
+        .ok_or_else(|| (GatewayError::no_available_account(model), Outcome::Rejected))?;
+    match pool.resolve_model(model) {
+        Ok(m) if m == upstream_model => {}
+        _ => return Err((GatewayError::model_not_allowed(model), Outcome::Rejected)),
+    }
+    if !pool.accounts().iter().any(|a| a.id == account.id && a.revision == account.revision) {
+        return Err((GatewayError::no_available_account(model), Outcome::Rejected));
+    }
+    Ok(())
+}
+
+/// The catalogue error for a local refusal (ERR).
+pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
+    match r {
+        Refusal::QueueFull => GatewayError::account_queue_full(),
+        Refusal::WaitTimeout => GatewayError::account_wait_timeout(),
+        Refusal::AccountCooling(secs) => GatewayError::account_cooling(secs),
+        Refusal::ModelCooling(secs) => GatewayError::model_cooling(secs),
+        Refusal::ModelRateLimited(secs) => GatewayError::model_rate_limited(secs),
+        Refusal::NoAccount => GatewayError::no_available_account(model),
+        Refusal::ShuttingDown => GatewayError::shutting_down(),
+    }
+}
+
+/// CD-3: statuses retried on the same account before any byte is accepted.
+pub(super) fn retryable(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 500 | 502 | 503 | 504)
+}
+
+/// CD-3: retries after the first try, their backoff, and the longest upstream hint worth waiting.
+pub(super) const MAX_RETRIES: u32 = 2;
+pub(super) const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
+
+pub(super) fn retry_backoff(retry: u32, hint: Option<Duration>) -> Duration {
+    let base = Duration::from_millis(200) * 2u32.pow(retry.saturating_sub(1));
+    hint.map_or(base, |h| h.max(base))
+}
+
+/// A `Retry-After` header in seconds (HTTP dates are not used by these providers).
+pub(super) fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    v.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// What an upstream error answer says about the account (CD-1, CD-2, CD-4, CD-5, ERR-1, ERR-2).
+pub(super) fn verdict(
+    provider: Provider,
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: &Value,
+    upstream_model: &str,
+) -> Verdict {
+    match status.as_u16() {
+        429 => {
+            if provider == Provider::Antigravity
+                && let Some(delay) = antigravity_model_limit(body, upstream_model)
+            {
+                return Verdict::ModelLimited(delay.or(retry_after));
+            }
+            // Codex's usage limit names its reset when no header does.
+            let resets = body["error"]["resets_in_seconds"].as_u64().map(Duration::from_secs);
+            Verdict::RateLimited(retry_after.or(resets))
+        }
+        529 => Verdict::Overloaded(retry_after),
+        401 | 403 => Verdict::CredentialsRejected(status.as_u16()),
+        s if s >= 500 => Verdict::ModelFailure,
+        _ => Verdict::Neutral,
+    }
+}
+
+/// CD-4: an Antigravity RESOURCE_EXHAUSTED whose ErrorInfo has the Cloud Code domain, a rate or
+/// quota reason and exactly the requested model. `Some(retry delay)` when it narrows to the model.
+fn antigravity_model_limit(body: &Value, upstream_model: &str) -> Option<Option<Duration>> {
+    let details = body["error"]["details"].as_array()?;
+    let info =
+        details.iter().find(|d| d["@type"].as_str().is_some_and(|t| t.ends_with("google.rpc.ErrorInfo")))?;
+    let domain_ok = info["domain"].as_str().is_some_and(|d| d.ends_with("cloudcode-pa.googleapis.com"));
+    let reason_ok = matches!(info["reason"].as_str(), Some("RATE_LIMIT_EXCEEDED" | "QUOTA_EXHAUSTED"));
+    let model_ok = info["metadata"]["model"].as_str() == Some(upstream_model);
+    if !(domain_ok && reason_ok && model_ok) {
+        return None;
+    }
+    let delay = details
+        .iter()
+        .find(|d| d["@type"].as_str().is_some_and(|t| t.ends_with("google.rpc.RetryInfo")))
+        .and_then(|d| d["retryDelay"].as_str())
+        .and_then(parse_google_duration);
+    Some(delay)
+}
+
+/// `"12s"`, `"0.5s"`, `"1.234567s"` (protobuf Duration JSON).
+fn parse_google_duration(s: &str) -> Option<Duration> {
+    let secs: f64 = s.strip_suffix('s')?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0)
+        .then(|| Duration::from_secs_f64(secs.min(RETRY_AFTER_MAX.as_secs_f64())))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn exhausted(domain: &str, reason: &str, model: &str) -> Value {
+        json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": domain,
+             "metadata": {"model": model}},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12.5s"}
+        ]}})
+    }
+
+    #[test]
+    fn only_a_matching_antigravity_limit_narrows_to_the_model() {
+        let tm = StatusCode::TOO_MANY_REQUESTS;
+        let ag = Provider::Antigravity;
+        let body = exhausted("cloudcode-pa.googleapis.com", "RATE_LIMIT_EXCEEDED", "gemini-3-pro");
+        assert_eq!(
+            verdict(ag, tm, None, &body, "gemini-3-pro"),
+            Verdict::ModelLimited(Some(Duration::from_millis(12_500)))
+        );
+        // another model, another domain, another reason, another provider: the whole account
+        assert_eq!(verdict(ag, tm, None, &body, "gemini-3-flash"), Verdict::RateLimited(None));
+        let other = exhausted("example.com", "RATE_LIMIT_EXCEEDED", "gemini-3-pro");
+        assert_eq!(verdict(ag, tm, None, &other, "gemini-3-pro"), Verdict::RateLimited(None));
+        let other = exhausted("cloudcode-pa.googleapis.com", "SOMETHING_ELSE", "gemini-3-pro");
+        assert_eq!(verdict(ag, tm, None, &other, "gemini-3-pro"), Verdict::RateLimited(None));
+        assert_eq!(verdict(Provider::Codex, tm, None, &body, "gemini-3-pro"), Verdict::RateLimited(None));
+    }
+
+    #[test]
+    fn statuses_map_to_the_failure_policy() {
+        let v = |status: u16| {
+            verdict(Provider::Claude, StatusCode::from_u16(status).unwrap(), None, &Value::Null, "m")
+        };
+        assert_eq!(v(529), Verdict::Overloaded(None));
+        assert_eq!(v(401), Verdict::CredentialsRejected(401));
+        assert_eq!(v(403), Verdict::CredentialsRejected(403));
+        assert_eq!(v(500), Verdict::ModelFailure);
+        assert_eq!(v(503), Verdict::ModelFailure);
+        for neutral in [400, 404, 408, 413, 422] {
+            assert_eq!(v(neutral), Verdict::Neutral, "client errors never mark an account ({neutral})");
+        }
+        let codex = json!({"error": {"type": "usage_limit_reached", "resets_in_seconds": 90}});
+        assert_eq!(
+            verdict(Provider::Codex, StatusCode::TOO_MANY_REQUESTS, None, &codex, "m"),
+            Verdict::RateLimited(Some(Duration::from_secs(90)))
+        );
+    }
+
+    #[test]
+    fn retries_back_off_and_respect_short_hints() {
+        assert_eq!(retry_backoff(1, None), Duration::from_millis(200));
+        assert_eq!(retry_backoff(2, None), Duration::from_millis(400));
+        assert_eq!(retry_backoff(1, Some(Duration::from_secs(1))), Duration::from_secs(1));
+        assert!(retryable(StatusCode::BAD_GATEWAY) && retryable(StatusCode::REQUEST_TIMEOUT));
+        assert!(!retryable(StatusCode::TOO_MANY_REQUESTS) && !retryable(StatusCode::FORBIDDEN));
+    }
+
+    #[test]
+    fn conversations_come_from_headers_or_the_prompt_cache_key() {
+        let mut h = HeaderMap::new();
+        let fields = RoutingFields::parse(br#"{"prompt_cache_key":"  "}"#).unwrap();
+        assert!(Conversation::of(&h, &fields).key.is_none(), "blank keys start no conversation (RT-4)");
+        let fields = RoutingFields::parse(br#"{"prompt_cache_key":"abc"}"#).unwrap();
+        assert_eq!(Conversation::of(&h, &fields).key, Some(ConversationKey::prompt_cache("abc")));
+        h.insert("session-id", "s1".parse().unwrap());
+        assert_eq!(Conversation::of(&h, &fields).key, Some(ConversationKey::session("s1")));
+        h.insert("x-openai-subagent", "review".parse().unwrap());
+        h.insert("x-codex-parent-thread-id", "parent".parse().unwrap());
+        let c = Conversation::of(&h, &fields);
+        assert_eq!(c.parent, Some(ConversationKey::session("parent")));
+        h.insert("x-codex-parent-thread-id", "s1".parse().unwrap());
+        assert_eq!(Conversation::of(&h, &fields).parent, None, "its own thread is no parent");
+    }
+}

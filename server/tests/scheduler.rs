@@ -1,0 +1,664 @@
+//! The scheduler through the real server against the mock upstream: account permits and pool
+//! queues (ADM-1, ADM-6, ADM-7), binding and rotation (RT-1..RT-5, RT-7), account state and
+//! recovery (ACC-1, ACC-3, ACC-4), the failure policy (CD-1..CD-5) and routing explanations
+//! (EXP-1).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Client, TestServer};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sublane::mock_upstream::MockUpstream;
+
+const MODEL: &str = "gpt-5.1-codex";
+
+/// SubLane + mock with Codex accounts `tokens[i]` (priority `priorities[i]`) in pool 1 and a key
+/// of the admin, whose member concurrency is unlimited so only the scheduler's limits apply.
+struct Rig {
+    t: TestServer,
+    mock: MockUpstream,
+    admin: Client,
+    key: String,
+    http: reqwest::Client,
+    ids: Vec<i64>,
+}
+
+impl Rig {
+    async fn start(accounts: &[(&str, i64)], env: &[(&str, &str)]) -> Rig {
+        let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let t = Self::server(&mock, env, tempfile::tempdir().unwrap()).await;
+        let mut rig = Rig::prepare(t, mock).await;
+        for (token, priority) in accounts {
+            rig.add_account("codex", token, *priority).await;
+        }
+        rig
+    }
+
+    /// SubLane on `dir`, pointed at `mock`, with `extra` settings.
+    async fn server(mock: &MockUpstream, extra: &[(&str, &str)], dir: tempfile::TempDir) -> TestServer {
+        let env = Self::env(mock, extra);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        TestServer::start_in(dir, &env).await
+    }
+
+    fn env<'a>(mock: &MockUpstream, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, String)> {
+        let m = mock.url();
+        let mut env = vec![
+            ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD.to_owned()),
+            ("SUBLANE_CODEX_BASE_URL", format!("{m}/backend-api/codex")),
+            ("SUBLANE_CLAUDE_BASE_URL", m.clone()),
+            ("SUBLANE_ANTIGRAVITY_BASE_URL", m),
+            ("SUBLANE_WORKSPACE_CAPACITY", "1000".to_owned()),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        env
+    }
+
+    async fn prepare(t: TestServer, mock: MockUpstream) -> Rig {
+        let mut admin = t.admin().await;
+        let (status, _) =
+            admin.call(Method::PATCH, "/api/members/1", Some(json!({"concurrency_limit": 0}))).await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, body) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "sched"}))).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let key = body["secret"].as_str().unwrap().to_owned();
+        Rig { t, mock, admin, key, http: reqwest::Client::new(), ids: Vec::new() }
+    }
+
+    async fn add_account(&mut self, provider: &str, token: &str, priority: i64) -> i64 {
+        let (status, body) = self
+            .admin
+            .call(
+                Method::POST,
+                "/api/accounts",
+                Some(json!({"provider": provider, "name": token, "pool_ids": [1], "priority": priority,
+                    "credentials": {"kind": "oauth", "access_token": token, "provider_account_id": "p"}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let id = body["id"].as_i64().unwrap();
+        self.ids.push(id);
+        id
+    }
+
+    async fn limit(&mut self, account: i64, n: u32) {
+        let path = format!("/api/accounts/{account}/limits");
+        let (status, body) = self.admin.call(Method::PATCH, &path, Some(json!({"max_concurrency": n}))).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
+    async fn script(&self, token: &str, script: Value) {
+        let url = format!("{}/__mock/accounts/{token}", self.mock.url());
+        let r = self.http.put(url).json(&script).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
+
+    fn calls(&self, token: &str) -> usize {
+        self.mock.state.calls(token).len()
+    }
+
+    /// A Responses call; `session` makes it part of a conversation (RT-1).
+    fn responses(&self, session: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+        let mut rb =
+            self.http.post(format!("{}/v1/responses", self.t.base)).bearer_auth(&self.key).json(&body);
+        if let Some(s) = session {
+            rb = rb.header("session_id", s);
+        }
+        rb
+    }
+
+    async fn send(&self, session: Option<&str>, model: &str) -> Answer {
+        Answer::read(self.responses(session, body(model)).send().await.unwrap()).await
+    }
+
+    async fn runtime(&mut self) -> Vec<Value> {
+        let (status, body) = self.admin.call(Method::GET, "/api/accounts/runtime", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body.as_array().unwrap().clone()
+    }
+
+    async fn account_runtime(&mut self, id: i64) -> Value {
+        self.runtime().await.into_iter().find(|a| a["id"] == id).unwrap()
+    }
+
+    async fn action(&mut self, id: i64, action: &str) {
+        let path = format!("/api/accounts/{id}/{action}");
+        let (status, body) = self.admin.call(Method::POST, &path, Some(json!({}))).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
+    /// Waits until nothing is in flight or queued anywhere (slots come back).
+    async fn settled(&mut self) {
+        for _ in 0..200 {
+            let rt = self.runtime().await;
+            if rt.iter().all(|a| a["in_flight"] == 0 && a["queue_depth"] == 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("slots or waiters left behind: {:?}", self.runtime().await);
+    }
+}
+
+fn body(model: &str) -> Value {
+    json!({"model": model, "stream": true, "store": false, "input": [{"role": "user", "content": "hi"}]})
+}
+
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<u64>,
+    code: Option<String>,
+}
+
+impl Answer {
+    async fn read(resp: reqwest::Response) -> Answer {
+        let status = resp.status();
+        let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
+        let text = resp.text().await.unwrap();
+        // OpenAI/Anthropic shapes carry the code as a string; Gemini's as ErrorInfo's reason.
+        let code = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+            v["error"]["code"].as_str().or(v["error"]["details"][0]["reason"].as_str()).map(str::to_owned)
+        });
+        Answer { status, retry_after, code }
+    }
+
+    fn code(&self) -> &str {
+        self.code.as_deref().unwrap_or("")
+    }
+}
+
+/// Which of `tokens` got exactly one more call than in `before`.
+fn served(rig: &Rig, tokens: &[&str], before: &[usize]) -> usize {
+    let grew: Vec<usize> = (0..tokens.len()).filter(|i| rig.calls(tokens[*i]) > before[*i]).collect();
+    assert_eq!(grew.len(), 1, "exactly one account served the call");
+    grew[0]
+}
+
+fn counts(rig: &Rig, tokens: &[&str]) -> Vec<usize> {
+    tokens.iter().map(|t| rig.calls(t)).collect()
+}
+
+#[tokio::test]
+async fn bound_conversations_stay_and_unbound_requests_rotate() {
+    let tokens = ["rot-a", "rot-b"];
+    let rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[]).await;
+    // RT-4/RT-5: unbound requests alternate between the two accounts
+    for _ in 0..4 {
+        assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    }
+    assert_eq!(counts(&rig, &tokens), vec![2, 2]);
+    // RT-1: a conversation stays on the account its first request chose
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-1"), MODEL).await.status, StatusCode::OK);
+    let first = served(&rig, &tokens, &before);
+    for _ in 0..4 {
+        let before = counts(&rig, &tokens);
+        assert_eq!(rig.send(Some("conv-1"), MODEL).await.status, StatusCode::OK);
+        assert_eq!(served(&rig, &tokens, &before), first);
+    }
+    // the same session id from the prompt cache key binds the same way
+    let before = counts(&rig, &tokens);
+    let mut b = body(MODEL);
+    b["prompt_cache_key"] = json!("cache-conv");
+    rig.responses(None, b.clone()).send().await.unwrap().text().await.unwrap();
+    let cached = served(&rig, &tokens, &before);
+    for _ in 0..3 {
+        let before = counts(&rig, &tokens);
+        rig.responses(None, b.clone()).send().await.unwrap().text().await.unwrap();
+        assert_eq!(served(&rig, &tokens, &before), cached);
+    }
+    // EXP-1: the rule and counts are stored, nothing naming an account
+    let recs = rig.t.records(12).await;
+    assert_eq!(
+        recs[0]["routing"],
+        json!({"rule": "uniform_rotation", "candidates": 2,
+        "excluded": {"model_support": 0, "policy": 0, "quota": 0, "cooldown": 0, "capacity": 0, "unavailable": 0}})
+    );
+    assert_eq!(recs[5]["routing"]["rule"], "session_binding");
+    assert!(!recs.iter().any(|r| r["routing"].to_string().contains("rot-")));
+}
+
+#[tokio::test]
+async fn a_429_cools_that_account_only_and_the_highest_tier_comes_first() {
+    let tokens = ["tier-high", "tier-low"];
+    let mut rig = Rig::start(&[(tokens[0], 5), (tokens[1], 0)], &[]).await;
+    // RT-5: the highest priority tier takes everything while it can
+    for _ in 0..3 {
+        assert_eq!(rig.send(Some("conv-t"), MODEL).await.status, StatusCode::OK);
+        assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    }
+    assert_eq!(counts(&rig, &tokens), vec![6, 0]);
+    rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429, "retry_after": "30"}]})).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.status, a.retry_after), (StatusCode::TOO_MANY_REQUESTS, Some(30)));
+    // ADM-9 / RT-2: the bound conversation does not move; it is told how long to wait
+    let a = rig.send(Some("conv-t"), MODEL).await;
+    assert_eq!(a.code(), "account_cooling");
+    assert!(a.retry_after.is_some_and(|s| (29..=30).contains(&s)), "{a:?}");
+    // unbound requests simply use the next tier
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 1);
+    let recs = rig.t.records(9).await;
+    let last = &recs[recs.len() - 1]["routing"];
+    assert_eq!((last["candidates"].as_i64(), last["excluded"]["cooldown"].as_i64()), (Some(1), Some(1)));
+    let high = rig.account_runtime(rig.ids[0]).await;
+    assert!(high["rate_limit_reset_at"].is_i64() && high["rate_limited_at"].is_i64(), "{high}");
+    // ACC-3 resume: cleared at once
+    rig.action(rig.ids[0], "resume").await;
+    assert_eq!(rig.send(Some("conv-t"), MODEL).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn account_permits_hold_and_the_queue_hands_slots_on_in_order() {
+    let token = "permit-a";
+    let mut rig = Rig::start(&[(token, 0)], &[("SUBLANE_QUEUE_CAPACITY", "3")]).await;
+    let id = rig.ids[0];
+    rig.limit(id, 2).await;
+    rig.script(token, json!({"delay_ms": 300})).await;
+    let started = Instant::now();
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let rb = rig.responses(None, body(MODEL));
+            tokio::spawn(async move {
+                // a small stagger so the six arrive in order
+                tokio::time::sleep(Duration::from_millis(i * 15)).await;
+                let a = Answer::read(rb.send().await.unwrap()).await;
+                (a, started.elapsed())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for c in calls {
+        answers.push(c.await.unwrap());
+    }
+    let refused: Vec<&Answer> =
+        answers.iter().map(|(a, _)| a).filter(|a| a.status != StatusCode::OK).collect();
+    assert_eq!(refused.len(), 1, "{answers:?}");
+    assert_eq!((refused[0].code(), refused[0].retry_after), ("account_queue_full", Some(1)));
+    assert_eq!(rig.mock.state.peak(token), 2, "never more than the account's 2 slots in flight");
+    assert_eq!(rig.calls(token), 5);
+    rig.settled().await;
+    let recs = rig.t.records(6).await;
+    let rejected: Vec<&Value> = recs.iter().filter(|r| r["outcome"] == "rejected").collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0]["routing"]["excluded"]["capacity"], 1);
+}
+
+#[tokio::test]
+async fn waiting_times_out_and_a_cancelled_waiter_leaves_the_queue() {
+    let token = "wait-a";
+    let mut rig = Rig::start(&[(token, 0)], &[("SUBLANE_QUEUE_TIMEOUT", "300ms")]).await;
+    let id = rig.ids[0];
+    rig.limit(id, 1).await;
+    rig.script(token, json!({"delay_ms": 1500})).await;
+    let holder = rig.responses(None, body(MODEL)).send();
+    let holder = tokio::spawn(async move { Answer::read(holder.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t0 = Instant::now();
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(
+        (a.status, a.code(), a.retry_after),
+        (StatusCode::TOO_MANY_REQUESTS, "account_wait_timeout", Some(1))
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(300) && t0.elapsed() < Duration::from_millis(1200));
+    // a waiter whose client gives up is out of the queue at once (ADM-7)
+    let quitter = rig.responses(None, body(MODEL)).timeout(Duration::from_millis(100)).send().await;
+    assert!(quitter.is_err());
+    let mut depth = Value::Null;
+    for _ in 0..50 {
+        depth = rig.account_runtime(id).await["queue_depth"].clone();
+        if depth == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(depth, 0);
+    assert_eq!(holder.await.unwrap().status, StatusCode::OK);
+    assert_eq!(rig.calls(token), 1, "waiting never reached the upstream");
+    rig.settled().await;
+}
+
+#[tokio::test]
+async fn a_raised_limit_wakes_a_waiter_at_once() {
+    let token = "raise-a";
+    let mut rig = Rig::start(&[(token, 0)], &[]).await;
+    let id = rig.ids[0];
+    rig.limit(id, 1).await;
+    rig.script(token, json!({"delay_ms": 800})).await;
+    let first = rig.responses(None, body(MODEL)).send();
+    let first = tokio::spawn(async move { Answer::read(first.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = rig.responses(None, body(MODEL)).send();
+    let second = tokio::spawn(async move { Answer::read(second.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(rig.account_runtime(id).await["queue_depth"], 1);
+    rig.limit(id, 2).await;
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    assert_eq!(second.await.unwrap().status, StatusCode::OK);
+    assert_eq!(rig.mock.state.peak(token), 2, "the waiter went upstream while the first call was running");
+    rig.settled().await;
+}
+
+#[tokio::test]
+async fn hundreds_of_concurrent_requests_never_exceed_a_limit_and_all_slots_return() {
+    let tokens = ["load-a", "load-b"];
+    let mut rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[("SUBLANE_QUEUE_CAPACITY", "400")]).await;
+    for (i, t) in tokens.iter().enumerate() {
+        rig.limit(rig.ids[i], 3).await;
+        rig.script(t, json!({"delay_ms": 15})).await;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..240 {
+        let session = (i % 3 == 0).then(|| format!("load-conv-{}", i % 12));
+        let rb = rig.responses(session.as_deref(), body(MODEL));
+        // every tenth client gives up early, some while waiting
+        let rb = if i % 10 == 5 { rb.timeout(Duration::from_millis(40)) } else { rb };
+        tasks.push(tokio::spawn(async move {
+            match rb.send().await {
+                Ok(resp) => Some(Answer::read(resp).await.status),
+                Err(_) => None,
+            }
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Some(StatusCode::OK) => ok += 1,
+            Some(other) => panic!("unexpected {other}"),
+            None => {}
+        }
+    }
+    assert!(ok >= 216, "every client that waited was served: {ok}");
+    for t in tokens {
+        assert!(rig.mock.state.peak(t) <= 3, "{t} peaked at {}", rig.mock.state.peak(t));
+    }
+    rig.settled().await;
+}
+
+#[tokio::test]
+async fn a_bound_conversation_waits_for_its_account_while_unbound_requests_move_on() {
+    let tokens = ["bound-a", "bound-b"];
+    let mut rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[]).await;
+    for i in 0..2 {
+        rig.limit(rig.ids[i], 1).await;
+    }
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-w"), MODEL).await.status, StatusCode::OK);
+    let mine = served(&rig, &tokens, &before);
+    rig.script(tokens[mine], json!({"delay_ms": 700})).await;
+    let busy = rig.responses(Some("conv-w"), body(MODEL)).send();
+    let busy = tokio::spawn(async move { Answer::read(busy.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t0 = Instant::now();
+    let waiting = rig.responses(Some("conv-w"), body(MODEL)).send();
+    let waiting = tokio::spawn(async move {
+        let a = Answer::read(waiting.await.unwrap()).await;
+        (a, t0.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = counts(&rig, &tokens);
+    let free = rig.send(None, MODEL).await;
+    let unbound_took = t0.elapsed();
+    assert_eq!(free.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 1 - mine, "the unbound request used the free account");
+    assert_eq!(busy.await.unwrap().status, StatusCode::OK);
+    let (a, bound_took) = waiting.await.unwrap();
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(bound_took > unbound_took, "the bound request waited for its own account");
+    assert_eq!(rig.calls(tokens[mine]), 3, "all of the conversation's calls went to its account");
+    rig.settled().await;
+}
+
+#[tokio::test]
+async fn a_model_switch_with_portable_history_may_move_but_a_continuation_stays() {
+    let tokens = ["switch-a", "switch-b"];
+    let rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[("SUBLANE_FAILURE_THRESHOLD", "1")]).await;
+    let (m1, m2) = ("gpt-5.1-codex", "gpt-5.1-codex-mini");
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-s"), m1).await.status, StatusCode::OK);
+    let mine = served(&rig, &tokens, &before);
+    // m2 fails on the bound account (three 500s are one logical failure after retries)
+    rig.script(tokens[mine], json!({"steps": [
+        {"kind": "status", "status": 500}, {"kind": "status", "status": 500}, {"kind": "status", "status": 500}]}))
+    .await;
+    assert_eq!(rig.send(Some("conv-s"), m2).await.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // same model: the conversation stays and is told the model is cooling (RT-2)
+    assert_eq!(rig.send(Some("conv-s"), m2).await.code(), "model_cooling");
+    // back to m1 on the same account
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-s"), m1).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), mine);
+    // an upstream continuation never moves (RT-3)
+    let mut cont = body(m2);
+    cont["previous_response_id"] = json!("resp_123");
+    let a = Answer::read(rig.responses(Some("conv-s"), cont).send().await.unwrap()).await;
+    assert_eq!(a.code(), "model_cooling");
+    assert!(a.retry_after.is_some_and(|s| (1..=10).contains(&s)));
+    // a client-side switch with its whole history may move, and the binding follows
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-s"), m2).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 1 - mine);
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-s"), m1).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 1 - mine);
+}
+
+#[tokio::test]
+async fn codex_review_requests_prefer_the_parent_account_without_touching_its_binding() {
+    let tokens = ["review-a", "review-b"];
+    let mut rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[]).await;
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("parent-thread"), MODEL).await.status, StatusCode::OK);
+    let parent = served(&rig, &tokens, &before);
+    let review = |child: &str| {
+        rig.responses(Some(child), body(MODEL))
+            .header("x-openai-subagent", "review")
+            .header("x-codex-parent-thread-id", "parent-thread")
+    };
+    for child in ["child-1", "child-2", "child-3"] {
+        let before = counts(&rig, &tokens);
+        assert_eq!(Answer::read(review(child).send().await.unwrap()).await.status, StatusCode::OK);
+        assert_eq!(served(&rig, &tokens, &before), parent, "{child} went to the parent's account");
+    }
+    let recs = rig.t.records(4).await;
+    assert_eq!(recs[1]["routing"]["rule"], "parent_session");
+    // the parent's account cooling: a new review falls back to normal scheduling ...
+    rig.script(tokens[parent], json!({"steps": [{"kind": "status", "status": 429, "retry_after": "60"}]}))
+        .await;
+    assert_eq!(rig.send(Some("parent-thread"), MODEL).await.status, StatusCode::TOO_MANY_REQUESTS);
+    let before = counts(&rig, &tokens);
+    assert_eq!(Answer::read(review("child-4").send().await.unwrap()).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 1 - parent);
+    // ... and the parent stays bound to its own account
+    assert_eq!(rig.send(Some("parent-thread"), MODEL).await.code(), "account_cooling");
+    rig.action(rig.ids[parent], "resume").await;
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("parent-thread"), MODEL).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), parent);
+}
+
+#[tokio::test]
+async fn retries_stay_on_one_account_and_repeated_failures_cool_only_that_model() {
+    let token = "fail-a";
+    let mut rig = Rig::start(&[(token, 0)], &[]).await;
+    let status = |s: u16| json!({"kind": "status", "status": s});
+    // CD-3: 502 and 503 retried on the same account, one record, one request id
+    rig.script(token, json!({"steps": [status(502), status(503)]})).await;
+    let resp = rig.responses(None, body(MODEL)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    resp.text().await.unwrap();
+    assert_eq!(rig.calls(token), 3);
+    let recs = rig.t.records(1).await;
+    assert_eq!(
+        (recs.len(), &recs[0]["outcome"], recs[0]["request_id"].as_str()),
+        (1, &json!("success"), Some(request_id.as_str()))
+    );
+    // a long upstream hint goes back to the client instead of being waited out
+    rig.script(token, json!({"steps": [{"kind": "status", "status": 503, "retry_after": "30"}]})).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.status, a.retry_after), (StatusCode::SERVICE_UNAVAILABLE, Some(30)));
+    assert_eq!(rig.calls(token), 4);
+    // 429, 403 and client errors are never replayed; client errors mark nothing (ERR-1)
+    rig.script(token, json!({"steps": [status(400), status(404), status(422)]})).await;
+    for _ in 0..3 {
+        assert!(rig.send(None, MODEL).await.status.is_client_error());
+    }
+    assert_eq!(rig.calls(token), 7);
+    // CD-2: two more logical failures (three calls each) make three: the model cools
+    rig.script(
+        token,
+        json!({"steps": [status(500), status(500), status(500), status(500), status(500), status(500)]}),
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(rig.send(None, MODEL).await.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(rig.calls(token), 13);
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(a.code(), "model_cooling");
+    assert!(a.retry_after.is_some_and(|s| (1..=10).contains(&s)), "{a:?}");
+    assert_eq!(rig.calls(token), 13, "a cooling model is not sent upstream");
+    // other models of the account stay eligible
+    assert_eq!(rig.send(None, "gpt-5.1-codex-mini").await.status, StatusCode::OK);
+    let rt = rig.account_runtime(rig.ids[0]).await;
+    assert_eq!(rt["limited_models"], 1, "{rt}");
+    let m = rt["models"].as_array().unwrap().iter().find(|m| m["model"] == MODEL).unwrap();
+    assert!(m["cooling_until"].is_i64() && m["cooldown_level"] == 1, "{m}");
+}
+
+#[tokio::test]
+async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
+    let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let t = Rig::server(&mock, &[], tempfile::tempdir().unwrap()).await;
+    let mut rig = Rig::prepare(t, mock).await;
+    let id = rig.add_account("antigravity", "ya29.limits", 0).await;
+    let (http, base, key) = (rig.http.clone(), rig.t.base.clone(), rig.key.clone());
+    let gemini = move |model: &str| {
+        http.post(format!("{base}/v1beta/models/{model}:generateContent"))
+            .header("x-goog-api-key", &key)
+            .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
+    };
+    let exhausted = |model: &str| json!({"kind": "resource_exhausted", "reason": "RATE_LIMIT_EXCEEDED", "model": model, "retry_delay": "20s"});
+    rig.script("ya29.limits", json!({"steps": [exhausted("gemini-3.1-pro-low")]})).await;
+    let a = Answer::read(gemini("gemini-3.1-pro-low").send().await.unwrap()).await;
+    assert_eq!(
+        (a.status, a.code(), a.retry_after),
+        (StatusCode::TOO_MANY_REQUESTS, "model_rate_limited", Some(20))
+    );
+    let a = Answer::read(gemini("gemini-3.1-pro-low").send().await.unwrap()).await;
+    assert_eq!(a.code(), "model_rate_limited");
+    assert!(a.retry_after.is_some_and(|s| (19..=20).contains(&s)));
+    assert_eq!(Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await.status, StatusCode::OK);
+    // a limit naming another model cools the whole account (CD-4)
+    rig.script("ya29.limits", json!({"steps": [exhausted("some-other-model")]})).await;
+    let a = Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
+    let a = Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await;
+    assert_eq!(a.code(), "account_cooling");
+    let rt = rig.account_runtime(id).await;
+    assert!(rt["rate_limit_reset_at"].is_i64() && rt["limited_models"] == 1, "{rt}");
+}
+
+#[tokio::test]
+async fn forbidden_and_overloaded_accounts_pause_and_recover_clears_them() {
+    let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let t = Rig::server(&mock, &[], tempfile::tempdir().unwrap()).await;
+    let mut rig = Rig::prepare(t, mock).await;
+    let claude = rig.add_account("claude", "sk-ant-oat-pause", 0).await;
+    let (http, base, key) = (rig.http.clone(), rig.t.base.clone(), rig.key.clone());
+    let messages = move || {
+        http.post(format!("{base}/v1/messages"))
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
+    };
+    // CD-5: 403 is upstream_forbidden (not "invalid key"); the account pauses
+    rig.script("sk-ant-oat-pause", json!({"steps": [{"kind": "status", "status": 403}]})).await;
+    let a = Answer::read(messages().send().await.unwrap()).await;
+    assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "upstream_forbidden"));
+    let rt = rig.account_runtime(claude).await;
+    assert_eq!(rt["temp_unschedulable_reason"], "upstream_403");
+    let a = Answer::read(messages().send().await.unwrap()).await;
+    assert_eq!((a.status, a.code()), (StatusCode::SERVICE_UNAVAILABLE, "no_available_account"));
+    rig.action(claude, "recover").await;
+    assert_eq!(Answer::read(messages().send().await.unwrap()).await.status, StatusCode::OK);
+    // 529 sets the overload pause
+    rig.script("sk-ant-oat-pause", json!({"steps": [{"kind": "status", "status": 529}]})).await;
+    assert_eq!(Answer::read(messages().send().await.unwrap()).await.status.as_u16(), 529);
+    let rt = rig.account_runtime(claude).await;
+    assert!(rt["overload_until"].is_i64(), "{rt}");
+    let a = Answer::read(messages().send().await.unwrap()).await;
+    assert_eq!(a.code(), "account_cooling");
+    // clear-cooldown ends the overload; a 401 for the account's token is never the caller's 401
+    rig.action(claude, "clear-cooldown").await;
+    rig.script("sk-ant-oat-pause", json!({"steps": [{"kind": "status", "status": 401}]})).await;
+    let a = Answer::read(messages().send().await.unwrap()).await;
+    assert_eq!((a.status, a.code()), (StatusCode::BAD_GATEWAY, "upstream_unauthorized"));
+}
+
+#[tokio::test]
+async fn cooldowns_and_bindings_survive_a_restart_but_re_authorization_drops_old_limits() {
+    let tokens = ["keep-a", "keep-b"];
+    let rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[]).await;
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-r"), MODEL).await.status, StatusCode::OK);
+    let mine = served(&rig, &tokens, &before);
+    rig.script(tokens[mine], json!({"steps": [{"kind": "status", "status": 429, "retry_after": "600"}]}))
+        .await;
+    assert_eq!(rig.send(Some("conv-r"), MODEL).await.status, StatusCode::TOO_MANY_REQUESTS);
+    // restart on the same data directory (ACC-4, RT-1)
+    let Rig { t, mock, .. } = rig;
+    let TestServer { server, dir, .. } = t;
+    server.shutdown().await.unwrap();
+    let t = Rig::server(&mock, &[], dir).await;
+    let mut rig = Rig::prepare(t, mock).await;
+    let (_, accounts) = rig.admin.call(Method::GET, "/api/accounts", None).await;
+    rig.ids = accounts.as_array().unwrap().iter().map(|a| a["id"].as_i64().unwrap()).collect();
+    let a = rig.send(Some("conv-r"), MODEL).await;
+    assert_eq!(a.code(), "account_cooling", "the cooldown and the binding came back");
+    assert!(a.retry_after.is_some_and(|s| s > 500));
+    // re-authorization starts a new lifecycle revision: the old limit is gone
+    let path = format!("/api/accounts/{}", rig.ids[mine]);
+    let creds =
+        json!({"credentials": {"kind": "oauth", "access_token": tokens[mine], "provider_account_id": "p"}});
+    let (status, _) = rig.admin.call(Method::PATCH, &path, Some(creds)).await;
+    assert_eq!(status, StatusCode::OK);
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-r"), MODEL).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), mine);
+}
+
+#[tokio::test]
+async fn a_waiter_whose_key_is_revoked_is_refused_when_its_turn_comes() {
+    let token = "revoke-a";
+    let mut rig = Rig::start(&[(token, 0)], &[]).await;
+    rig.limit(rig.ids[0], 1).await;
+    let (_, other) = rig.admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "second"}))).await;
+    let (other_id, other_key) =
+        (other["key"]["id"].as_i64().unwrap(), other["secret"].as_str().unwrap().to_owned());
+    rig.script(token, json!({"delay_ms": 500})).await;
+    let holder = rig.responses(None, body(MODEL)).send();
+    let holder = tokio::spawn(async move { Answer::read(holder.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiter = rig
+        .http
+        .post(format!("{}/v1/responses", rig.t.base))
+        .bearer_auth(&other_key)
+        .json(&body(MODEL))
+        .send();
+    let waiter = tokio::spawn(async move { Answer::read(waiter.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, _) = rig.admin.call(Method::DELETE, &format!("/api/me/keys/{other_id}"), None).await;
+    assert!(status.is_success(), "{status}");
+    assert_eq!(holder.await.unwrap().status, StatusCode::OK);
+    let a = waiter.await.unwrap();
+    assert_eq!((a.status, a.code()), (StatusCode::UNAUTHORIZED, "invalid_api_key"));
+    assert_eq!(rig.calls(token), 1);
+    rig.settled().await;
+}
