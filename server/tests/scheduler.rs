@@ -559,8 +559,10 @@ async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
     rig.script("ya29.limits", json!({"steps": [exhausted("some-other-model")]})).await;
     let a = Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
+    // BUD-5: the only account able to serve it is rate limited upstream
     let a = Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await;
-    assert_eq!(a.code(), "account_cooling");
+    assert_eq!(a.code(), "upstream_quota_exhausted");
+    assert!(a.retry_after.is_some_and(|s| (1..=20).contains(&s)), "{a:?}");
     let rt = rig.account_runtime(id).await;
     assert!(rt["rate_limit_reset_at"].is_i64() && rt["limited_models"] == 1, "{rt}");
 }
@@ -661,4 +663,20 @@ async fn a_waiter_whose_key_is_revoked_is_refused_when_its_turn_comes() {
     assert_eq!((a.status, a.code()), (StatusCode::UNAUTHORIZED, "invalid_api_key"));
     assert_eq!(rig.calls(token), 1);
     rig.settled().await;
+}
+
+#[tokio::test]
+async fn member_rpm_is_counted_once_per_request_and_refusals_are_recorded() {
+    let token = "rpm-a";
+    let mut rig = Rig::start(&[(token, 0)], &[]).await;
+    let (status, body) = rig.admin.call(Method::PATCH, "/api/members/1", Some(json!({"rpm_limit": 2}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.status, a.code()), (StatusCode::TOO_MANY_REQUESTS, "member_rpm_exceeded"));
+    assert!(a.retry_after.is_some_and(|s| (1..=60).contains(&s)), "{a:?}");
+    assert_eq!(rig.calls(token), 2);
+    let recs = rig.t.records(3).await;
+    assert_eq!((&recs[2]["outcome"], &recs[2]["routing"]), (&json!("rejected"), &Value::Null));
 }

@@ -172,8 +172,15 @@ async fn limits(
     let patch = AccountPatch { max_concurrency: Some(l.max_concurrency), ..Default::default() };
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
     // Applies at once: a raise wakes waiters, a cut never interrupts admitted requests (ADM-1).
-    s.scheduler.set_limit(id, view.max_concurrency);
+    apply_limit(&s, &view);
     Ok(Json(view))
+}
+
+/// Hands a stored limit to the scheduler under a new configuration generation, so a snapshot
+/// loaded before the change cannot put the old limit back.
+fn apply_limit(s: &AppState, view: &AccountView) {
+    s.generation.bump();
+    s.scheduler.set_limit(view.id, view.max_concurrency, s.generation.current());
 }
 
 async fn list(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<AccountView>>> {
@@ -199,7 +206,7 @@ async fn update(
     ApiJson(patch): ApiJson<AccountPatch>,
 ) -> Result<Json<AccountView>> {
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
-    s.scheduler.set_limit(id, view.max_concurrency);
+    apply_limit(&s, &view);
     Ok(Json(view))
 }
 

@@ -73,29 +73,16 @@ pub async fn handle(
     let request_id = new_request_id();
     let mut resp = match admit(&s, &headers, path_model, raw).await {
         Ok((principal, body, fields, model, workspace)) => {
-            let member = s.admission.member(principal.member_id, limit_of(&principal));
-            let mut attempt = Attempt {
-                records: s.records.clone(),
-                request_id: request_id.clone(),
-                protocol: spec.protocol,
-                operation: spec.op.record_name(),
-                started,
-                started_at_ms: s.clock.now().timestamp_millis(),
-                principal,
-                model,
-                account: None,
-                slots: None,
-                lease: None,
-                routing: None,
-            };
+            let member = member_admission(&s, &principal);
+            let operation = spec.op.record_name();
+            let mut attempt =
+                Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model);
             match member {
-                Some(member) => {
+                Ok(member) => {
                     attempt.slots = Some((workspace, member));
                     dispatch(&s, spec, attempt, &headers, query.as_deref(), body, fields).await
                 }
-                None => {
-                    attempt.fail(GatewayError::member_concurrency_exceeded(), Outcome::Rejected, None).await
-                }
+                Err(e) => attempt.fail(e, Outcome::Rejected, None).await,
             }
         }
         Err(e) => e.render(spec.protocol, Some(&request_id)),
@@ -106,9 +93,17 @@ pub async fn handle(
     resp
 }
 
-/// The member concurrency limit of a principal (ADM-3; 0 = unlimited).
-pub(super) fn limit_of(p: &Principal) -> u32 {
-    u32::try_from(p.concurrency_limit).unwrap_or(0)
+/// ADM-3: a slot of the member's concurrency (0 = unlimited), and the call counted against
+/// their optional RPM limit. Refusals are recorded as rejected by the caller.
+pub(super) fn member_admission(s: &AppState, p: &Principal) -> Result<MemberSlot, GatewayError> {
+    let slot = s
+        .admission
+        .member(p.member_id, u32::try_from(p.concurrency_limit).unwrap_or(0))
+        .ok_or_else(GatewayError::member_concurrency_exceeded)?;
+    s.admission
+        .member_rpm(p.member_id, p.rpm_limit)
+        .map_err(|wait| GatewayError::member_rpm_exceeded(wait.as_secs().clamp(1, 60)))?;
+    Ok(slot)
 }
 
 /// Authentication, workspace admission and body checks: failures here create no record (REC-1).
@@ -161,6 +156,31 @@ pub(super) struct Ending {
 }
 
 impl Attempt {
+    pub(super) fn new(
+        s: &AppState,
+        request_id: String,
+        protocol: Protocol,
+        operation: &'static str,
+        started: Instant,
+        principal: Principal,
+        model: String,
+    ) -> Self {
+        Attempt {
+            records: s.records.clone(),
+            request_id,
+            protocol,
+            operation,
+            started,
+            started_at_ms: s.clock.now().timestamp_millis(),
+            principal,
+            model,
+            account: None,
+            slots: None,
+            lease: None,
+            routing: None,
+        }
+    }
+
     pub(super) async fn finish(mut self, end: Ending) {
         if let Some(lease) = self.lease.as_mut() {
             lease.settle(end.verdict);

@@ -34,6 +34,8 @@ pub struct Account {
     pub pools: Vec<i64>,
     /// The account's dense index in the scheduler.
     pub slot: usize,
+    /// The configuration generation this view of the account was loaded at.
+    pub generation: u64,
     pub credentials: CredentialInput,
 }
 
@@ -185,6 +187,7 @@ async fn load(db: &SqlitePool, sealer: &Sealer, scheduler: &Scheduler, generatio
             max_concurrency: u32::try_from(row.max_concurrency).unwrap_or(1),
             revision: row.lifecycle_revision,
             slot: scheduler.register(row.id),
+            generation,
             pools: account_pools.clone(),
             credentials,
         });

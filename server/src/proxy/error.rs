@@ -66,6 +66,16 @@ impl GatewayError {
         .retry_after(1)
     }
 
+    /// ADM-3: the member's optional requests-per-minute limit.
+    pub fn member_rpm_exceeded(retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "member_rpm_exceeded",
+            "you have started as many requests this minute as your limit allows",
+        )
+        .retry_after(retry_after)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
@@ -131,6 +141,16 @@ impl GatewayError {
             StatusCode::TOO_MANY_REQUESTS,
             "model_rate_limited",
             "the upstream provider rate-limited this model",
+        )
+        .retry_after(retry_after)
+    }
+
+    /// BUD-5: every account able to serve the model is rate limited upstream.
+    pub fn upstream_quota_exhausted(retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "upstream_quota_exhausted",
+            "every upstream account that can serve this model is rate limited",
         )
         .retry_after(retry_after)
     }
@@ -276,6 +296,39 @@ mod tests {
         assert_eq!(g["error"]["code"], 401);
         assert_eq!(g["error"]["status"], "UNAUTHENTICATED");
         assert_eq!(g["error"]["details"][0]["reason"], "invalid_api_key");
+    }
+
+    /// The scheduler's part of the catalogue (ERR): status, code and Retry-After in each shape.
+    #[test]
+    fn scheduler_errors_match_the_catalogue_in_every_protocol() {
+        let cases = [
+            (GatewayError::workspace_busy(), 429, Some("1")),
+            (GatewayError::member_concurrency_exceeded(), 429, Some("1")),
+            (GatewayError::account_queue_full(), 429, Some("1")),
+            (GatewayError::account_wait_timeout(), 429, Some("1")),
+            (GatewayError::account_cooling(17), 429, Some("17")),
+            (GatewayError::model_cooling(10), 429, Some("10")),
+            (GatewayError::model_rate_limited(20), 429, Some("20")),
+            (GatewayError::upstream_quota_exhausted(5), 429, Some("5")),
+            (GatewayError::upstream_forbidden(), 403, None),
+            (GatewayError::no_available_account("m"), 503, Some("1")),
+            (GatewayError::model_not_allowed("m"), 403, None),
+            (GatewayError::invalid_api_key(), 401, None),
+        ];
+        for (e, status, retry_after) in cases {
+            for protocol in [Protocol::OpenAi, Protocol::Anthropic, Protocol::Gemini] {
+                let r = e.render(protocol, Some("req_1"));
+                assert_eq!(r.status().as_u16(), status, "{}", e.code);
+                let ra = r.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_owned());
+                assert_eq!(ra.as_deref(), retry_after, "{}", e.code);
+                let b = body(protocol, e.status, e.code, &e.message, None);
+                let code = match protocol {
+                    Protocol::Gemini => &b["error"]["details"][0]["reason"],
+                    Protocol::Anthropic | Protocol::OpenAi => &b["error"]["code"],
+                };
+                assert_eq!(code, e.code, "{protocol:?} {b}");
+            }
+        }
     }
 
     #[test]

@@ -162,6 +162,10 @@ pub(super) async fn recheck_for_retry(
     if !pool.accounts().iter().any(|a| a.id == account.id && a.revision == account.revision) {
         return Err((GatewayError::no_available_account(model), Outcome::Rejected));
     }
+    // Another request's 429/529/403 on this account meanwhile: no retry into it.
+    if let Some(r) = s.scheduler.account_blocked(account.id) {
+        return Err((refusal(r, model), Outcome::Rejected));
+    }
     Ok(())
 }
 
@@ -173,6 +177,7 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::AccountCooling(secs) => GatewayError::account_cooling(secs),
         Refusal::ModelCooling(secs) => GatewayError::model_cooling(secs),
         Refusal::ModelRateLimited(secs) => GatewayError::model_rate_limited(secs),
+        Refusal::UpstreamQuotaExhausted(secs) => GatewayError::upstream_quota_exhausted(secs),
         Refusal::NoAccount => GatewayError::no_available_account(model),
         Refusal::ShuttingDown => GatewayError::shutting_down(),
     }
@@ -208,14 +213,14 @@ pub(super) fn verdict(
 ) -> Verdict {
     match status.as_u16() {
         429 => {
-            if provider == Provider::Antigravity
-                && let Some(delay) = antigravity_model_limit(body, upstream_model)
-            {
-                return Verdict::ModelLimited(delay.or(retry_after));
+            // The body's own hint when no header gives one: Google's RetryInfo, Codex's reset.
+            let hint = retry_after
+                .or_else(|| google_retry_delay(body))
+                .or_else(|| body["error"]["resets_in_seconds"].as_u64().map(Duration::from_secs));
+            if provider == Provider::Antigravity && antigravity_model_limit(body, upstream_model) {
+                return Verdict::ModelLimited(hint);
             }
-            // Codex's usage limit names its reset when no header does.
-            let resets = body["error"]["resets_in_seconds"].as_u64().map(Duration::from_secs);
-            Verdict::RateLimited(retry_after.or(resets))
+            Verdict::RateLimited(hint)
         }
         529 => Verdict::Overloaded(retry_after),
         401 | 403 => Verdict::CredentialsRejected(status.as_u16()),
@@ -225,23 +230,27 @@ pub(super) fn verdict(
 }
 
 /// CD-4: an Antigravity RESOURCE_EXHAUSTED whose ErrorInfo has the Cloud Code domain, a rate or
-/// quota reason and exactly the requested model. `Some(retry delay)` when it narrows to the model.
-fn antigravity_model_limit(body: &Value, upstream_model: &str) -> Option<Option<Duration>> {
-    let details = body["error"]["details"].as_array()?;
-    let info =
-        details.iter().find(|d| d["@type"].as_str().is_some_and(|t| t.ends_with("google.rpc.ErrorInfo")))?;
+/// quota reason and exactly the requested model narrows to that model.
+fn antigravity_model_limit(body: &Value, upstream_model: &str) -> bool {
+    let Some(details) = body["error"]["details"].as_array() else { return false };
+    let Some(info) =
+        details.iter().find(|d| d["@type"].as_str().is_some_and(|t| t.ends_with("google.rpc.ErrorInfo")))
+    else {
+        return false;
+    };
     let domain_ok = info["domain"].as_str().is_some_and(|d| d.ends_with("cloudcode-pa.googleapis.com"));
     let reason_ok = matches!(info["reason"].as_str(), Some("RATE_LIMIT_EXCEEDED" | "QUOTA_EXHAUSTED"));
-    let model_ok = info["metadata"]["model"].as_str() == Some(upstream_model);
-    if !(domain_ok && reason_ok && model_ok) {
-        return None;
-    }
-    let delay = details
+    domain_ok && reason_ok && info["metadata"]["model"].as_str() == Some(upstream_model)
+}
+
+/// A google.rpc.RetryInfo delay in an error body.
+fn google_retry_delay(body: &Value) -> Option<Duration> {
+    body["error"]["details"]
+        .as_array()?
         .iter()
         .find(|d| d["@type"].as_str().is_some_and(|t| t.ends_with("google.rpc.RetryInfo")))
         .and_then(|d| d["retryDelay"].as_str())
-        .and_then(parse_google_duration);
-    Some(delay)
+        .and_then(parse_google_duration)
 }
 
 /// `"12s"`, `"0.5s"`, `"1.234567s"` (protobuf Duration JSON).
@@ -275,12 +284,16 @@ mod tests {
             Verdict::ModelLimited(Some(Duration::from_millis(12_500)))
         );
         // another model, another domain, another reason, another provider: the whole account
-        assert_eq!(verdict(ag, tm, None, &body, "gemini-3-flash"), Verdict::RateLimited(None));
+        let whole = Verdict::RateLimited(Some(Duration::from_millis(12_500)));
+        assert_eq!(verdict(ag, tm, None, &body, "gemini-3-flash"), whole);
         let other = exhausted("example.com", "RATE_LIMIT_EXCEEDED", "gemini-3-pro");
-        assert_eq!(verdict(ag, tm, None, &other, "gemini-3-pro"), Verdict::RateLimited(None));
+        assert_eq!(verdict(ag, tm, None, &other, "gemini-3-pro"), whole);
         let other = exhausted("cloudcode-pa.googleapis.com", "SOMETHING_ELSE", "gemini-3-pro");
-        assert_eq!(verdict(ag, tm, None, &other, "gemini-3-pro"), Verdict::RateLimited(None));
-        assert_eq!(verdict(Provider::Codex, tm, None, &body, "gemini-3-pro"), Verdict::RateLimited(None));
+        assert_eq!(verdict(ag, tm, None, &other, "gemini-3-pro"), whole);
+        assert_eq!(verdict(Provider::Codex, tm, None, &body, "gemini-3-pro"), whole);
+        // a header wins over the body's hint
+        let header = Some(Duration::from_secs(3));
+        assert_eq!(verdict(ag, tm, header, &other, "gemini-3-pro"), Verdict::RateLimited(header));
     }
 
     #[test]

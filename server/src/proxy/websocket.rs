@@ -110,25 +110,19 @@ async fn session(
             let _ = send_error(&mut client, &GatewayError::workspace_busy(), &request_id).await;
             continue;
         };
-        let member = s.admission.member(principal.member_id, super::call::limit_of(&principal));
-        let mut attempt = Attempt {
-            records: s.records.clone(),
-            request_id: request_id.clone(),
-            protocol: Protocol::OpenAi,
-            operation: OPERATION,
+        let member = super::call::member_admission(&s, &principal);
+        let mut attempt = Attempt::new(
+            &s,
+            request_id.clone(),
+            Protocol::OpenAi,
+            OPERATION,
             started,
-            started_at_ms: s.clock.now().timestamp_millis(),
-            principal: principal.clone(),
-            model: model.clone(),
-            account: None,
-            slots: None,
-            lease: None,
-            routing: None,
-        };
+            principal.clone(),
+            model.clone(),
+        );
         match member {
-            Some(member) => attempt.slots = Some((workspace, member)),
-            None => {
-                let e = GatewayError::member_concurrency_exceeded();
+            Ok(member) => attempt.slots = Some((workspace, member)),
+            Err(e) => {
                 let _ = send_error(&mut client, &e, &request_id).await;
                 if !warmup {
                     attempt.finish(failure(e.code, Outcome::Rejected)).await;

@@ -6,15 +6,25 @@
 //!   unlimited); over it 429 `member_concurrency_exceeded`. The limit is read per request, so a
 //!   changed limit applies to the next request and never interrupts admitted ones.
 //!
-//! Both hand out guards that release on drop; a request keeps them until its record is queued
+//! - Member RPM (optional): at most `rpm_limit` model calls started in any 60 s; checked once
+//!   when the request arrives, so a request that then waits in a queue consumes it once.
+//!
+//! The slots are guards that release on drop; a request keeps them until its record is queued
 //! (ADM-8) — for streams, until the stream ends (ADM-4).
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
+
+/// The member RPM window.
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// Default workspace capacity (ADM-2).
 pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
@@ -22,6 +32,8 @@ pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
 pub struct Admission {
     workspace: Arc<Semaphore>,
     members: Arc<Mutex<HashMap<i64, u32>>>,
+    /// Start times of each member's calls within the last minute (only members with an RPM).
+    starts: Mutex<HashMap<i64, VecDeque<Instant>>>,
 }
 
 /// Holds one workspace slot.
@@ -49,7 +61,11 @@ impl Drop for MemberSlot {
 
 impl Admission {
     pub fn new(workspace_capacity: usize) -> Self {
-        Admission { workspace: Arc::new(Semaphore::new(workspace_capacity)), members: Arc::default() }
+        Admission {
+            workspace: Arc::new(Semaphore::new(workspace_capacity)),
+            members: Arc::default(),
+            starts: Mutex::default(),
+        }
     }
 
     /// A workspace slot, or `None` when the workspace is full (ADM-2).
@@ -68,6 +84,26 @@ impl Admission {
         Some(MemberSlot { member_id, members: Arc::clone(&self.members) })
     }
 
+    /// Counts a call against the member's RPM limit (ADM-3); `Err(wait)` when `limit` calls
+    /// started within the last minute, with the time until the oldest leaves the window.
+    pub fn member_rpm(&self, member_id: i64, limit: Option<i64>) -> Result<(), Duration> {
+        let Some(limit) = limit.and_then(|l| usize::try_from(l).ok()).filter(|l| *l > 0) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+        let q = starts.entry(member_id).or_default();
+        while q.front().is_some_and(|t| now.duration_since(*t) >= MINUTE) {
+            q.pop_front();
+        }
+        if q.len() >= limit {
+            let oldest = q.front().copied().unwrap_or(now);
+            return Err(MINUTE.saturating_sub(now.duration_since(oldest)));
+        }
+        q.push_back(now);
+        Ok(())
+    }
+
     /// Model calls of a member now in flight (for runtime views and tests).
     pub fn member_in_flight(&self, member_id: i64) -> u32 {
         self.members.lock().unwrap_or_else(|p| p.into_inner()).get(&member_id).copied().unwrap_or(0)
@@ -77,6 +113,22 @@ impl Admission {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn member_rpm_counts_a_sliding_minute() {
+        let a = Admission::new(10);
+        assert!(a.member_rpm(1, None).is_ok() && a.member_rpm(1, Some(0)).is_ok(), "no limit");
+        for _ in 0..3 {
+            assert!(a.member_rpm(1, Some(3)).is_ok());
+            tokio::time::advance(Duration::from_secs(10)).await;
+        }
+        // three calls at 0, 10, 20 s; now 30 s: the next one waits until the first is 60 s old
+        assert_eq!(a.member_rpm(1, Some(3)), Err(Duration::from_secs(30)));
+        assert!(a.member_rpm(2, Some(3)).is_ok(), "members are separate");
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(a.member_rpm(1, Some(3)).is_ok(), "the first call left the window");
+        assert_eq!(a.member_rpm(1, Some(3)), Err(Duration::from_secs(10)));
+    }
 
     #[test]
     fn workspace_capacity_is_a_hard_cap_and_slots_come_back() {

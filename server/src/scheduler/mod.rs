@@ -51,6 +51,8 @@ pub struct Settings {
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_QUEUE_CAPACITY: usize = 100;
 pub const DEFAULT_BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Expired bindings are swept from memory whenever the table grows by this many.
+const BINDING_SWEEP: usize = 4096;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -115,6 +117,8 @@ pub enum Refusal {
     AccountCooling(u64),
     ModelCooling(u64),
     ModelRateLimited(u64),
+    /// BUD-5: every account that could serve the request is rate limited upstream.
+    UpstreamQuotaExhausted(u64),
     NoAccount,
     ShuttingDown,
 }
@@ -142,6 +146,9 @@ struct Runtime {
     account_id: i64,
     in_flight: u32,
     limit: u32,
+    /// Configuration generation of the newest limit set through the API: older snapshots do
+    /// not overwrite it.
+    limit_generation: u64,
     revision: i64,
     /// Cache of `state.blocked_until()`: the eligibility scan reads one integer.
     blocked_until: i64,
@@ -158,6 +165,7 @@ impl Runtime {
             account_id,
             in_flight: 0,
             limit: 0,
+            limit_generation: 0,
             revision: 0,
             blocked_until: i64::MIN,
             state: AccountState::default(),
@@ -176,7 +184,9 @@ impl Runtime {
 
     /// Keeps the runtime in step with the account's current configuration.
     fn sync(&mut self, account: &Account) {
-        self.limit = account.max_concurrency;
+        if account.generation >= self.limit_generation {
+            self.limit = account.max_concurrency;
+        }
         if self.revision != account.revision {
             // A new lifecycle revision (re-auth, disable/enable, manual clear): old limits go (ACC-4).
             if self.revision != 0 {
@@ -352,7 +362,8 @@ impl Scheduler {
             let b = inner.bindings.get(&key)?;
             (now - b.used_at < self.ttl_ms()).then_some(b.account_id)
         });
-        let mut skip: Option<usize> = None;
+        // RT-3: the bound account left out of this choice, and why.
+        let mut skip: Option<(usize, Block)> = None;
         if let Some(id) = bound_id
             && let Some(a) = accounts.iter().find(|a| a.id == id && serves(a, ask))
         {
@@ -366,7 +377,7 @@ impl Scheduler {
                     return (Step::Refuse(model_refusal(&b, now)), decision);
                 }
                 // RT-3: a client-side model switch with portable history may move.
-                Some(_) => skip = Some(a.slot),
+                Some(b) => skip = Some((a.slot, b)),
                 None if has_room(inner, a.slot) => {
                     let lease = self.lease(inner, a, ask, reserved, now);
                     return (Step::Go(lease), decision);
@@ -398,15 +409,18 @@ impl Scheduler {
         let mut excluded = Excluded::default();
         let mut eligible = std::mem::take(&mut inner.scratch);
         eligible.clear();
-        let mut soonest: Option<Block> = None;
+        let skipped = skip.as_ref().map(|(slot, _)| *slot);
+        let mut soonest: Option<Block> = skip.map(|(_, b)| b);
+        // Whether every account-wide block met is an upstream rate limit (BUD-5).
+        let mut all_rate_limited = true;
         for (i, a) in accounts.iter().enumerate() {
             if !ask.supported.contains(&a.provider) {
                 excluded.model_support += 1;
                 continue;
             }
-            if ask.only.is_some_and(|p| p != a.provider) || skip == Some(a.slot) {
-                excluded.policy += u32::from(skip != Some(a.slot));
-                excluded.cooldown += u32::from(skip == Some(a.slot));
+            if ask.only.is_some_and(|p| p != a.provider) || skipped == Some(a.slot) {
+                excluded.policy += u32::from(skipped != Some(a.slot));
+                excluded.cooldown += u32::from(skipped == Some(a.slot));
                 continue;
             }
             let rt = &inner.runtimes[a.slot];
@@ -416,6 +430,7 @@ impl Scheduler {
                 } else {
                     excluded.cooldown += 1;
                 }
+                all_rate_limited &= matches!(b, Block::RateLimited { .. });
                 if soonest.as_ref().is_none_or(|s| b.retry_after(now) < s.retry_after(now)) {
                     soonest = Some(b);
                 }
@@ -444,6 +459,10 @@ impl Scheduler {
             None => match soonest {
                 // Paused credentials are no cooldown a client can wait out.
                 Some(Block::TempUnschedulable { .. }) => Step::Refuse(Refusal::NoAccount),
+                // BUD-5: every account able to serve it is rate limited upstream.
+                Some(b) if b.account_wide() && all_rate_limited => {
+                    Step::Refuse(Refusal::UpstreamQuotaExhausted(b.retry_after(now)))
+                }
                 Some(b) if b.account_wide() => Step::Refuse(Refusal::AccountCooling(b.retry_after(now))),
                 Some(b) => Step::Refuse(model_refusal(&b, now)),
                 None => Step::Refuse(Refusal::NoAccount),
@@ -505,6 +524,10 @@ impl Scheduler {
                     b.stored_at = i64::MIN;
                 }
                 None => {
+                    if inner.bindings.len() % BINDING_SWEEP == BINDING_SWEEP - 1 {
+                        let ttl = self.ttl_ms();
+                        inner.bindings.retain(|_, b| now - b.used_at < ttl);
+                    }
                     inner.bindings.insert(
                         key,
                         Binding {
@@ -586,12 +609,15 @@ impl Scheduler {
         }
     }
 
-    /// API-1 limits: applies a new limit at once and wakes waiters if it rose.
-    pub fn set_limit(&self, account_id: i64, limit: u32) {
+    /// API-1 limits: applies a new limit at once and wakes waiters if it rose. `generation` is
+    /// the configuration generation that has the new limit stored.
+    pub fn set_limit(&self, account_id: i64, limit: u32, generation: u64) {
         {
             let mut inner = self.lock();
             let slot = inner.slot(account_id);
-            inner.runtimes[slot].limit = limit;
+            let rt = &mut inner.runtimes[slot];
+            rt.limit = limit;
+            rt.limit_generation = rt.limit_generation.max(generation);
         }
         self.wake(account_id);
     }
@@ -610,8 +636,10 @@ impl Scheduler {
             Verdict::ModelLimited(r) => rt.state.model_limited(model, seq, now, r),
             Verdict::Overloaded(r) => rt.state.overloaded(now, r, policy),
             Verdict::CredentialsRejected(status) => rt.state.credentials_rejected(now, status, policy),
-            Verdict::Neutral => rt.state.attempt_ended(model, seq),
+            Verdict::Neutral => {}
         }
+        // Whatever the verdict, a probe this attempt held is over (CD-4).
+        rt.state.attempt_ended(model, seq);
         rt.state.forget_expired(now, policy);
         rt.blocked_until = rt.state.blocked_until();
         if rt.state != before {
@@ -672,6 +700,15 @@ impl Scheduler {
     /// Waiters now queued in `pool_id` (tests, runtime view).
     pub fn queue_depth(&self, pool_id: i64) -> usize {
         self.lock().queues.get(&pool_id).map_or(0, |q| q.iter().filter(|w| !w.wake.is_closed()).count())
+    }
+
+    /// An account-wide block in force on `account_id` now (CD-3 re-checks it before a retry).
+    pub fn account_blocked(&self, account_id: i64) -> Option<Refusal> {
+        let now = self.now();
+        let inner = self.lock();
+        let slot = *inner.slots.get(&account_id)?;
+        let b = inner.runtimes[slot].state.account_block(now)?;
+        Some(Refusal::AccountCooling(b.retry_after(now)))
     }
 
     /// Slots in use on an account (tests, runtime view).
@@ -829,3 +866,6 @@ impl Drop for Ticket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

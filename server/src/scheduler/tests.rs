@@ -1,0 +1,256 @@
+//! The scheduler on its own: permits, FIFO hand-off, live limits, queue timeouts on paused time,
+//! cancellation, binding, and the account state through decisions (a fake clock for stored
+//! deadlines).
+
+use std::{sync::Arc, time::Duration};
+
+use app::model::{CredentialInput, ModelPolicy, Provider};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::clock::FakeClock;
+
+const CODEX: &[Provider] = &[Provider::Codex];
+
+struct Bed {
+    scheduler: Arc<Scheduler>,
+    pool: PoolRoutes,
+    clock: FakeClock,
+}
+
+fn bed(accounts: &[(i64, i64, u32)], settings: Settings) -> Bed {
+    let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+    let scheduler = Scheduler::new(settings, Arc::new(clock.clone()), store::Writer::discard());
+    let accounts = accounts
+        .iter()
+        .map(|&(id, priority, max)| {
+            Arc::new(Account {
+                id,
+                provider: Provider::Codex,
+                priority,
+                max_concurrency: max,
+                revision: 1,
+                pools: vec![1],
+                slot: scheduler.register(id),
+                generation: 0,
+                credentials: CredentialInput::ApiKey { api_key: "k".into() },
+            })
+        })
+        .collect();
+    Bed { scheduler, pool: PoolRoutes::new(ModelPolicy::default(), accounts), clock }
+}
+
+fn ask(conversation: Option<&str>) -> Ask<'static> {
+    Ask {
+        member_id: 1,
+        pool_id: 1,
+        model: "m",
+        supported: CODEX,
+        only: None,
+        conversation: conversation.map(ConversationKey::session),
+        parent: None,
+        continuation: false,
+        pin: None,
+    }
+}
+
+impl Bed {
+    fn go(&self, ask: &Ask<'_>) -> Lease {
+        match self.scheduler.decide(&self.pool, ask, None).0 {
+            Step::Go(l) => l,
+            Step::Refuse(r) => panic!("refused: {r:?}"),
+            Step::Wait(_) => panic!("told to wait"),
+        }
+    }
+
+    fn wait(&self, ask: &Ask<'_>) -> Ticket {
+        match self.scheduler.decide(&self.pool, ask, None).0 {
+            Step::Wait(t) => t,
+            _ => panic!("expected to wait"),
+        }
+    }
+
+    fn refusal(&self, ask: &Ask<'_>) -> Refusal {
+        match self.scheduler.decide(&self.pool, ask, None).0 {
+            Step::Refuse(r) => r,
+            _ => panic!("expected a refusal"),
+        }
+    }
+
+    /// Waits with `ticket`, then decides again with the reserved slot.
+    async fn admitted(&self, ticket: Ticket, ask: &Ask<'_>) -> Lease {
+        let deadline = Instant::now() + self.scheduler.settings().queue_timeout;
+        let reserved = ticket.wait(deadline, &CancellationToken::new()).await.unwrap();
+        match self.scheduler.decide(&self.pool, ask, Some(reserved)).0 {
+            Step::Go(l) => l,
+            _ => panic!("a reserved slot must admit"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn permits_cap_each_account_and_released_slots_go_to_the_oldest_waiter() {
+    let b = bed(&[(1, 0, 2)], Settings::default());
+    let a = ask(None);
+    let l1 = b.go(&a);
+    let l2 = b.go(&a);
+    assert_eq!(b.scheduler.in_flight(1), 2);
+    let first = b.wait(&a);
+    let second = b.wait(&a);
+    assert_eq!(b.scheduler.queue_depth(1), 2);
+    drop(l1);
+    // the slot went to the first waiter, not back to the pool: a newcomer must wait too
+    assert_eq!(b.scheduler.in_flight(1), 2);
+    let newcomer = b.wait(&a);
+    let l3 = b.admitted(first, &a).await;
+    assert_eq!(b.scheduler.in_flight(1), 2, "the reserved slot is not counted twice");
+    drop(l2);
+    let l4 = b.admitted(second, &a).await;
+    drop((l3, l4));
+    let l5 = b.admitted(newcomer, &a).await;
+    drop(l5);
+    assert_eq!((b.scheduler.in_flight(1), b.scheduler.queue_depth(1)), (0, 0));
+}
+
+#[tokio::test]
+async fn the_queue_is_bounded() {
+    let settings = Settings { queue_capacity: 2, ..Settings::default() };
+    let b = bed(&[(1, 0, 1)], settings);
+    let a = ask(None);
+    let _held = b.go(&a);
+    let _w1 = b.wait(&a);
+    let _w2 = b.wait(&a);
+    assert_eq!(b.refusal(&a), Refusal::QueueFull);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_times_out_after_the_queue_timeout_exactly() {
+    let b = bed(&[(1, 0, 1)], Settings::default());
+    let a = ask(None);
+    let _held = b.go(&a);
+    let ticket = b.wait(&a);
+    let started = Instant::now();
+    let deadline = started + DEFAULT_QUEUE_TIMEOUT;
+    let r = ticket.wait(deadline, &CancellationToken::new()).await;
+    assert!(matches!(r, Err(Refusal::WaitTimeout)));
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    assert_eq!(b.scheduler.queue_depth(1), 0, "a timed-out waiter leaves the queue");
+}
+
+#[tokio::test]
+async fn cancelled_and_shut_down_waiters_leave_at_once_and_never_swallow_a_slot() {
+    let b = bed(&[(1, 0, 1)], Settings::default());
+    let a = ask(None);
+    let held = b.go(&a);
+    let gone = b.wait(&a);
+    drop(gone); // client cancel
+    assert_eq!(b.scheduler.queue_depth(1), 0);
+    // a slot handed to a waiter that then goes away is passed on, not lost
+    let vanishing = b.wait(&a);
+    let next = b.wait(&a);
+    drop(held);
+    drop(vanishing);
+    let l = b.admitted(next, &a).await;
+    drop(l);
+    assert_eq!(b.scheduler.in_flight(1), 0);
+    // shutdown ends waiting at once
+    let _held = b.go(&a);
+    let ticket = b.wait(&a);
+    let stop = CancellationToken::new();
+    stop.cancel();
+    let r = ticket.wait(Instant::now() + Duration::from_secs(30), &stop).await;
+    assert!(matches!(r, Err(Refusal::ShuttingDown)));
+    assert_eq!(b.scheduler.queue_depth(1), 0);
+}
+
+#[tokio::test]
+async fn a_lowered_limit_interrupts_nothing_and_a_raised_one_wakes_waiters() {
+    let b = bed(&[(1, 0, 3)], Settings::default());
+    let a = ask(None);
+    let leases: Vec<Lease> = (0..3).map(|_| b.go(&a)).collect();
+    b.scheduler.set_limit(1, 1, 1);
+    let waiter = b.wait(&a);
+    let mut leases = leases.into_iter();
+    drop(leases.next());
+    drop(leases.next());
+    assert_eq!(b.scheduler.in_flight(1), 1, "releases over the new limit are not handed on");
+    assert_eq!(b.scheduler.queue_depth(1), 1);
+    b.scheduler.set_limit(1, 2, 2);
+    let l = b.admitted(waiter, &a).await;
+    assert_eq!(b.scheduler.in_flight(1), 2);
+    drop((l, leases));
+    assert_eq!(b.scheduler.in_flight(1), 0);
+}
+
+#[tokio::test]
+async fn a_bound_waiter_gets_only_its_account_and_unbound_ones_take_any() {
+    let b = bed(&[(1, 0, 1), (2, 0, 1)], Settings::default());
+    let conv = ask(Some("c"));
+    let on_conv = b.go(&conv);
+    let bound_to = on_conv.account().id;
+    let other = b.go(&ask(None));
+    assert_ne!(other.account().id, bound_to);
+    let bound_waiter = b.wait(&conv);
+    let free_waiter = b.wait(&ask(None));
+    // the other account frees first: the unbound waiter (younger) gets it, the bound one waits on
+    drop(other);
+    let l = b.admitted(free_waiter, &ask(None)).await;
+    assert_ne!(l.account().id, bound_to);
+    assert_eq!(b.scheduler.queue_depth(1), 1);
+    drop(on_conv);
+    let l2 = b.admitted(bound_waiter, &conv).await;
+    assert_eq!(l2.account().id, bound_to);
+}
+
+#[tokio::test]
+async fn cooldowns_follow_the_clock_and_a_model_cooldown_admits_one_probe() {
+    let b = bed(&[(1, 0, 10)], Settings::default());
+    let a = ask(Some("c"));
+    let mut l = b.go(&a);
+    l.settle(Verdict::RateLimited(Some(Duration::from_secs(20))));
+    drop(l);
+    assert_eq!(b.refusal(&a), Refusal::AccountCooling(20));
+    assert_eq!(b.refusal(&ask(None)), Refusal::UpstreamQuotaExhausted(20));
+    b.clock.advance(chrono::Duration::seconds(19));
+    assert_eq!(b.refusal(&a), Refusal::AccountCooling(1));
+    b.clock.advance(chrono::Duration::seconds(1));
+    drop(b.go(&a));
+    // three failures cool the model for 10 s
+    for _ in 0..3 {
+        b.go(&a).settle(Verdict::ModelFailure);
+    }
+    assert_eq!(b.refusal(&a), Refusal::ModelCooling(10));
+    b.clock.advance(chrono::Duration::seconds(10));
+    let probe = b.go(&a);
+    assert_eq!(b.refusal(&a), Refusal::ModelCooling(1), "one probe at a time");
+    // a probe that ends without a verdict (cancel) lets the next request probe
+    drop(probe);
+    let mut probe = b.go(&a);
+    probe.settle(Verdict::Success);
+    drop(probe);
+    drop(b.go(&a));
+    drop(b.go(&a));
+}
+
+#[tokio::test]
+async fn rotation_reports_exclusions_and_prefers_the_top_tier_with_room() {
+    let b = bed(&[(1, 5, 1), (2, 5, 1), (3, 0, 1)], Settings::default());
+    let a = ask(None);
+    let (step, d) = b.scheduler.decide(&b.pool, &a, None);
+    assert_eq!(d, RoutingDecision::rotation(2, Excluded::default()));
+    let Step::Go(l1) = step else { panic!() };
+    let l2 = b.go(&a);
+    assert_eq!(
+        [l1.account().id, l2.account().id].iter().copied().collect::<std::collections::BTreeSet<_>>(),
+        [1, 2].into()
+    );
+    // the top tier is full: the next tier with room serves
+    let (step, d) = b.scheduler.decide(&b.pool, &a, None);
+    let Step::Go(l3) = step else { panic!() };
+    assert_eq!(l3.account().id, 3);
+    assert_eq!(d.excluded.capacity, 2);
+    assert_eq!((d.candidates, d.rule), (1, Rule::UniformRotation));
+    let other = Ask { supported: &[Provider::Claude], ..ask(None) };
+    assert_eq!(b.refusal(&other), Refusal::NoAccount);
+}
