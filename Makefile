@@ -85,6 +85,7 @@ fmt:
 
 bench:
 	$(CARGO) bench -p server --bench proxy
+	$(CARGO) bench -p server --bench scheduler
 
 clean-data:
 	rm -rf ./data

@@ -39,10 +39,24 @@ pub struct Account {
     pub credentials: CredentialInput,
 }
 
+/// What the scheduler's eligibility scan reads of an account, packed next to its neighbours so
+/// a scan over a large pool stays in cache (the `Arc<Account>` is only touched when chosen).
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub slot: usize,
+    pub provider: Provider,
+    pub priority: i64,
+    pub max_concurrency: u32,
+    pub revision: i64,
+}
+
 /// A pool's routing view.
 pub struct PoolRoutes {
     pub policy: ModelPolicy,
     accounts: Vec<Arc<Account>>,
+    entries: Vec<Entry>,
+    /// Account id -> position in `accounts`.
+    index: HashMap<i64, usize>,
     next: AtomicUsize,
 }
 
@@ -84,10 +98,31 @@ impl PoolRoutes {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A pool over `accounts` (benchmarks and tests build pools without a database).
+    /// The scan view of `accounts()`, position for position.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Where account `id` is in `accounts()`.
+    pub fn position(&self, id: i64) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
+    /// A pool over `accounts`, sorted highest priority first (stable by id).
     pub fn new(policy: ModelPolicy, mut accounts: Vec<Arc<Account>>) -> Self {
-        accounts.sort_by_key(|a| std::cmp::Reverse(a.priority));
-        PoolRoutes { policy, accounts, next: AtomicUsize::new(0) }
+        accounts.sort_by_key(|a| (std::cmp::Reverse(a.priority), a.id));
+        let entries = accounts
+            .iter()
+            .map(|a| Entry {
+                slot: a.slot,
+                provider: a.provider,
+                priority: a.priority,
+                max_concurrency: a.max_concurrency,
+                revision: a.revision,
+            })
+            .collect();
+        let index = accounts.iter().enumerate().map(|(i, a)| (a.id, i)).collect();
+        PoolRoutes { policy, accounts, entries, index, next: AtomicUsize::new(0) }
     }
 }
 
@@ -149,11 +184,10 @@ async fn load(db: &SqlitePool, sealer: &Sealer, scheduler: &Scheduler, generatio
         sqlx::query_as("SELECT id, policy_mode, policy_models, model_aliases FROM pools")
             .fetch_all(db)
             .await?;
-    let mut pools: HashMap<i64, PoolRoutes> = policies
+    let mut members: HashMap<i64, (ModelPolicy, Vec<Arc<Account>>)> = policies
         .into_iter()
         .map(|(id, mode, models, aliases)| {
-            let policy = crate::pools::policy_from_columns(&mode, &models, &aliases);
-            (id, PoolRoutes::new(policy, Vec::new()))
+            (id, (crate::pools::policy_from_columns(&mode, &models, &aliases), Vec::new()))
         })
         .collect();
     let rows: Vec<AccountRow> = sqlx::query_as(
@@ -192,14 +226,13 @@ async fn load(db: &SqlitePool, sealer: &Sealer, scheduler: &Scheduler, generatio
             credentials,
         });
         for pool_id in account_pools {
-            if let Some(pool) = pools.get_mut(&pool_id) {
-                pool.accounts.push(Arc::clone(&account));
+            if let Some((_, accounts)) = members.get_mut(&pool_id) {
+                accounts.push(Arc::clone(&account));
             }
         }
     }
-    for pool in pools.values_mut() {
-        pool.accounts.sort_by_key(|a| std::cmp::Reverse(a.priority));
-    }
+    let pools =
+        members.into_iter().map(|(id, (policy, accounts))| (id, PoolRoutes::new(policy, accounts))).collect();
     Ok(Snapshot { generation, pools })
 }
 

@@ -33,7 +33,7 @@ pub use self::decision::{Excluded, RoutingDecision, Rule};
 use self::state::{AccountState, Block, FailurePolicy};
 use crate::{
     clock::SharedClock,
-    proxy::directory::{Account, PoolRoutes},
+    proxy::directory::{Account, Entry, PoolRoutes},
 };
 
 /// Queue and binding settings (ADM-6, RT-1).
@@ -141,17 +141,25 @@ pub enum Verdict {
     Neutral,
 }
 
-/// Live state of one account (one entry per account ever seen, by dense slot).
+/// Live state of one account (one entry per account ever seen, by dense slot). The fields the
+/// eligibility scan reads sit in one small struct; the rest is behind a box, so scanning a
+/// thousand accounts touches about one cache line each.
 struct Runtime {
-    account_id: i64,
     in_flight: u32,
     limit: u32,
+    revision: i64,
+    /// Cache of `state.blocked_until()`.
+    blocked_until: i64,
+    /// Cache of `!state.models.is_empty()`.
+    has_models: bool,
+    cold: Box<Cold>,
+}
+
+struct Cold {
+    account_id: i64,
     /// Configuration generation of the newest limit set through the API: older snapshots do
     /// not overwrite it.
     limit_generation: u64,
-    revision: i64,
-    /// Cache of `state.blocked_until()`: the eligibility scan reads one integer.
-    blocked_until: i64,
     state: AccountState,
     /// Pools the account is in, as of its newest snapshot (for waking waiters).
     pools: Vec<i64>,
@@ -162,43 +170,56 @@ struct Runtime {
 impl Runtime {
     fn new(account_id: i64) -> Self {
         Runtime {
-            account_id,
             in_flight: 0,
             limit: 0,
-            limit_generation: 0,
             revision: 0,
             blocked_until: i64::MIN,
-            state: AccountState::default(),
-            pools: Vec::new(),
-            provider: None,
-            requests: HashMap::new(),
+            has_models: false,
+            cold: Box::new(Cold {
+                account_id,
+                limit_generation: 0,
+                state: AccountState::default(),
+                pools: Vec::new(),
+                provider: None,
+                requests: HashMap::new(),
+            }),
         }
     }
 
     fn block(&self, model: &str, now: i64) -> Option<Block> {
-        if self.blocked_until <= now && self.state.models.is_empty() {
+        if self.blocked_until <= now && !self.has_models {
             return None;
         }
-        self.state.block(model, now)
+        self.cold.state.block(model, now)
+    }
+
+    /// Recomputes the caches after the state changed.
+    fn refresh(&mut self) {
+        self.blocked_until = self.cold.state.blocked_until();
+        self.has_models = !self.cold.state.models.is_empty();
+    }
+
+    fn stale(&self, e: &Entry) -> bool {
+        self.limit != e.max_concurrency || self.revision != e.revision
     }
 
     /// Keeps the runtime in step with the account's current configuration.
     fn sync(&mut self, account: &Account) {
-        if account.generation >= self.limit_generation {
+        if account.generation >= self.cold.limit_generation {
             self.limit = account.max_concurrency;
         }
         if self.revision != account.revision {
             // A new lifecycle revision (re-auth, disable/enable, manual clear): old limits go (ACC-4).
             if self.revision != 0 {
-                self.state = AccountState::default();
-                self.blocked_until = i64::MIN;
+                self.cold.state = AccountState::default();
+                self.refresh();
             }
             self.revision = account.revision;
         }
-        if self.pools != account.pools {
-            self.pools.clone_from(&account.pools);
+        if self.cold.pools != account.pools {
+            self.cold.pools.clone_from(&account.pools);
         }
-        self.provider = Some(account.provider);
+        self.cold.provider = Some(account.provider);
     }
 }
 
@@ -294,8 +315,8 @@ impl Scheduler {
             let rt = &mut inner.runtimes[s];
             max_seq = state.models.values().map(|m| m.last_bad_seq).fold(max_seq, u64::max);
             rt.revision = revision;
-            rt.blocked_until = state.blocked_until();
-            rt.state = state;
+            rt.cold.state = state;
+            rt.refresh();
         }
         for b in loaded.bindings {
             let binding = Binding {
@@ -345,16 +366,20 @@ impl Scheduler {
         now: i64,
     ) -> (Step, RoutingDecision) {
         let accounts = pool.accounts();
-        for a in accounts {
-            let rt = &mut inner.runtimes[a.slot];
-            if rt.limit != a.max_concurrency || rt.revision != a.revision || rt.provider != Some(a.provider) {
-                rt.sync(a);
+        let entries = pool.entries();
+        // The account at `i` of the pool, brought in step with its configuration.
+        let sync = |inner: &mut Inner, i: usize| {
+            let rt = &mut inner.runtimes[entries[i].slot];
+            if rt.stale(&entries[i]) || rt.cold.provider != Some(entries[i].provider) {
+                rt.sync(&accounts[i]);
             }
-        }
+        };
         let has_room = |inner: &Inner, slot: usize| {
             let rt = &inner.runtimes[slot];
             reserved == Some(slot) || rt.in_flight < rt.limit
         };
+        let serves =
+            |e: &Entry| ask.supported.contains(&e.provider) && ask.only.is_none_or(|p| p == e.provider);
 
         // RT-1/RT-2: a bound conversation (or a WebSocket connection) goes to its account.
         let bound_id = ask.pin.or_else(|| {
@@ -364,12 +389,11 @@ impl Scheduler {
         });
         // RT-3: the bound account left out of this choice, and why.
         let mut skip: Option<(usize, Block)> = None;
-        if let Some(id) = bound_id
-            && let Some(a) = accounts.iter().find(|a| a.id == id && serves(a, ask))
-        {
+        if let Some(i) = bound_id.and_then(|id| pool.position(id)).filter(|i| serves(&entries[*i])) {
+            sync(inner, i);
+            let slot = entries[i].slot;
             let decision = RoutingDecision::kept(Rule::SessionBinding);
-            let block = inner.runtimes[a.slot].block(ask.model, now);
-            match block {
+            match inner.runtimes[slot].block(ask.model, now) {
                 Some(b) if b.account_wide() => {
                     return (Step::Refuse(Refusal::AccountCooling(b.retry_after(now))), decision);
                 }
@@ -377,12 +401,12 @@ impl Scheduler {
                     return (Step::Refuse(model_refusal(&b, now)), decision);
                 }
                 // RT-3: a client-side model switch with portable history may move.
-                Some(b) => skip = Some((a.slot, b)),
-                None if has_room(inner, a.slot) => {
-                    let lease = self.lease(inner, a, ask, reserved, now);
+                Some(b) => skip = Some((slot, b)),
+                None if has_room(inner, slot) => {
+                    let lease = self.lease(inner, &accounts[i], ask, reserved, now);
                     return (Step::Go(lease), decision);
                 }
-                None => return (self.enqueue(inner, ask, Want::Account(a.slot)), decision),
+                None => return (self.enqueue(inner, ask, Want::Account(slot)), decision),
             }
         } else if ask.pin.is_some() {
             // The connection's account left the pool or stopped serving this protocol.
@@ -394,13 +418,12 @@ impl Scheduler {
         if let Some(parent) = ask.parent
             && let Some(b) = inner.bindings.get(&(ask.member_id, ask.pool_id, parent))
             && now - b.used_at < self.ttl_ms()
+            && let Some(i) = pool.position(b.account_id).filter(|i| serves(&entries[*i]))
         {
-            let parent_id = b.account_id;
-            if let Some(a) = accounts.iter().find(|a| a.id == parent_id && serves(a, ask))
-                && inner.runtimes[a.slot].block(ask.model, now).is_none()
-                && has_room(inner, a.slot)
-            {
-                let lease = self.lease(inner, a, ask, reserved, now);
+            sync(inner, i);
+            let slot = entries[i].slot;
+            if inner.runtimes[slot].block(ask.model, now).is_none() && has_room(inner, slot) {
+                let lease = self.lease(inner, &accounts[i], ask, reserved, now);
                 return (Step::Go(lease), RoutingDecision::kept(Rule::ParentSession));
             }
         }
@@ -411,19 +434,25 @@ impl Scheduler {
         eligible.clear();
         let skipped = skip.as_ref().map(|(slot, _)| *slot);
         let mut soonest: Option<Block> = skip.map(|(_, b)| b);
-        // Whether every account-wide block met is an upstream rate limit (BUD-5).
+        // Whether every block met is an upstream rate limit (BUD-5).
         let mut all_rate_limited = true;
-        for (i, a) in accounts.iter().enumerate() {
-            if !ask.supported.contains(&a.provider) {
+        for (i, e) in entries.iter().enumerate() {
+            if !ask.supported.contains(&e.provider) {
                 excluded.model_support += 1;
                 continue;
             }
-            if ask.only.is_some_and(|p| p != a.provider) || skipped == Some(a.slot) {
-                excluded.policy += u32::from(skipped != Some(a.slot));
-                excluded.cooldown += u32::from(skipped == Some(a.slot));
+            if ask.only.is_some_and(|p| p != e.provider) {
+                excluded.policy += 1;
                 continue;
             }
-            let rt = &inner.runtimes[a.slot];
+            if skipped == Some(e.slot) {
+                excluded.cooldown += 1;
+                continue;
+            }
+            if inner.runtimes[e.slot].stale(e) {
+                sync(inner, i);
+            }
+            let rt = &inner.runtimes[e.slot];
             if let Some(b) = rt.block(ask.model, now) {
                 if matches!(b, Block::TempUnschedulable { .. }) {
                     excluded.unavailable += 1;
@@ -436,7 +465,7 @@ impl Scheduler {
                 }
                 continue;
             }
-            if !(reserved == Some(a.slot) || rt.in_flight < rt.limit) {
+            if !(reserved == Some(e.slot) || rt.in_flight < rt.limit) {
                 excluded.capacity += 1;
                 continue;
             }
@@ -444,8 +473,8 @@ impl Scheduler {
         }
         let step = match eligible.first() {
             Some(&first) => {
-                let top = accounts[first as usize].priority;
-                let tier = eligible.iter().take_while(|&&i| accounts[i as usize].priority == top).count();
+                let top = entries[first as usize].priority;
+                let tier = eligible.iter().take_while(|&&i| entries[i as usize].priority == top).count();
                 let pick = eligible[pool.next_turn() % tier] as usize;
                 let decision = RoutingDecision::rotation(tier as u32, excluded);
                 inner.scratch = eligible;
@@ -504,11 +533,13 @@ impl Scheduler {
         if reserved != Some(a.slot) {
             rt.in_flight += 1;
         }
-        rt.state.admit(ask.model, seq, now);
-        match rt.requests.get_mut(ask.model) {
+        if rt.has_models {
+            rt.cold.state.admit(ask.model, seq, now);
+        }
+        match rt.cold.requests.get_mut(ask.model) {
             Some(n) => *n += 1,
             None => {
-                rt.requests.insert(ask.model.to_owned(), 1);
+                rt.cold.requests.insert(ask.model.to_owned(), 1);
             }
         }
         if ask.pin.is_none()
@@ -617,7 +648,7 @@ impl Scheduler {
             let slot = inner.slot(account_id);
             let rt = &mut inner.runtimes[slot];
             rt.limit = limit;
-            rt.limit_generation = rt.limit_generation.max(generation);
+            rt.cold.limit_generation = rt.cold.limit_generation.max(generation);
         }
         self.wake(account_id);
     }
@@ -628,25 +659,32 @@ impl Scheduler {
         let policy = &self.settings.failure;
         let mut inner = self.lock();
         let rt = &mut inner.runtimes[slot];
-        let before = rt.state.clone();
+        // The common case, a success or a neutral end on a clean account, changes nothing.
+        if matches!(verdict, Verdict::Success | Verdict::Neutral) && !rt.has_models && rt.blocked_until <= now
+        {
+            return;
+        }
+        let state = &mut rt.cold.state;
+        let before = state.clone();
         match verdict {
-            Verdict::Success => rt.state.model_succeeded(model, seq, now),
-            Verdict::ModelFailure => rt.state.model_failed(model, seq, now, policy),
-            Verdict::RateLimited(r) => rt.state.rate_limited(now, r, policy),
-            Verdict::ModelLimited(r) => rt.state.model_limited(model, seq, now, r),
-            Verdict::Overloaded(r) => rt.state.overloaded(now, r, policy),
-            Verdict::CredentialsRejected(status) => rt.state.credentials_rejected(now, status, policy),
+            Verdict::Success => state.model_succeeded(model, seq, now),
+            Verdict::ModelFailure => state.model_failed(model, seq, now, policy),
+            Verdict::RateLimited(r) => state.rate_limited(now, r, policy),
+            Verdict::ModelLimited(r) => state.model_limited(model, seq, now, r),
+            Verdict::Overloaded(r) => state.overloaded(now, r, policy),
+            Verdict::CredentialsRejected(status) => state.credentials_rejected(now, status, policy),
             Verdict::Neutral => {}
         }
         // Whatever the verdict, a probe this attempt held is over (CD-4).
-        rt.state.attempt_ended(model, seq);
-        rt.state.forget_expired(now, policy);
-        rt.blocked_until = rt.state.blocked_until();
-        if rt.state != before {
+        state.attempt_ended(model, seq);
+        state.forget_expired(now, policy);
+        let changed = *state != before;
+        rt.refresh();
+        if changed {
             let write = store::Write::State {
-                account_id: rt.account_id,
+                account_id: rt.cold.account_id,
                 revision: rt.revision,
-                state: rt.state.clone(),
+                state: rt.cold.state.clone(),
                 at: now,
             };
             drop(inner);
@@ -662,12 +700,12 @@ impl Scheduler {
             let slot = inner.slot(account_id);
             let rt = &mut inner.runtimes[slot];
             match action {
-                StateAction::ClearCooldowns => rt.state.clear_cooldowns(),
-                StateAction::Recover => rt.state.recover(),
+                StateAction::ClearCooldowns => rt.cold.state.clear_cooldowns(),
+                StateAction::Recover => rt.cold.state.recover(),
             }
             rt.revision = revision;
-            rt.blocked_until = rt.state.blocked_until();
-            let write = store::Write::State { account_id, revision, state: rt.state.clone(), at: now };
+            rt.refresh();
+            let write = store::Write::State { account_id, revision, state: rt.cold.state.clone(), at: now };
             drop(inner);
             self.store.send(write);
         }
@@ -686,13 +724,13 @@ impl Scheduler {
             .runtimes
             .iter()
             .map(|rt| RuntimeView {
-                account_id: rt.account_id,
+                account_id: rt.cold.account_id,
                 in_flight: rt.in_flight,
                 max_concurrency: rt.limit,
-                queue_depth: rt.pools.iter().map(|p| depth.get(p).copied().unwrap_or(0)).sum(),
-                limited_models: rt.state.limited_models(now),
-                state: rt.state.clone(),
-                requests: rt.requests.clone(),
+                queue_depth: rt.cold.pools.iter().map(|p| depth.get(p).copied().unwrap_or(0)).sum(),
+                limited_models: rt.cold.state.limited_models(now),
+                state: rt.cold.state.clone(),
+                requests: rt.cold.requests.clone(),
             })
             .collect()
     }
@@ -707,7 +745,7 @@ impl Scheduler {
         let now = self.now();
         let inner = self.lock();
         let slot = *inner.slots.get(&account_id)?;
-        let b = inner.runtimes[slot].state.account_block(now)?;
+        let b = inner.runtimes[slot].cold.state.account_block(now)?;
         Some(Refusal::AccountCooling(b.retry_after(now)))
     }
 
@@ -739,10 +777,6 @@ pub struct RuntimeView {
     pub requests: HashMap<String, u64>,
 }
 
-fn serves(a: &Account, ask: &Ask<'_>) -> bool {
-    ask.supported.contains(&a.provider) && ask.only.is_none_or(|p| p == a.provider)
-}
-
 fn model_refusal(b: &Block, now: i64) -> Refusal {
     match b {
         Block::ModelLimited { .. } => Refusal::ModelRateLimited(b.retry_after(now)),
@@ -754,14 +788,15 @@ fn model_refusal(b: &Block, now: i64) -> Refusal {
 fn oldest_waiter_for(inner: &Inner, slot: usize, now: i64) -> Option<(i64, usize)> {
     let rt = &inner.runtimes[slot];
     let mut best: Option<(u64, i64, usize)> = None;
-    for pool_id in &rt.pools {
+    for pool_id in &rt.cold.pools {
         let Some(q) = inner.queues.get(pool_id) else { continue };
         let found = q.iter().position(|w| {
             !w.wake.is_closed()
                 && match &w.want {
                     Want::Account(s) => *s == slot,
                     Want::Any { supported, model } => {
-                        rt.provider.is_some_and(|p| supported.contains(&p)) && rt.block(model, now).is_none()
+                        rt.cold.provider.is_some_and(|p| supported.contains(&p))
+                            && rt.block(model, now).is_none()
                     }
                 }
         });
