@@ -308,6 +308,18 @@ pub struct ModelRuntime {
     pub limited_until: Option<i64>,
 }
 
+/// `POST /api/accounts/{id}/test` (ACC-3): what one real upstream request found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountTest {
+    pub ok: bool,
+    pub upstream_status: Option<u16>,
+    pub latency_ms: u64,
+    /// A sanitized error code when it failed.
+    pub error: Option<String>,
+    /// The account afterwards (recovered when the test passed).
+    pub account: AccountView,
+}
+
 /// `POST /api/accounts`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

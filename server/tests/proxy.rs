@@ -603,6 +603,19 @@ async fn responses_websocket_turns_with_warmup_and_continuation() {
     assert_eq!(events.last().unwrap()["request_id"], rid);
     assert!(events[4].get("request_id").is_none(), "deltas pass unchanged");
     assert_eq!(events[4]["delta"], "Hello");
+    // ADM-4: an open socket between turns holds no account slot
+    let mut admin = r.t.admin().await;
+    let mut held = Value::Null;
+    for _ in 0..50 {
+        let (_, runtime) = admin.call(Method::GET, "/api/accounts/runtime", None).await;
+        held =
+            runtime.as_array().unwrap().iter().map(|a| a["in_flight"].as_u64().unwrap()).sum::<u64>().into();
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(held, 0);
 
     // a continuation of an unknown response: the upstream's error comes back with our id
     let lost = json!({"type": "response.create", "model": "gpt-5.1-codex", "previous_response_id": "resp_gone", "input": []});

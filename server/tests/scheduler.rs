@@ -680,3 +680,43 @@ async fn member_rpm_is_counted_once_per_request_and_refusals_are_recorded() {
     let recs = rig.t.records(3).await;
     assert_eq!((&recs[2]["outcome"], &recs[2]["routing"]), (&json!("rejected"), &Value::Null));
 }
+
+#[tokio::test]
+async fn the_test_action_recovers_on_success_but_never_turns_scheduling_back_on() {
+    let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let t = Rig::server(&mock, &[], tempfile::tempdir().unwrap()).await;
+    let mut rig = Rig::prepare(t, mock).await;
+    let id = rig.add_account("claude", "sk-ant-oat-test", 0).await;
+    let (http, base, key) = (rig.http.clone(), rig.t.base.clone(), rig.key.clone());
+    let messages = move || {
+        http.post(format!("{base}/v1/messages"))
+            .header("x-api-key", &key)
+            .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
+    };
+    rig.script(
+        "sk-ant-oat-test",
+        json!({"steps": [{"kind": "status", "status": 403}, {"kind": "status", "status": 500}]}),
+    )
+    .await;
+    assert_eq!(Answer::read(messages().send().await.unwrap()).await.code(), "upstream_forbidden");
+    let path = format!("/api/accounts/{id}/schedulable");
+    let (status, _) = rig.admin.call(Method::POST, &path, Some(json!({"schedulable": false}))).await;
+    assert_eq!(status, StatusCode::OK);
+    // a failing test reports and changes nothing
+    let test = format!("/api/accounts/{id}/test");
+    let (status, t) = rig.admin.call(Method::POST, &test, Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    assert_eq!((&t["ok"], &t["upstream_status"]), (&json!(false), &json!(500)), "{t}");
+    assert_eq!(rig.account_runtime(id).await["temp_unschedulable_reason"], "upstream_403");
+    // a passing one recovers the runtime state, but the manual switch stays off
+    let (_, t) = rig.admin.call(Method::POST, &test, Some(json!({}))).await;
+    assert_eq!((&t["ok"], &t["account"]["schedulable"]), (&json!(true), &json!(false)), "{t}");
+    assert!(rig.account_runtime(id).await["temp_unschedulable_until"].is_null());
+    assert_eq!(rig.mock.state.calls("sk-ant-oat-test").len(), 3, "each test is one real upstream call");
+    assert_eq!(Answer::read(messages().send().await.unwrap()).await.code(), "no_available_account");
+    let (status, _) = rig.admin.call(Method::POST, &path, Some(json!({"schedulable": true}))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(Answer::read(messages().send().await.unwrap()).await.status, StatusCode::OK);
+    let recs = rig.t.records(3).await;
+    assert_eq!(recs.len(), 3, "tests leave no request records");
+}

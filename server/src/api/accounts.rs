@@ -1,7 +1,7 @@
 //! Admin: `GET/POST /api/accounts`, `GET/PATCH/DELETE /api/accounts/{id}`. Credentials are
 //! accepted here and never returned.
 
-use app::model::{AccountPatch, AccountRuntime, AccountView, ModelRuntime, NewAccount};
+use app::model::{AccountPatch, AccountRuntime, AccountTest, AccountView, ModelRuntime, NewAccount};
 use axum::{
     Json, Router,
     extract::State,
@@ -31,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .route("/accounts/{id}/enable", post(enable))
         .route("/accounts/{id}/disable", post(disable))
         .route("/accounts/{id}/schedulable", post(schedulable))
+        .route("/accounts/{id}/test", post(test))
 }
 
 /// ACC-3 "Clear cooldown" (`resume`): account and model cooldowns, limits and failure counts.
@@ -51,6 +52,31 @@ async fn recover(
     let (view, revision) = accounts::change(&s.db, &*s.clock, id, Lifecycle::Recover).await?;
     s.scheduler.apply(id, revision, StateAction::Recover);
     Ok(Json(view))
+}
+
+/// ACC-3 "Test": a real upstream request. On success the account recovers its error status and
+/// runtime state (as "Recover state"); the manual schedulable switch is never turned back on.
+/// A failed test changes nothing: an admin's probe does not cool an account.
+async fn test(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<Json<AccountTest>> {
+    let account = accounts::get(&s.db, id).await?;
+    let Some(credentials) = accounts::credentials(&s.db, &s.sealer, id).await? else {
+        return Err(crate::error::Error::invalid("the account has no credentials to test"));
+    };
+    let tested = crate::proxy::test_call::run(&s, account.provider, &credentials).await;
+    let account = if tested.ok {
+        let (view, revision) = accounts::change(&s.db, &*s.clock, id, Lifecycle::Recover).await?;
+        s.scheduler.apply(id, revision, StateAction::Recover);
+        view
+    } else {
+        account
+    };
+    Ok(Json(AccountTest {
+        ok: tested.ok,
+        upstream_status: tested.upstream_status,
+        latency_ms: u64::try_from(tested.latency.as_millis()).unwrap_or(u64::MAX),
+        error: tested.error,
+        account,
+    }))
 }
 
 /// ACC-3 "Clear error": the error status only.

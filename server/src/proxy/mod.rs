@@ -9,6 +9,7 @@ pub mod models;
 pub mod relay;
 pub mod request;
 pub mod schedule;
+pub mod test_call;
 pub mod websocket;
 
 use app::model::Provider;
