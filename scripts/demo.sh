@@ -60,6 +60,9 @@ SubLane demo is running (mock upstream on $MOCK, data in $DATA).
   curl $BASE/v1/messages -H "x-api-key: $KEY" -H 'Content-Type: application/json' \\
        -d '{"model":"claude-opus-4-8","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
 
+  Scheduling state (codex-plus-2 cooled for 5 s after its scripted 429):
+  curl -s -b $JAR $BASE/api/accounts/runtime
+
 Press Ctrl-C to stop.
 MSG
 wait
