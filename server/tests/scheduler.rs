@@ -191,6 +191,14 @@ async fn bound_conversations_stay_and_unbound_requests_rotate() {
         assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
     }
     assert_eq!(counts(&rig, &tokens), vec![2, 2]);
+    // RT-4: each got a random upstream session id of its own
+    let ids: std::collections::BTreeSet<String> = tokens
+        .iter()
+        .flat_map(|t| rig.mock.state.calls(t))
+        .map(|c| c.headers["session-id"].clone())
+        .collect();
+    assert_eq!(ids.len(), 4);
+    assert!(ids.iter().all(|id| id.len() == 36), "{ids:?}");
     // RT-1: a conversation stays on the account its first request chose
     let before = counts(&rig, &tokens);
     assert_eq!(rig.send(Some("conv-1"), MODEL).await.status, StatusCode::OK);
@@ -455,8 +463,11 @@ async fn codex_review_requests_prefer_the_parent_account_without_touching_its_bi
     let before = counts(&rig, &tokens);
     assert_eq!(rig.send(Some("parent-thread"), MODEL).await.status, StatusCode::OK);
     let parent = served(&rig, &tokens, &before);
+    // as Codex sends it: the parent's session id, the review's own thread id, and the
+    // hidden review model (a model switch that must not touch the parent's binding)
     let review = |child: &str| {
-        rig.responses(Some(child), body(MODEL))
+        rig.responses(Some("parent-thread"), body("codex-auto-review"))
+            .header("thread-id", child)
             .header("x-openai-subagent", "review")
             .header("x-codex-parent-thread-id", "parent-thread")
     };

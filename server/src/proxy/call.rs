@@ -93,6 +93,13 @@ pub async fn handle(
     resp
 }
 
+/// A random UUID (v4 layout) for an upstream correlation id (RT-4).
+fn random_session_id() -> String {
+    let r: u128 = rand::random();
+    let hex = format!("{:032x}", (r & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62));
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
 /// ADM-3: a slot of the member's concurrency (0 = unlimited), and the call counted against
 /// their optional RPM limit. Refusals are recorded as rejected by the caller.
 pub(super) fn member_admission(s: &AppState, p: &Principal) -> Result<MemberSlot, GatewayError> {
@@ -259,7 +266,7 @@ async fn dispatch(
         };
     let account = std::sync::Arc::clone(lease.account());
     attempt.lease = Some(lease);
-    let target = match providers::target(
+    let mut target = match providers::target(
         account.provider,
         &account.credentials,
         &s.config.upstream,
@@ -273,6 +280,16 @@ async fn dispatch(
             return attempt.fail(GatewayError::no_available_account(&model), Outcome::Error, None).await;
         }
     };
+    // RT-4: a Codex request outside any conversation gets a random upstream session id of its
+    // own, so unrelated calls are never grouped upstream.
+    if account.provider == Provider::Codex
+        && conversation.key.is_none()
+        && !target.headers.contains_key("session-id")
+        && !target.headers.contains_key("session_id")
+        && let Ok(v) = HeaderValue::from_str(&random_session_id())
+    {
+        target.headers.insert("session-id", v);
+    }
     let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
     let force_stream = target.force_stream && !client_streams;
     let body = match &target.envelope {
@@ -633,6 +650,15 @@ fn edit_body(body: Bytes, model: Option<&str>, stream: bool, no_store: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_session_ids_are_uuid_v4_shaped() {
+        let id = random_session_id();
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
+        assert_ne!(id, random_session_id());
+    }
 
     #[test]
     fn request_ids_are_prefixed_and_unique() {

@@ -30,37 +30,34 @@ pub struct Conversation {
 }
 
 impl Conversation {
-    /// `session_id`/`session-id` header, else a non-empty `prompt_cache_key`; a Codex
-    /// review/guardian sub-agent names its parent thread.
+    /// `session_id`/`session-id` header, else a non-empty `prompt_cache_key` (RT-1).
+    ///
+    /// A Codex review/guardian sub-agent (`x-openai-subagent` with `x-codex-parent-thread-id`)
+    /// reuses its parent's session id, so it gets a conversation of its own, keyed by its kind and
+    /// its `thread-id` (RT-7: parent and review sessions stay separate), and names the parent's
+    /// conversation for the preference.
     pub fn of(headers: &HeaderMap, fields: &RoutingFields) -> Self {
         let header = |name: &str| {
             headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
         };
-        let key = header("session_id")
-            .or_else(|| header("session-id"))
-            .map(ConversationKey::session)
-            .or_else(|| {
-                fields
-                    .prompt_cache_key
-                    .as_deref()
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(ConversationKey::prompt_cache)
-            });
+        let session = header("session_id").or_else(|| header("session-id"));
+        let cache_key = fields.prompt_cache_key.as_deref().map(str::trim).filter(|k| !k.is_empty());
+        let continuation = fields.previous_response_id.as_deref().is_some_and(|id| !id.is_empty());
         let subagent = header("x-openai-subagent").map(str::to_ascii_lowercase);
-        let parent = match subagent.as_deref() {
-            Some("review" | "guardian" | "codex-auto-review") => {
-                header("x-codex-parent-thread-id").map(ConversationKey::session)
-            }
-            _ => None,
+        let parent_thread = header("x-codex-parent-thread-id");
+        if let (Some(kind @ ("review" | "guardian" | "codex-auto-review")), Some(parent)) =
+            (subagent.as_deref(), parent_thread)
+        {
+            let child = header("thread-id").filter(|t| *t != parent).or(cache_key).or(session);
+            return Conversation {
+                key: child.map(|c| ConversationKey::subagent(kind, c)),
+                parent: Some(ConversationKey::session(parent)),
+                continuation,
+            };
         }
-        // A parent that is the request's own conversation is inconsistent metadata (RT-7).
-        .filter(|p| Some(*p) != key);
-        Conversation {
-            key,
-            parent,
-            continuation: fields.previous_response_id.as_deref().is_some_and(|id| !id.is_empty()),
-        }
+        let key =
+            session.map(ConversationKey::session).or_else(|| cache_key.map(ConversationKey::prompt_cache));
+        Conversation { key, parent: None, continuation }
     }
 }
 
@@ -334,11 +331,15 @@ mod tests {
         assert_eq!(Conversation::of(&h, &fields).key, Some(ConversationKey::prompt_cache("abc")));
         h.insert("session-id", "s1".parse().unwrap());
         assert_eq!(Conversation::of(&h, &fields).key, Some(ConversationKey::session("s1")));
+        // Codex review: same session id as the parent, its own thread id
         h.insert("x-openai-subagent", "review".parse().unwrap());
-        h.insert("x-codex-parent-thread-id", "parent".parse().unwrap());
-        let c = Conversation::of(&h, &fields);
-        assert_eq!(c.parent, Some(ConversationKey::session("parent")));
         h.insert("x-codex-parent-thread-id", "s1".parse().unwrap());
-        assert_eq!(Conversation::of(&h, &fields).parent, None, "its own thread is no parent");
+        h.insert("thread-id", "child".parse().unwrap());
+        let c = Conversation::of(&h, &fields);
+        assert_eq!(c.parent, Some(ConversationKey::session("s1")));
+        assert_eq!(c.key, Some(ConversationKey::subagent("review", "child")));
+        assert_ne!(c.key, Some(ConversationKey::session("s1")), "separate from the parent's conversation");
+        h.remove("x-codex-parent-thread-id");
+        assert_eq!(Conversation::of(&h, &fields).parent, None, "no parent without the parent thread id");
     }
 }

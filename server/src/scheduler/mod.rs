@@ -79,6 +79,11 @@ impl ConversationKey {
         Self::hash(b"cache:", key)
     }
 
+    /// A Codex sub-agent's own conversation (RT-7), apart from its parent's.
+    pub fn subagent(kind: &str, child: &str) -> Self {
+        Self::hash(format!("subagent:{kind}:").as_bytes(), child)
+    }
+
     fn hash(kind: &[u8], value: &str) -> Self {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
