@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::{clock::FakeClock, proxy::directory::PoolRoutes};
 
 const CODEX: &[Provider] = &[Provider::Codex];
 

@@ -1,0 +1,91 @@
+//! Live state of one account in the scheduler: load, limit, lifecycle revision and blocking
+//! state, kept in step with the account's configuration lazily (only where a decision looks).
+
+use std::collections::HashMap;
+
+use app::model::Provider;
+
+use super::state::{AccountState, Block};
+use crate::proxy::directory::{Account, Entry};
+
+/// Live state of one account (one entry per account ever seen, by dense slot). The fields the
+/// eligibility scan reads sit in one small struct; the rest is behind a box, so scanning a
+/// thousand accounts touches about one cache line each.
+pub(super) struct Runtime {
+    pub(super) in_flight: u32,
+    pub(super) limit: u32,
+    pub(super) revision: i64,
+    /// Cache of `state.blocked_until()`.
+    pub(super) blocked_until: i64,
+    /// Cache of `!state.models.is_empty()`.
+    pub(super) has_models: bool,
+    pub(super) cold: Box<Cold>,
+}
+
+pub(super) struct Cold {
+    pub(super) account_id: i64,
+    /// Configuration generation of the newest limit set through the API: older snapshots do
+    /// not overwrite it.
+    pub(super) limit_generation: u64,
+    pub(super) state: AccountState,
+    /// Pools the account is in, as of its newest snapshot (for waking waiters).
+    pub(super) pools: Vec<i64>,
+    pub(super) provider: Option<Provider>,
+    pub(super) requests: HashMap<String, u64>,
+}
+
+impl Runtime {
+    pub(super) fn new(account_id: i64) -> Self {
+        Runtime {
+            in_flight: 0,
+            limit: 0,
+            revision: 0,
+            blocked_until: i64::MIN,
+            has_models: false,
+            cold: Box::new(Cold {
+                account_id,
+                limit_generation: 0,
+                state: AccountState::default(),
+                pools: Vec::new(),
+                provider: None,
+                requests: HashMap::new(),
+            }),
+        }
+    }
+
+    pub(super) fn block(&self, model: &str, now: i64) -> Option<Block> {
+        if self.blocked_until <= now && !self.has_models {
+            return None;
+        }
+        self.cold.state.block(model, now)
+    }
+
+    /// Recomputes the caches after the state changed.
+    pub(super) fn refresh(&mut self) {
+        self.blocked_until = self.cold.state.blocked_until();
+        self.has_models = !self.cold.state.models.is_empty();
+    }
+
+    pub(super) fn stale(&self, e: &Entry) -> bool {
+        self.limit != e.max_concurrency || self.revision != e.revision
+    }
+
+    /// Keeps the runtime in step with the account's current configuration.
+    pub(super) fn sync(&mut self, account: &Account) {
+        if account.generation >= self.cold.limit_generation {
+            self.limit = account.max_concurrency;
+        }
+        if self.revision != account.revision {
+            // A new lifecycle revision (re-auth, disable/enable, manual clear): old limits go (ACC-4).
+            if self.revision != 0 {
+                self.cold.state = AccountState::default();
+                self.refresh();
+            }
+            self.revision = account.revision;
+        }
+        if self.cold.pools != account.pools {
+            self.cold.pools.clone_from(&account.pools);
+        }
+        self.cold.provider = Some(account.provider);
+    }
+}
