@@ -254,3 +254,71 @@ async fn rotation_reports_exclusions_and_prefers_the_top_tier_with_room() {
     let other = Ask { supported: &[Provider::Claude], ..ask(None) };
     assert_eq!(b.refusal(&other), Refusal::NoAccount);
 }
+
+/// Hundreds of tasks on two threads deciding, waiting, giving up and releasing at random: no
+/// account ever holds more leases than its limit, and every slot and queue place comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let limits = [1u32, 2, 3, 1];
+    let settings = Settings { queue_capacity: 1000, ..Settings::default() };
+    let accounts: Vec<(i64, i64, u32)> =
+        limits.iter().enumerate().map(|(i, l)| (i as i64 + 1, (i % 2) as i64, *l)).collect();
+    let b = Arc::new(bed(&accounts, settings));
+    let held: Arc<Vec<AtomicU32>> = Arc::new((0..=limits.len()).map(|_| AtomicU32::new(0)).collect());
+    let mut tasks = Vec::new();
+    for t in 0..300u64 {
+        let (b, held) = (Arc::clone(&b), Arc::clone(&held));
+        tasks.push(tokio::spawn(async move {
+            let mut rng = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            for _ in 0..20 {
+                let conv = format!("c{}", next() % 8);
+                let ask = Ask {
+                    conversation: (next() % 3 == 0).then(|| ConversationKey::session(&conv)),
+                    ..ask(None)
+                };
+                let patience = Duration::from_micros(next() % 3_000);
+                let mut reserved = None;
+                let lease = loop {
+                    match b.scheduler.decide(&b.pool, &ask, reserved.take()).0 {
+                        Step::Go(l) => break Some(l),
+                        Step::Refuse(_) => break None,
+                        Step::Wait(ticket) => {
+                            let deadline = Instant::now() + patience;
+                            match ticket.wait(deadline, &CancellationToken::new()).await {
+                                Ok(r) => reserved = Some(r),
+                                Err(_) => break None,
+                            }
+                        }
+                    }
+                };
+                let Some(mut lease) = lease else { continue };
+                let id = lease.account().id as usize;
+                let now = held[id].fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= limits[id - 1], "account {id} held {now} leases over its limit");
+                for _ in 0..(next() % 4) {
+                    tokio::task::yield_now().await;
+                }
+                held[id].fetch_sub(1, Ordering::SeqCst);
+                if next() % 2 == 0 {
+                    lease.settle(Verdict::Success);
+                }
+                drop(lease);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for (i, _) in limits.iter().enumerate() {
+        assert_eq!(b.scheduler.in_flight(i as i64 + 1), 0, "account {} leaked a slot", i + 1);
+    }
+    assert_eq!(b.scheduler.queue_depth(1), 0);
+}
