@@ -34,6 +34,23 @@ pub trait Backend: Send + Sync + 'static {
         filter: RequestFilter,
         everyone: bool,
     ) -> Result<Page<RequestRecord>, AppError>;
+    /// Every account's live scheduling state (API-1; admins only).
+    async fn account_runtime(&self, me: &MemberView) -> Result<Vec<AccountRuntime>, AppError>;
+    /// An ACC-3 action on an account (admins only).
+    async fn account_action(
+        &self,
+        me: &MemberView,
+        id: i64,
+        action: AccountAction,
+    ) -> Result<AccountActionDone, AppError>;
+    /// Scheduling settings: concurrency limit (ADM-1) and priority (RT-5) (admins only).
+    async fn account_scheduling(
+        &self,
+        me: &MemberView,
+        id: i64,
+        max_concurrency: u32,
+        priority: i32,
+    ) -> Result<AccountView, AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

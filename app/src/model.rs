@@ -277,6 +277,7 @@ pub struct AccountRuntime {
     pub id: i64,
     pub name: String,
     pub provider: Provider,
+    pub priority: i32,
     pub status: AccountStatus,
     pub schedulable: bool,
     /// Requests holding one of the account's slots now.
@@ -308,6 +309,41 @@ pub struct ModelRuntime {
     pub limited_until: Option<i64>,
 }
 
+/// The admin actions on an account (ACC-3), each with its own honest meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountAction {
+    /// Account and model cooldowns, limits and failure counts. Never enables or re-authorizes.
+    ClearCooldown,
+    /// Every runtime block and the error status; the schedulable switch stays as it is.
+    Recover,
+    /// The error status only.
+    ClearError,
+    Enable,
+    Disable,
+    /// The manual schedulable switch.
+    SchedulableOn,
+    SchedulableOff,
+    /// One real upstream request; success recovers like `Recover`.
+    Test,
+}
+
+impl AccountAction {
+    /// The serialized name (form values, URLs).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccountAction::ClearCooldown => "clear_cooldown",
+            AccountAction::Recover => "recover",
+            AccountAction::ClearError => "clear_error",
+            AccountAction::Enable => "enable",
+            AccountAction::Disable => "disable",
+            AccountAction::SchedulableOn => "schedulable_on",
+            AccountAction::SchedulableOff => "schedulable_off",
+            AccountAction::Test => "test",
+        }
+    }
+}
+
 /// `POST /api/accounts/{id}/test` (ACC-3): what one real upstream request found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AccountTest {
@@ -318,6 +354,13 @@ pub struct AccountTest {
     pub error: Option<String>,
     /// The account afterwards (recovered when the test passed).
     pub account: AccountView,
+}
+
+/// What an account action did (web app): the account afterwards, and the test's findings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountActionDone {
+    pub account: AccountView,
+    pub test: Option<AccountTest>,
 }
 
 /// `POST /api/accounts`.

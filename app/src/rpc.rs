@@ -112,3 +112,33 @@ pub async fn list_requests(
         async { ssr::backend()?.requests(&ssr::require_member().await?, filter, everyone).await }.await,
     )
 }
+
+/// Every account's live scheduling state (admins).
+#[server(prefix = "/rpc", endpoint = "account_runtime")]
+pub async fn list_account_runtime() -> Result<Vec<AccountRuntime>, AppError> {
+    ssr::finish(async { ssr::backend()?.account_runtime(&ssr::require_member().await?).await }.await)
+}
+
+/// An ACC-3 action on an account (admins).
+#[server(prefix = "/rpc", endpoint = "account_action")]
+pub async fn run_account_action(id: i64, action: AccountAction) -> Result<AccountActionDone, AppError> {
+    ssr::finish(
+        async { ssr::backend()?.account_action(&ssr::require_member().await?, id, action).await }.await,
+    )
+}
+
+/// An account's scheduling settings (admins).
+#[server(prefix = "/rpc", endpoint = "account_scheduling")]
+pub async fn set_account_scheduling(
+    id: i64,
+    max_concurrency: u32,
+    priority: i32,
+) -> Result<AccountView, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            ssr::backend()?.account_scheduling(&me, id, max_concurrency, priority).await
+        }
+        .await,
+    )
+}

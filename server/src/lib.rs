@@ -2,6 +2,7 @@
 //! The binary (`main.rs`) only parses the command line, sets up logging and signals, and runs
 //! [`serve::start`]; integration tests call the same function.
 
+pub mod account_actions;
 pub mod accounts;
 pub mod api;
 pub mod app_state;

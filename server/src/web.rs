@@ -15,6 +15,7 @@ use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
 
 use crate::{
+    account_actions, accounts,
     app_state::AppState,
     auth::session,
     keys, pools,
@@ -94,4 +95,44 @@ impl Backend for ServerBackend {
         keys::revoke(&self.state.db, &*self.state.clock, Some(me.id), key_id).await?;
         Ok(())
     }
+
+    async fn account_runtime(&self, me: &MemberView) -> Result<Vec<AccountRuntime>, AppError> {
+        admin(me)?;
+        Ok(account_actions::runtime(&self.state).await?)
+    }
+
+    async fn account_action(
+        &self,
+        me: &MemberView,
+        id: i64,
+        action: AccountAction,
+    ) -> Result<AccountActionDone, AppError> {
+        admin(me)?;
+        let (account, test) = account_actions::act(&self.state, id, action).await?;
+        Ok(AccountActionDone { account, test })
+    }
+
+    async fn account_scheduling(
+        &self,
+        me: &MemberView,
+        id: i64,
+        max_concurrency: u32,
+        priority: i32,
+    ) -> Result<AccountView, AppError> {
+        admin(me)?;
+        let s = &self.state;
+        let patch = AccountPatch {
+            max_concurrency: Some(max_concurrency),
+            priority: Some(priority),
+            ..Default::default()
+        };
+        let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
+        account_actions::limit_changed(s, &view);
+        Ok(view)
+    }
+}
+
+/// Admin-only backend calls refuse other members (the JSON API's `Admin` extractor, here).
+fn admin(me: &MemberView) -> Result<(), AppError> {
+    if me.is_admin() { Ok(()) } else { Err(crate::error::Error::forbidden("this needs an admin").into()) }
 }

@@ -106,3 +106,55 @@ async fn request_history_server_function_accepts_an_absent_filter() {
         assert_eq!(v["items"], serde_json::json!([]));
     }
 }
+
+/// The Accounts page's server functions: admins only, and they act like the JSON API.
+#[tokio::test]
+async fn account_server_functions_are_admin_only_and_act_like_the_api() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (status, account) = admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(serde_json::json!({"provider": "codex", "name": "web-codex", "pool_ids": [1],
+                "credentials": {"kind": "oauth", "access_token": "t"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let id = account["id"].as_i64().unwrap();
+    let form = |c: &common::Client, endpoint: &str, body: String| {
+        c.request(Method::POST, &format!("/rpc/{endpoint}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+    };
+    let (member, _) = t.member(&admin, "not-an-admin").await;
+    for (endpoint, body) in [
+        ("account_runtime", String::new()),
+        ("account_action", format!("id={id}&action=disable")),
+        ("account_scheduling", format!("id={id}&max_concurrency=5&priority=1")),
+    ] {
+        let resp = form(&member, endpoint, body).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{endpoint}");
+    }
+    let resp = form(&admin, "account_runtime", String::new()).send().await.unwrap();
+    let list: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        (&list[0]["name"], &list[0]["in_flight"]),
+        (&serde_json::json!("web-codex"), &serde_json::json!(0))
+    );
+    let resp = form(&admin, "account_action", format!("id={id}&action=disable")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let done: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(done["account"]["status"], "disabled");
+    let resp = form(&admin, "account_scheduling", format!("id={id}&max_concurrency=5&priority=3"))
+        .send()
+        .await
+        .unwrap();
+    let view: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!((&view["max_concurrency"], &view["priority"]), (&serde_json::json!(5), &serde_json::json!(3)));
+    let resp = form(&admin, "account_scheduling", format!("id={id}&max_concurrency=0&priority=3"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "the API's bounds hold here too");
+}

@@ -1,11 +1,13 @@
 //! One module per page.
 
+mod accounts;
 mod keys;
 mod login;
 mod placeholders;
 mod requests;
 
+pub use accounts::AccountsPage;
 pub use keys::KeysPage;
 pub use login::LoginPage;
-pub use placeholders::{AccountsPage, MembersPage, NotFound, PoolsPage};
+pub use placeholders::{MembersPage, NotFound, PoolsPage};
 pub use requests::{AdminRequestsPage, RequestsPage};

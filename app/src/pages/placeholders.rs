@@ -6,18 +6,6 @@ use leptos_meta::Title;
 use crate::components::{ComingSoon, PageHeader};
 
 #[component]
-pub fn AccountsPage() -> impl IntoView {
-    view! {
-        <Title text="Accounts" />
-        <PageHeader title="Accounts" description="Upstream subscription accounts and provider keys." />
-        <ComingSoon>
-            "Account cards with live load, cooldowns, quota and pace arrive with the scheduler. "
-            "Until then manage accounts through the JSON API: "<code>"GET/POST /api/accounts"</code>"."
-        </ComingSoon>
-    }
-}
-
-#[component]
 pub fn MembersPage() -> impl IntoView {
     view! {
         <Title text="Members" />

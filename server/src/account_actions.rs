@@ -1,0 +1,133 @@
+//! What an admin can do to an account and see of it (ACC-3, API-1), in one place for the JSON
+//! API and the web app: each action changes the stored lifecycle (a new lifecycle revision where
+//! old limits must go, ACC-4) and the scheduler's live state together.
+
+use std::collections::HashMap;
+
+use app::model::{AccountAction, AccountRuntime, AccountTest, AccountView, ModelRuntime};
+
+use crate::{
+    accounts::{self, Lifecycle},
+    app_state::AppState,
+    error::{Error, Result},
+    scheduler::{RuntimeView, StateAction},
+};
+
+/// Applies `action` to account `id`. The test result is there for [`AccountAction::Test`].
+pub async fn act(s: &AppState, id: i64, action: AccountAction) -> Result<(AccountView, Option<AccountTest>)> {
+    match action {
+        AccountAction::Test => test(s, id).await,
+        other => Ok((change(s, id, other).await?, None)),
+    }
+}
+
+/// Every action but the test: the stored lifecycle and the live state, together.
+async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountView> {
+    let (lifecycle, state) = match action {
+        AccountAction::ClearCooldown => (Lifecycle::NewRevision, Some(StateAction::ClearCooldowns)),
+        AccountAction::Recover => (Lifecycle::Recover, Some(StateAction::Recover)),
+        AccountAction::ClearError => (Lifecycle::ClearError, None),
+        AccountAction::Enable => (Lifecycle::Enable, None),
+        AccountAction::Disable => (Lifecycle::Disable, None),
+        AccountAction::SchedulableOn => (Lifecycle::Schedulable(true), None),
+        AccountAction::SchedulableOff => (Lifecycle::Schedulable(false), None),
+        AccountAction::Test => return Err(Error::Internal("the test is no lifecycle change".into())),
+    };
+    let (view, revision) = accounts::change(&s.db, &*s.clock, id, lifecycle).await?;
+    if let Some(state) = state {
+        s.scheduler.apply(id, revision, state);
+    }
+    // Enable/disable and the switch change what is routable: the proxy reloads its directory.
+    s.generation.bump();
+    Ok(view)
+}
+
+/// ACC-3 "Test": a real upstream request. On success the account recovers its error status and
+/// runtime state (as "Recover state"); the manual schedulable switch is never turned back on.
+/// A failed test changes nothing: an admin's probe does not cool an account.
+async fn test(s: &AppState, id: i64) -> Result<(AccountView, Option<AccountTest>)> {
+    let account = accounts::get(&s.db, id).await?;
+    let Some(credentials) = accounts::credentials(&s.db, &s.sealer, id).await? else {
+        return Err(Error::invalid("the account has no credentials to test"));
+    };
+    let tested = crate::proxy::test_call::run(s, account.provider, &credentials).await;
+    let account = if tested.ok { change(s, id, AccountAction::Recover).await? } else { account };
+    let result = AccountTest {
+        ok: tested.ok,
+        upstream_status: tested.upstream_status,
+        latency_ms: u64::try_from(tested.latency.as_millis()).unwrap_or(u64::MAX),
+        error: tested.error,
+        account: account.clone(),
+    };
+    Ok((account, Some(result)))
+}
+
+/// API-1 limits: stores a concurrency limit and hands it to the scheduler at once, under a new
+/// configuration generation so a snapshot loaded before the change cannot put the old one back.
+pub fn limit_changed(s: &AppState, view: &AccountView) {
+    s.generation.bump();
+    s.scheduler.set_limit(view.id, view.max_concurrency, s.generation.current());
+}
+
+/// API-1: every account's live scheduling state. Times are unix seconds, only while in the future.
+pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
+    let now = s.clock.now().timestamp_millis();
+    let live: HashMap<i64, RuntimeView> =
+        s.scheduler.runtime().into_iter().map(|r| (r.account_id, r)).collect();
+    let future =
+        |t: Option<i64>| t.filter(|t| *t > now).map(|t| t.div_euclid(1000) + i64::from(t % 1000 != 0));
+    let accounts = accounts::list(&s.db).await?;
+    Ok(accounts
+        .into_iter()
+        .map(|a| {
+            let r = live.get(&a.id);
+            let state = r.map(|r| r.state.clone()).unwrap_or_default();
+            let requests = |model: &str| r.and_then(|r| r.requests.get(model).copied()).unwrap_or(0);
+            let mut models: Vec<ModelRuntime> = state
+                .models
+                .iter()
+                .map(|(model, m)| ModelRuntime {
+                    model: model.clone(),
+                    requests: requests(model),
+                    recent_failures: u32::try_from(m.failures.len()).unwrap_or(u32::MAX),
+                    cooldown_level: m.level,
+                    cooling_until: future(m.cooldown_until),
+                    limited_until: future(m.limited_until),
+                })
+                .collect();
+            for model in r.map(|r| r.requests.keys()).into_iter().flatten() {
+                if !state.models.contains_key(model) {
+                    models.push(ModelRuntime {
+                        model: model.clone(),
+                        requests: requests(model),
+                        recent_failures: 0,
+                        cooldown_level: 0,
+                        cooling_until: None,
+                        limited_until: None,
+                    });
+                }
+            }
+            models.sort_by(|x, y| x.model.cmp(&y.model));
+            let limited_until = future(state.rate_limit_reset_at);
+            let temp_until = future(state.temp_unschedulable_until);
+            AccountRuntime {
+                id: a.id,
+                name: a.name,
+                provider: a.provider,
+                priority: a.priority,
+                status: a.status,
+                schedulable: a.schedulable,
+                in_flight: r.map_or(0, |r| r.in_flight),
+                max_concurrency: a.max_concurrency,
+                queue_depth: r.map_or(0, |r| u32::try_from(r.queue_depth).unwrap_or(u32::MAX)),
+                rate_limited_at: state.rate_limited_at.filter(|_| limited_until.is_some()).map(|t| t / 1000),
+                rate_limit_reset_at: limited_until,
+                overload_until: future(state.overload_until),
+                temp_unschedulable_until: temp_until,
+                temp_unschedulable_reason: state.temp_unschedulable_reason.filter(|_| temp_until.is_some()),
+                limited_models: r.map_or(0, |r| u32::try_from(r.limited_models).unwrap_or(u32::MAX)),
+                models,
+            }
+        })
+        .collect())
+}
