@@ -460,6 +460,86 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
+/// Which rule chose the account (EXP-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingRule {
+    /// RT-1/RT-2: the conversation's (or WebSocket connection's) account.
+    SessionBinding,
+    /// RT-7: the parent conversation's account for a Codex review/guardian request.
+    ParentSession,
+    /// RT-5: round robin within the highest priority tier with room.
+    UniformRotation,
+}
+
+/// Accounts of the pool left out of the final choice, by reason (EXP-1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Exclusions {
+    /// The provider does not speak the request's protocol.
+    pub model_support: u32,
+    /// A provider prefix (PX-5) left it out.
+    pub policy: u32,
+    /// Subscription quota (QT-3).
+    pub quota: u32,
+    /// Account or model cooldown, rate limit, overload (or a model switch leaving it).
+    pub cooldown: u32,
+    /// No free slot.
+    pub capacity: u32,
+    /// Temporarily unschedulable (credentials refused).
+    pub unavailable: u32,
+}
+
+/// The routing explanation stored with a record (EXP-1): counts only, never another account's
+/// identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutingDecision {
+    pub rule: RoutingRule,
+    /// Accounts the final choice was made among.
+    pub candidates: u32,
+    pub excluded: Exclusions,
+}
+
+impl RoutingDecision {
+    /// A choice fixed by a binding or a parent conversation: one candidate, nothing scanned.
+    pub fn kept(rule: RoutingRule) -> Self {
+        RoutingDecision { rule, candidates: 1, excluded: Exclusions::default() }
+    }
+
+    pub fn rotation(candidates: u32, excluded: Exclusions) -> Self {
+        RoutingDecision { rule: RoutingRule::UniformRotation, candidates, excluded }
+    }
+
+    /// The explanation in words (UI-2).
+    pub fn describe(&self) -> String {
+        let mut text = match (self.rule, self.candidates) {
+            (RoutingRule::SessionBinding, _) => "kept the conversation's account".to_owned(),
+            (RoutingRule::ParentSession, _) => "used the parent conversation's account".to_owned(),
+            (RoutingRule::UniformRotation, 0) => "no account could take it".to_owned(),
+            (RoutingRule::UniformRotation, 1) => "rotation: 1 account left to choose".to_owned(),
+            (RoutingRule::UniformRotation, n) => format!("rotation among {n} accounts"),
+        };
+        let e = &self.excluded;
+        let reasons: Vec<String> = [
+            (e.cooldown, "cooling down"),
+            (e.capacity, "at capacity"),
+            (e.unavailable, "unavailable"),
+            (e.quota, "out of quota"),
+            (e.policy, "left out by policy"),
+            (e.model_support, "for another protocol"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect();
+        if !reasons.is_empty() {
+            text.push_str("; excluded: ");
+            text.push_str(&reasons.join(", "));
+        }
+        text
+    }
+}
+
 /// One request record as people see it (REC-2). Personal views never carry account fields (REC-3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
@@ -486,6 +566,8 @@ pub struct RequestRecord {
     /// Admin views only; "deleted" for deleted accounts (ACC-5).
     pub account_name: Option<String>,
     pub provider: Option<String>,
+    /// EXP-1: how the account was chosen; none when rejected before routing or for old records.
+    pub routing: Option<RoutingDecision>,
 }
 
 impl RequestRecord {
@@ -571,6 +653,21 @@ mod double_option {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn routing_explanations_read_as_words() {
+        let kept = RoutingDecision::kept(RoutingRule::SessionBinding);
+        assert_eq!(kept.describe(), "kept the conversation's account");
+        let excluded = Exclusions { cooldown: 2, capacity: 1, model_support: 3, ..Exclusions::default() };
+        assert_eq!(
+            RoutingDecision::rotation(4, excluded).describe(),
+            "rotation among 4 accounts; excluded: 2 cooling down, 1 at capacity, 3 for another protocol"
+        );
+        assert_eq!(
+            RoutingDecision::rotation(0, Exclusions { unavailable: 1, ..Exclusions::default() }).describe(),
+            "no account could take it; excluded: 1 unavailable"
+        );
+    }
+
     use super::*;
 
     #[test]
@@ -612,6 +709,7 @@ mod tests {
             account_id: None,
             account_name: None,
             provider: None,
+            routing: None,
         }
     }
 

@@ -228,6 +228,13 @@ async fn bound_conversations_stay_and_unbound_requests_rotate() {
     );
     assert_eq!(recs[5]["routing"]["rule"], "session_binding");
     assert!(!recs.iter().any(|r| r["routing"].to_string().contains("rot-")));
+    // the member's own history carries the explanation (counts only), as the API returns it
+    let mut admin = rig.t.admin().await;
+    let (_, page) = admin.call(Method::GET, "/api/me/requests", None).await;
+    let oldest = page["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(oldest["routing"]["rule"], "uniform_rotation", "{oldest}");
+    assert_eq!(oldest["routing"]["candidates"], 2);
+    assert!(oldest["account_id"].is_null(), "no account fields in a personal view");
 }
 
 #[tokio::test]

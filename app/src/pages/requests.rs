@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Column headings of the request tables (UI-1).
-pub const REQUEST_COLUMNS: [&str; 10] = [
+pub const REQUEST_COLUMNS: [&str; 11] = [
     "Started",
     "Request ID",
     "Model",
@@ -24,6 +24,7 @@ pub const REQUEST_COLUMNS: [&str; 10] = [
     "First output",
     "Tokens in / out / cached",
     "Cache hit",
+    "Routing",
 ];
 
 const OUTCOMES: [&str; 5] = ["success", "incomplete", "error", "cancelled", "rejected"];
@@ -158,6 +159,7 @@ fn RecordRow(r: RequestRecord, everyone: bool) -> impl IntoView {
         format!("{} / {} / {}", count(r.input_tokens), count(r.output_tokens), count(r.cached_tokens));
     let short_id = format!("{}…", r.request_id.chars().take(12).collect::<String>());
     let (badge, outcome_class) = outcome_style(&r.outcome, r.error_code.as_deref());
+    let routing = r.routing.map(|d| d.describe()).unwrap_or_else(|| "\u{2014}".into());
     view! {
         <tr data-request-id=r.request_id.clone()>
             {everyone.then(|| view! {
@@ -176,6 +178,7 @@ fn RecordRow(r: RequestRecord, everyone: bool) -> impl IntoView {
             <td class="whitespace-nowrap px-3 py-2 tabular-nums">{millis(r.first_output_ms)}</td>
             <td class="whitespace-nowrap px-3 py-2 tabular-nums">{tokens}</td>
             <td class="whitespace-nowrap px-3 py-2 tabular-nums">{hit}</td>
+            <td class="px-3 py-2 text-xs text-slate-600">{routing}</td>
         </tr>
     }
 }

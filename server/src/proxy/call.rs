@@ -208,7 +208,7 @@ impl Attempt {
             error_code: end.error_code,
             upstream_status: end.upstream_status,
             usage: end.usage,
-            routing: self.routing.and_then(|d| d.to_json()),
+            routing: self.routing.and_then(|d| serde_json::to_string(&d).ok()),
         };
         self.records.send(record).await;
         // The slots are released only now, after the record is queued (ADM-8).

@@ -43,6 +43,7 @@ struct Row {
     account_name: Option<String>,
     account_deleted: Option<i64>,
     provider: Option<String>,
+    routing: Option<String>,
 }
 
 pub async fn list(
@@ -57,7 +58,7 @@ pub async fn list(
         "SELECT r.id, r.request_id, r.started_at_ms, r.duration_ms, r.first_output_ms, r.model, r.operation,
                 r.key_id, k.name AS key_name, r.outcome, r.error_code, r.upstream_status, r.input_tokens,
                 r.output_tokens, r.cached_tokens, r.member_id, m.username, r.account_id, a.name AS account_name,
-                a.deleted_at AS account_deleted, r.provider
+                a.deleted_at AS account_deleted, r.provider, r.routing
          FROM request_records r
          LEFT JOIN api_keys k ON k.id = r.key_id
          LEFT JOIN members m ON m.id = r.member_id
@@ -133,6 +134,8 @@ pub async fn list(
                 None
             },
             provider: if admin { r.provider } else { None },
+            // Counts and a rule only (EXP-1): safe in personal views too.
+            routing: r.routing.as_deref().and_then(|j| serde_json::from_str(j).ok()),
         })
         .collect();
     Ok(Page { items, next_cursor })

@@ -12,7 +12,6 @@
 //! decision again with every policy re-checked (ADM-7) and the reserved slot counted as free.
 
 pub mod admission;
-mod decision;
 mod queue;
 mod runtime;
 mod select;
@@ -30,10 +29,9 @@ use std::{
 
 use app::model::Provider;
 
-pub use self::{
-    decision::{Excluded, RoutingDecision, Rule},
-    queue::{Reservation, Ticket},
-};
+pub use app::model::{Exclusions as Excluded, RoutingDecision, RoutingRule as Rule};
+
+pub use self::queue::{Reservation, Ticket};
 use self::{
     queue::{Waiter, Want},
     runtime::Runtime,
