@@ -159,7 +159,7 @@ async fn handoff_scheduler() -> Vec<Duration> {
                         Step::Wait(t) => {
                             let r =
                                 t.wait(tokio::time::Instant::now() + Duration::from_secs(60), &stop).await;
-                            reserved = Some(r.unwrap());
+                            reserved = r.unwrap();
                         }
                         Step::Refuse(r) => panic!("{r:?}"),
                     }

@@ -37,8 +37,18 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
     if let Some(state) = state {
         s.scheduler.apply(id, revision, state);
     }
-    // Enable/disable and the switch change what is routable: the proxy reloads its directory.
+    // Enable/disable and the switch change what is routable: the proxy reloads its directory,
+    // and where capacity may have appeared, waiters look again at once (ADM-6).
     s.generation.bump();
+    if matches!(
+        action,
+        AccountAction::Enable
+            | AccountAction::SchedulableOn
+            | AccountAction::ClearCooldown
+            | AccountAction::Recover
+    ) {
+        s.scheduler.wake_all();
+    }
     Ok(view)
 }
 

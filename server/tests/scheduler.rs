@@ -738,3 +738,31 @@ async fn the_test_action_recovers_on_success_but_never_turns_scheduling_back_on(
     let recs = rig.t.records(3).await;
     assert_eq!(recs.len(), 3, "tests leave no request records");
 }
+
+#[tokio::test]
+async fn switching_an_account_on_serves_waiting_requests_at_once() {
+    let tokens = ["wake-a", "wake-b"];
+    let mut rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[]).await;
+    let (a, b) = (rig.ids[0], rig.ids[1]);
+    rig.limit(a, 1).await;
+    let path = format!("/api/accounts/{b}/schedulable");
+    let (status, _) = rig.admin.call(Method::POST, &path, Some(json!({"schedulable": false}))).await;
+    assert_eq!(status, StatusCode::OK);
+    rig.script(tokens[0], json!({"delay_ms": 1500})).await;
+    let holder = rig.responses(None, body(MODEL)).send();
+    let holder = tokio::spawn(async move { Answer::read(holder.await.unwrap()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t0 = Instant::now();
+    let waiter = rig.responses(None, body(MODEL)).send();
+    let waiter = tokio::spawn(async move { (Answer::read(waiter.await.unwrap()).await, t0.elapsed()) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(rig.account_runtime(a).await["queue_depth"], 1);
+    let (status, _) = rig.admin.call(Method::POST, &path, Some(json!({"schedulable": true}))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (answer, took) = waiter.await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(took < Duration::from_millis(1000), "served by the new account, not after the holder: {took:?}");
+    assert_eq!(rig.calls(tokens[1]), 1);
+    assert_eq!(holder.await.unwrap().status, StatusCode::OK);
+    rig.settled().await;
+}

@@ -114,7 +114,7 @@ pub(super) async fn schedule(
         let until = *deadline
             .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
         match ticket.wait(until, &s.shutdown).await {
-            Ok(r) => reserved = Some(r),
+            Ok(r) => reserved = r,
             Err(r) => return Err((refusal(r, &model), Outcome::Rejected)),
         }
     }

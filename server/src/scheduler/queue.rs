@@ -20,7 +20,8 @@ pub(super) enum Want {
 pub(super) struct Waiter {
     pub(super) id: u64,
     pub(super) want: Want,
-    pub(super) wake: oneshot::Sender<usize>,
+    /// `Some(slot)`: a reserved slot; `None`: capacity may have appeared, decide again.
+    pub(super) wake: oneshot::Sender<Option<usize>>,
 }
 
 impl Scheduler {
@@ -44,7 +45,7 @@ impl Scheduler {
         while inner.runtimes[slot].in_flight <= inner.runtimes[slot].limit {
             let Some((pool_id, pos)) = oldest_waiter_for(inner, slot, now) else { break };
             let Some(w) = inner.queues.get_mut(&pool_id).and_then(|q| q.remove(pos)) else { break };
-            if w.wake.send(slot).is_ok() {
+            if w.wake.send(Some(slot)).is_ok() {
                 return; // the slot stays counted: it now belongs to the waiter
             }
         }
@@ -61,8 +62,19 @@ impl Scheduler {
             let Some((pool_id, pos)) = oldest_waiter_for(&inner, slot, now) else { return };
             let Some(w) = inner.queues.get_mut(&pool_id).and_then(|q| q.remove(pos)) else { return };
             inner.runtimes[slot].in_flight += 1;
-            if w.wake.send(slot).is_err() {
+            if w.wake.send(Some(slot)).is_err() {
                 inner.runtimes[slot].in_flight -= 1;
+            }
+        }
+    }
+
+    /// Capacity may have appeared outside any release (an account enabled, switched on, or
+    /// cleared): every waiter decides again, keeping its deadline.
+    pub fn wake_all(&self) {
+        let mut inner = self.lock();
+        for queue in inner.queues.values_mut() {
+            for w in queue.drain(..) {
+                let _ = w.wake.send(None);
             }
         }
     }
@@ -127,12 +139,17 @@ pub struct Ticket {
     scheduler: Arc<Scheduler>,
     pool_id: i64,
     id: u64,
-    rx: Option<oneshot::Receiver<usize>>,
+    rx: Option<oneshot::Receiver<Option<usize>>>,
 }
 
 impl Ticket {
-    /// Waits for a slot until `deadline` (ADM-6) or shutdown.
-    pub async fn wait(mut self, deadline: Instant, stop: &CancellationToken) -> Result<Reservation, Refusal> {
+    /// Waits until `deadline` (ADM-6) or shutdown for a reserved slot (`Some`), or for a hint
+    /// that capacity may have appeared elsewhere (`None`: decide again).
+    pub async fn wait(
+        mut self,
+        deadline: Instant,
+        stop: &CancellationToken,
+    ) -> Result<Option<Reservation>, Refusal> {
         let Some(rx) = self.rx.as_mut() else { return Err(Refusal::WaitTimeout) };
         // On timeout or shutdown the receiver stays in the ticket: if a slot arrived at the same
         // moment, dropping the ticket passes it on.
@@ -142,7 +159,7 @@ impl Ticket {
             () = stop.cancelled() => return Err(Refusal::ShuttingDown),
         };
         self.rx = None;
-        Ok(Reservation { scheduler: Arc::clone(&self.scheduler), slot, done: false })
+        Ok(slot.map(|slot| Reservation { scheduler: Arc::clone(&self.scheduler), slot, done: false }))
     }
 }
 
@@ -157,7 +174,7 @@ impl Drop for Ticket {
         }
         // Already handed a slot that nobody will use: pass it on.
         if let Some(mut rx) = self.rx.take()
-            && let Ok(slot) = rx.try_recv()
+            && let Ok(Some(slot)) = rx.try_recv()
         {
             self.scheduler.release_locked(&mut inner, slot);
         }

@@ -82,7 +82,8 @@ impl Bed {
     async fn admitted(&self, ticket: Ticket, ask: &Ask<'_>) -> Lease {
         let deadline = Instant::now() + self.scheduler.settings().queue_timeout;
         let reserved = ticket.wait(deadline, &CancellationToken::new()).await.unwrap();
-        match self.scheduler.decide(&self.pool, ask, Some(reserved)).0 {
+        assert!(reserved.is_some(), "a slot, not just a hint");
+        match self.scheduler.decide(&self.pool, ask, reserved).0 {
             Step::Go(l) => l,
             _ => panic!("a reserved slot must admit"),
         }
@@ -181,6 +182,19 @@ async fn a_lowered_limit_interrupts_nothing_and_a_raised_one_wakes_waiters() {
     assert_eq!(b.scheduler.in_flight(1), 2);
     drop((l, leases));
     assert_eq!(b.scheduler.in_flight(1), 0);
+}
+
+#[tokio::test]
+async fn waking_everyone_lets_waiters_decide_again_with_their_deadline() {
+    let b = bed(&[(1, 0, 1)], Settings::default());
+    let a = ask(None);
+    let _held = b.go(&a);
+    let ticket = b.wait(&a);
+    b.scheduler.wake_all();
+    assert_eq!(b.scheduler.queue_depth(1), 0);
+    let r = ticket.wait(Instant::now() + Duration::from_secs(1), &CancellationToken::new()).await;
+    assert!(matches!(r, Ok(None)), "a hint, no slot");
+    assert_eq!(b.scheduler.in_flight(1), 1, "nothing was reserved");
 }
 
 #[tokio::test]
@@ -293,7 +307,7 @@ async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
                         Step::Wait(ticket) => {
                             let deadline = Instant::now() + patience;
                             match ticket.wait(deadline, &CancellationToken::new()).await {
-                                Ok(r) => reserved = Some(r),
+                                Ok(r) => reserved = r,
                                 Err(_) => break None,
                             }
                         }
