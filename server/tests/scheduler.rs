@@ -248,8 +248,16 @@ async fn a_429_cools_that_account_only_and_the_highest_tier_comes_first() {
     }
     assert_eq!(counts(&rig, &tokens), vec![6, 0]);
     rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429, "retry_after": "30"}]})).await;
-    let a = rig.send(None, MODEL).await;
-    assert_eq!((a.status, a.retry_after), (StatusCode::TOO_MANY_REQUESTS, Some(30)));
+    // ACC-2: an unbound request moves to the next account before any byte reaches the client;
+    // one record, on the account that served it
+    let resp = rig.responses(None, body(MODEL)).send().await.unwrap();
+    let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(Answer::read(resp).await.status, StatusCode::OK);
+    assert_eq!(counts(&rig, &tokens), vec![7, 1]);
+    let recs = rig.t.records(7).await;
+    let moved: Vec<&Value> = recs.iter().filter(|r| r["request_id"] == request_id.as_str()).collect();
+    assert_eq!(moved.len(), 1);
+    assert_eq!((&moved[0]["outcome"], &moved[0]["account_id"]), (&json!("success"), &json!(rig.ids[1])));
     // ADM-9 / RT-2: the bound conversation does not move; it is told how long to wait
     let a = rig.send(Some("conv-t"), MODEL).await;
     assert_eq!(a.code(), "account_cooling");
@@ -259,7 +267,7 @@ async fn a_429_cools_that_account_only_and_the_highest_tier_comes_first() {
     assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
     assert_eq!(served(&rig, &tokens, &before), 1);
     let recs = rig.t.records(9).await;
-    let last = &recs[recs.len() - 1]["routing"];
+    let last = &recs[8]["routing"];
     assert_eq!((last["candidates"].as_i64(), last["excluded"]["cooldown"].as_i64()), (Some(1), Some(1)));
     let high = rig.account_runtime(rig.ids[0]).await;
     assert!(high["rate_limit_reset_at"].is_i64() && high["rate_limited_at"].is_i64(), "{high}");
@@ -765,4 +773,31 @@ async fn switching_an_account_on_serves_waiting_requests_at_once() {
     assert_eq!(rig.calls(tokens[1]), 1);
     assert_eq!(holder.await.unwrap().status, StatusCode::OK);
     rig.settled().await;
+}
+
+#[tokio::test]
+async fn unbound_requests_move_past_refusing_accounts_at_most_twice_then_get_the_upstream_answer() {
+    let tokens = ["move-a", "move-b", "move-c", "move-d"];
+    let mut rig = Rig::start(&[(tokens[0], 3), (tokens[1], 2), (tokens[2], 1), (tokens[3], 0)], &[]).await;
+    // a credential refusal on the first account: the next one serves, the refused one pauses
+    rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 403}]})).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?} {:?}", counts(&rig, &tokens));
+    assert_eq!(counts(&rig, &tokens), vec![1, 1, 0, 0]);
+    assert_eq!(rig.account_runtime(rig.ids[0]).await["temp_unschedulable_reason"], "upstream_403");
+    rig.action(rig.ids[0], "recover").await;
+    // three accounts rate limited: all three tried (two moves), then the last upstream 429
+    // goes back as it came, Retry-After included, in one record (BUD-5)
+    for t in &tokens[..3] {
+        rig.script(t, json!({"steps": [{"kind": "status", "status": 429, "retry_after": "40"}]})).await;
+    }
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.status, a.retry_after), (StatusCode::TOO_MANY_REQUESTS, Some(40)));
+    assert_eq!(counts(&rig, &tokens), vec![2, 2, 1, 0], "at most two moves");
+    let recs = rig.t.records(2).await;
+    assert_eq!(recs.len(), 2, "one record per request, however many accounts it tried");
+    assert_eq!((&recs[1]["upstream_status"], &recs[1]["outcome"]), (&json!(429), &json!("error")));
+    // the untried account serves the next request; the three that answered 429 are cooling
+    assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    assert_eq!(counts(&rig, &tokens), vec![2, 2, 1, 1]);
 }

@@ -259,100 +259,126 @@ async fn dispatch(
 ) -> Response {
     let model = attempt.model.clone();
     let conversation = Conversation::of(headers, &fields);
-    let (lease, upstream_model) =
-        match schedule::schedule(s, spec, &mut attempt, headers, conversation, None).await {
-            Ok(chosen) => chosen,
-            Err((e, outcome)) => return attempt.fail(e, outcome, None).await,
-        };
-    let account = std::sync::Arc::clone(lease.account());
-    attempt.lease = Some(lease);
-    let mut target = match providers::target(
-        account.provider,
-        &account.credentials,
-        &s.config.upstream,
-        spec.op,
-        headers,
-        query,
-    ) {
-        Ok(t) => t,
-        Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
-            tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
-            return attempt.fail(GatewayError::no_available_account(&model), Outcome::Error, None).await;
-        }
-    };
-    // RT-4: a Codex request outside any conversation gets a random upstream session id of its
-    // own, so unrelated calls are never grouped upstream.
-    if account.provider == Provider::Codex
-        && conversation.key.is_none()
-        && !target.headers.contains_key("session-id")
-        && !target.headers.contains_key("session_id")
-        && let Ok(v) = HeaderValue::from_str(&random_session_id())
-    {
-        target.headers.insert("session-id", v);
-    }
     let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
-    let force_stream = target.force_stream && !client_streams;
-    let body = match &target.envelope {
-        Some(project) => match providers::wrap_envelope(&body, project, &upstream_model, &attempt.request_id)
-        {
-            Some(b) => Bytes::from(b),
-            None => {
-                let e = GatewayError::bad_request("the body must be a Gemini generateContent request object");
-                return attempt.fail(e, Outcome::Rejected, None).await;
-            }
-        },
-        None => match edit_body(
-            body,
-            (upstream_model != model).then_some(upstream_model.as_str()),
-            force_stream,
-            target.force_no_store && fields.store != Some(false),
+    // ACC-2: before any byte is accepted, a request outside a conversation whose account cannot
+    // serve it now (rate limited, overloaded, refused, model limited) moves to another account,
+    // at most MAX_SWITCHES times; a conversation never moves (RT-2). When no other account can
+    // take it, the last upstream answer goes back as it came (BUD-5).
+    let mut switches = 0;
+    let mut last_failure: Option<UpstreamFailure> = None;
+    let (upstream, account, force_stream, rewrite) = loop {
+        let (lease, upstream_model) =
+            match schedule::schedule(s, spec, &mut attempt, headers, conversation, None).await {
+                Ok(chosen) => chosen,
+                Err((e, outcome)) => {
+                    return match last_failure {
+                        Some(f) => f.respond(attempt).await,
+                        None => attempt.fail(e, outcome, None).await,
+                    };
+                }
+            };
+        let account = std::sync::Arc::clone(lease.account());
+        attempt.lease = Some(lease);
+        let mut target = match providers::target(
+            account.provider,
+            &account.credentials,
+            &s.config.upstream,
+            spec.op,
+            headers,
+            query,
         ) {
-            Ok(b) => b,
-            Err(e) => return attempt.fail(e, Outcome::Rejected, None).await,
-        },
-    };
-    let rewrite: Option<relay::Rewrite> =
-        target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
-
-    // CD-3: explicit 408/5xx answers are retried on the same account, at most twice, before
-    // any byte is accepted; every retry re-checks policy. Same lease, request id and record.
-    let mut retries = 0;
-    let upstream = loop {
-        let send = s
-            .http
-            .post(&target.url)
-            .headers(target.headers.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
-            .send();
-        let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
-            Err(_) => return attempt.fail(GatewayError::upstream_timeout(), Outcome::Error, None).await,
-            Ok(Err(_)) => {
-                return attempt.fail(GatewayError::upstream_unavailable(), Outcome::Error, None).await;
+            Ok(t) => t,
+            Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
+                tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
+                return attempt.fail(GatewayError::no_available_account(&model), Outcome::Error, None).await;
             }
-            Ok(Ok(r)) => r,
         };
-        let hint = schedule::retry_after_header(upstream.headers());
-        // A long upstream hint goes back to the client instead of being waited out.
-        if !schedule::retryable(upstream.status())
-            || retries >= schedule::MAX_RETRIES
-            || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
+        // RT-4: a Codex request outside any conversation gets a random upstream session id of its
+        // own, so unrelated calls are never grouped upstream.
+        if account.provider == Provider::Codex
+            && conversation.key.is_none()
+            && !target.headers.contains_key("session-id")
+            && !target.headers.contains_key("session_id")
+            && let Ok(v) = HeaderValue::from_str(&random_session_id())
         {
-            break upstream;
+            target.headers.insert("session-id", v);
         }
-        drop(upstream);
-        retries += 1;
-        tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
-        if let Err((e, outcome)) =
-            schedule::recheck_for_retry(s, headers, &attempt, &account, &upstream_model).await
-        {
-            return attempt.fail(e, outcome, None).await;
+        let force_stream = target.force_stream && !client_streams;
+        let body = match &target.envelope {
+            Some(project) => {
+                match providers::wrap_envelope(&body, project, &upstream_model, &attempt.request_id) {
+                    Some(b) => Bytes::from(b),
+                    None => {
+                        let e = GatewayError::bad_request(
+                            "the body must be a Gemini generateContent request object",
+                        );
+                        return attempt.fail(e, Outcome::Rejected, None).await;
+                    }
+                }
+            }
+            None => match edit_body(
+                body.clone(),
+                (upstream_model != model).then_some(upstream_model.as_str()),
+                force_stream,
+                target.force_no_store && fields.store != Some(false),
+            ) {
+                Ok(b) => b,
+                Err(e) => return attempt.fail(e, Outcome::Rejected, None).await,
+            },
+        };
+        let rewrite: Option<relay::Rewrite> =
+            target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
+
+        // CD-3: explicit 408/5xx answers are retried on the same account, at most twice, before
+        // any byte is accepted; every retry re-checks policy. Same lease, request id and record.
+        let mut retries = 0;
+        let upstream = loop {
+            let send = s
+                .http
+                .post(&target.url)
+                .headers(target.headers.clone())
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+                .send();
+            let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
+                Err(_) => return attempt.fail(GatewayError::upstream_timeout(), Outcome::Error, None).await,
+                Ok(Err(_)) => {
+                    return attempt.fail(GatewayError::upstream_unavailable(), Outcome::Error, None).await;
+                }
+                Ok(Ok(r)) => r,
+            };
+            let hint = schedule::retry_after_header(upstream.headers());
+            // A long upstream hint goes back to the client instead of being waited out.
+            if !schedule::retryable(upstream.status())
+                || retries >= schedule::MAX_RETRIES
+                || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
+            {
+                break upstream;
+            }
+            drop(upstream);
+            retries += 1;
+            tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
+            if let Err((e, outcome)) =
+                schedule::recheck_for_retry(s, headers, &attempt, &account, &upstream_model).await
+            {
+                return attempt.fail(e, outcome, None).await;
+            }
+        };
+        if upstream.status().is_success() {
+            break (upstream, account, force_stream, rewrite);
         }
+        let failure = UpstreamFailure::read(upstream, account.provider, &upstream_model).await;
+        if conversation.key.is_some() || !failure.account_cannot_serve() || switches >= MAX_SWITCHES {
+            return failure.respond(attempt).await;
+        }
+        // This account learns the verdict and its slot goes back; the next decision skips it.
+        if let Some(mut lease) = attempt.lease.take() {
+            lease.settle(failure.verdict);
+        }
+        switches += 1;
+        last_failure = Some(failure);
     };
     let status = upstream.status();
-    if !status.is_success() {
-        return upstream_error(attempt, upstream, account.provider, &upstream_model).await;
-    }
     let deadline = attempt.started + REQUEST_DEADLINE;
     let mut observer = Observer::new(spec.op.grammar());
     if client_streams {
@@ -542,79 +568,104 @@ pub(super) fn stream_verdict(outcome: Outcome, error_code: Option<&str>) -> Verd
     }
 }
 
-/// An upstream HTTP error, re-rendered: status and Retry-After kept, body rebuilt in the client's
-/// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). Its verdict
-/// goes to the account (CD-1..CD-5); 403 becomes `upstream_forbidden`, a 401 for the account's
-/// credentials `upstream_unauthorized` (never the caller's `invalid_api_key`), and a model-scoped
-/// Antigravity limit `model_rate_limited`.
-async fn upstream_error(
-    attempt: Attempt,
-    upstream: reqwest::Response,
-    provider: Provider,
-    upstream_model: &str,
-) -> Response {
-    let status = upstream.status();
-    let retry_after = upstream.headers().get(header::RETRY_AFTER).cloned();
-    let hint = schedule::retry_after_header(upstream.headers());
-    let mut bytes = Vec::new();
-    let mut stream = upstream.bytes_stream();
-    while let Some(Ok(chunk)) = stream.next().await {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() >= ERROR_BODY_LIMIT {
-            break;
-        }
-    }
-    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let verdict = schedule::verdict(provider, status, hint, &v, upstream_model);
-    let local = match verdict {
-        Verdict::ModelLimited(d) => Some(GatewayError::model_rate_limited(
-            crate::scheduler::state::clamp_retry(d, crate::scheduler::state::RETRY_AFTER_MIN)
-                .as_secs()
-                .max(1),
-        )),
-        Verdict::CredentialsRejected(403) => Some(GatewayError::upstream_forbidden()),
-        Verdict::CredentialsRejected(_) => Some(GatewayError::upstream_unauthorized()),
-        _ => None,
-    };
-    if let Some(e) = local {
-        return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
-    }
-    let err = &v["error"];
-    let code = sanitize(
-        err["type"]
-            .as_str()
-            .or(err["code"].as_str())
-            .or(err["status"].as_str())
-            .or(v["error"].as_str())
-            .unwrap_or(""),
-    )
-    .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
-    let message = format!("the upstream provider answered {}: {code}", status.as_u16());
-    let mut body = super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
-    if attempt.protocol == Protocol::OpenAi {
-        // Codex reads these to tell the user when their quota resets.
-        body["error"]["type"] = Value::String(code.clone());
-        for field in ["resets_at", "plan_type", "resets_in_seconds"] {
-            if !err[field].is_null() {
-                body["error"][field] = err[field].clone();
+/// ACC-2: how many times an unbound request may move to another account before any byte.
+const MAX_SWITCHES: u32 = 2;
+
+/// An upstream HTTP error answer, read (at most 64 KiB) and classified (CD-1..CD-5, ERR-1/2).
+struct UpstreamFailure {
+    status: StatusCode,
+    retry_after: Option<HeaderValue>,
+    body: Value,
+    verdict: Verdict,
+}
+
+impl UpstreamFailure {
+    async fn read(upstream: reqwest::Response, provider: Provider, upstream_model: &str) -> Self {
+        let status = upstream.status();
+        let retry_after = upstream.headers().get(header::RETRY_AFTER).cloned();
+        let hint = schedule::retry_after_header(upstream.headers());
+        let mut bytes = Vec::new();
+        let mut stream = upstream.bytes_stream();
+        while let Some(Ok(chunk)) = stream.next().await {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() >= ERROR_BODY_LIMIT {
+                break;
             }
         }
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
+        UpstreamFailure { status, retry_after, body, verdict }
     }
-    let mut resp = (status, axum::Json(body)).into_response();
-    if let Some(ra) = retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, ra);
+
+    /// The account cannot serve this request now, whoever asks: another account might.
+    fn account_cannot_serve(&self) -> bool {
+        matches!(
+            self.verdict,
+            Verdict::RateLimited(_)
+                | Verdict::ModelLimited(_)
+                | Verdict::Overloaded(_)
+                | Verdict::CredentialsRejected(_)
+        )
     }
-    attempt
-        .finish(Ending {
-            outcome: Outcome::Error,
-            error_code: Some(code),
-            upstream_status: Some(status.as_u16()),
-            usage: Usage::default(),
-            first_output: None,
-            verdict,
-        })
-        .await;
-    resp
+
+    /// Re-rendered for the client: status and Retry-After kept, the body rebuilt in the client's
+    /// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). 403
+    /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
+    /// (never the caller's `invalid_api_key`), a model-scoped Antigravity limit
+    /// `model_rate_limited`. The verdict settles the attempt's account, if it still holds one.
+    async fn respond(self, attempt: Attempt) -> Response {
+        let UpstreamFailure { status, retry_after, body: v, verdict } = self;
+        let local = match verdict {
+            Verdict::ModelLimited(d) => Some(GatewayError::model_rate_limited(
+                crate::scheduler::state::clamp_retry(d, crate::scheduler::state::RETRY_AFTER_MIN)
+                    .as_secs()
+                    .max(1),
+            )),
+            Verdict::CredentialsRejected(403) => Some(GatewayError::upstream_forbidden()),
+            Verdict::CredentialsRejected(_) => Some(GatewayError::upstream_unauthorized()),
+            _ => None,
+        };
+        if let Some(e) = local {
+            return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+        }
+        let err = &v["error"];
+        let code = sanitize(
+            err["type"]
+                .as_str()
+                .or(err["code"].as_str())
+                .or(err["status"].as_str())
+                .or(v["error"].as_str())
+                .unwrap_or(""),
+        )
+        .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
+        let message = format!("the upstream provider answered {}: {code}", status.as_u16());
+        let mut body =
+            super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
+        if attempt.protocol == Protocol::OpenAi {
+            // Codex reads these to tell the user when their quota resets.
+            body["error"]["type"] = Value::String(code.clone());
+            for field in ["resets_at", "plan_type", "resets_in_seconds"] {
+                if !err[field].is_null() {
+                    body["error"][field] = err[field].clone();
+                }
+            }
+        }
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(ra) = retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, ra);
+        }
+        attempt
+            .finish(Ending {
+                outcome: Outcome::Error,
+                error_code: Some(code),
+                upstream_status: Some(status.as_u16()),
+                usage: Usage::default(),
+                first_output: None,
+                verdict,
+            })
+            .await;
+        resp
+    }
 }
 
 fn copy_headers(from: &reqwest::header::HeaderMap, to: &mut HeaderMap) {
