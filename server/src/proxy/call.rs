@@ -329,41 +329,11 @@ async fn dispatch(
         let rewrite: Option<relay::Rewrite> =
             target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
 
-        // CD-3: explicit 408/5xx answers are retried on the same account, at most twice, before
-        // any byte is accepted; every retry re-checks policy. Same lease, request id and record.
-        let mut retries = 0;
-        let upstream = loop {
-            let send = s
-                .http
-                .post(&target.url)
-                .headers(target.headers.clone())
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(body.clone())
-                .send();
-            let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
-                Err(_) => return attempt.fail(GatewayError::upstream_timeout(), Outcome::Error, None).await,
-                Ok(Err(_)) => {
-                    return attempt.fail(GatewayError::upstream_unavailable(), Outcome::Error, None).await;
-                }
-                Ok(Ok(r)) => r,
+        let upstream =
+            match send_with_retries(s, headers, &attempt, &account, &upstream_model, target, body).await {
+                Ok(r) => r,
+                Err((e, outcome)) => return attempt.fail(e, outcome, None).await,
             };
-            let hint = schedule::retry_after_header(upstream.headers());
-            // A long upstream hint goes back to the client instead of being waited out.
-            if !schedule::retryable(upstream.status())
-                || retries >= schedule::MAX_RETRIES
-                || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
-            {
-                break upstream;
-            }
-            drop(upstream);
-            retries += 1;
-            tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
-            if let Err((e, outcome)) =
-                schedule::recheck_for_retry(s, headers, &attempt, &account, &upstream_model).await
-            {
-                return attempt.fail(e, outcome, None).await;
-            }
-        };
         if upstream.status().is_success() {
             break (upstream, account, force_stream, rewrite);
         }
@@ -565,6 +535,46 @@ pub(super) fn stream_verdict(outcome: Outcome, error_code: Option<&str>) -> Verd
         (Outcome::Success, _) => Verdict::Success,
         (_, Some("upstream_stream_broken" | "stream_ended_early")) => Verdict::ModelFailure,
         _ => Verdict::Neutral,
+    }
+}
+
+/// Sends the upstream request. CD-3: explicit 408/5xx answers are retried on the same account, at
+/// most twice, before any byte is accepted, re-checking policy each time; a long upstream hint
+/// goes back to the client instead of being waited out. Same lease, request id and record.
+async fn send_with_retries(
+    s: &AppState,
+    headers: &HeaderMap,
+    attempt: &Attempt,
+    account: &super::directory::Account,
+    upstream_model: &str,
+    target: providers::Target,
+    body: Bytes,
+) -> Result<reqwest::Response, (GatewayError, Outcome)> {
+    let mut retries = 0;
+    loop {
+        let send = s
+            .http
+            .post(&target.url)
+            .headers(target.headers.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send();
+        let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
+            Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
+            Ok(Err(_)) => return Err((GatewayError::upstream_unavailable(), Outcome::Error)),
+            Ok(Ok(r)) => r,
+        };
+        let hint = schedule::retry_after_header(upstream.headers());
+        if !schedule::retryable(upstream.status())
+            || retries >= schedule::MAX_RETRIES
+            || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
+        {
+            return Ok(upstream);
+        }
+        drop(upstream);
+        retries += 1;
+        tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
+        schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
     }
 }
 
