@@ -5,6 +5,7 @@ pub mod auth;
 pub mod call;
 pub mod directory;
 pub mod error;
+mod failure;
 pub mod models;
 pub mod relay;
 pub mod request;

@@ -1,0 +1,121 @@
+//! An upstream's HTTP error answer: read (bounded), classified into a verdict about the account
+//! (CD-1..CD-5, ERR-1, ERR-2), and re-rendered for the client without its raw body (ERR-3).
+
+use app::model::Provider;
+use axum::{
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::{
+    call::{Attempt, Ending},
+    error::{GatewayError, Protocol},
+    schedule,
+};
+use crate::{
+    providers::observe::sanitize,
+    records::{Outcome, Usage},
+    scheduler::Verdict,
+};
+
+/// Most bytes of an upstream error body read (to classify it; it is never returned raw).
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// An upstream HTTP error answer, read (at most 64 KiB) and classified (CD-1..CD-5, ERR-1/2).
+pub(super) struct UpstreamFailure {
+    status: StatusCode,
+    retry_after: Option<HeaderValue>,
+    body: Value,
+    pub(super) verdict: Verdict,
+}
+
+impl UpstreamFailure {
+    pub(super) async fn read(upstream: reqwest::Response, provider: Provider, upstream_model: &str) -> Self {
+        let status = upstream.status();
+        let retry_after = upstream.headers().get(header::RETRY_AFTER).cloned();
+        let hint = schedule::retry_after_header(upstream.headers());
+        let mut bytes = Vec::new();
+        let mut stream = upstream.bytes_stream();
+        while let Some(Ok(chunk)) = stream.next().await {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() >= ERROR_BODY_LIMIT {
+                break;
+            }
+        }
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
+        UpstreamFailure { status, retry_after, body, verdict }
+    }
+
+    /// The account cannot serve this request now, whoever asks: another account might.
+    pub(super) fn account_cannot_serve(&self) -> bool {
+        matches!(
+            self.verdict,
+            Verdict::RateLimited(_)
+                | Verdict::ModelLimited(_)
+                | Verdict::Overloaded(_)
+                | Verdict::CredentialsRejected(_)
+        )
+    }
+
+    /// Re-rendered for the client: status and Retry-After kept, the body rebuilt in the client's
+    /// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). 403
+    /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
+    /// (never the caller's `invalid_api_key`), a model-scoped Antigravity limit
+    /// `model_rate_limited`. The verdict settles the attempt's account, if it still holds one.
+    pub(super) async fn respond(self, attempt: Attempt) -> Response {
+        let UpstreamFailure { status, retry_after, body: v, verdict } = self;
+        let local = match verdict {
+            Verdict::ModelLimited(d) => Some(GatewayError::model_rate_limited(
+                crate::scheduler::state::clamp_retry(d, crate::scheduler::state::RETRY_AFTER_MIN)
+                    .as_secs()
+                    .max(1),
+            )),
+            Verdict::CredentialsRejected(403) => Some(GatewayError::upstream_forbidden()),
+            Verdict::CredentialsRejected(_) => Some(GatewayError::upstream_unauthorized()),
+            _ => None,
+        };
+        if let Some(e) = local {
+            return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+        }
+        let err = &v["error"];
+        let code = sanitize(
+            err["type"]
+                .as_str()
+                .or(err["code"].as_str())
+                .or(err["status"].as_str())
+                .or(v["error"].as_str())
+                .unwrap_or(""),
+        )
+        .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
+        let message = format!("the upstream provider answered {}: {code}", status.as_u16());
+        let mut body =
+            super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
+        if attempt.protocol == Protocol::OpenAi {
+            // Codex reads these to tell the user when their quota resets.
+            body["error"]["type"] = Value::String(code.clone());
+            for field in ["resets_at", "plan_type", "resets_in_seconds"] {
+                if !err[field].is_null() {
+                    body["error"][field] = err[field].clone();
+                }
+            }
+        }
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(ra) = retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, ra);
+        }
+        attempt
+            .finish(Ending {
+                outcome: Outcome::Error,
+                error_code: Some(code),
+                upstream_status: Some(status.as_u16()),
+                usage: Usage::default(),
+                first_output: None,
+                verdict,
+            })
+            .await;
+        resp
+    }
+}
