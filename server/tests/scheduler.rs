@@ -282,7 +282,7 @@ async fn account_permits_hold_and_the_queue_hands_slots_on_in_order() {
     let mut rig = Rig::start(&[(token, 0)], &[("SUBLANE_QUEUE_CAPACITY", "3")]).await;
     let id = rig.ids[0];
     rig.limit(id, 2).await;
-    rig.script(token, json!({"delay_ms": 300})).await;
+    rig.script(token, json!({"delay_ms": 800})).await;
     let started = Instant::now();
     let calls: Vec<_> = (0..6)
         .map(|i| {
@@ -670,7 +670,7 @@ async fn a_waiter_whose_key_is_revoked_is_refused_when_its_turn_comes() {
     let (_, other) = rig.admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "second"}))).await;
     let (other_id, other_key) =
         (other["key"]["id"].as_i64().unwrap(), other["secret"].as_str().unwrap().to_owned());
-    rig.script(token, json!({"delay_ms": 500})).await;
+    rig.script(token, json!({"delay_ms": 1000})).await;
     let holder = rig.responses(None, body(MODEL)).send();
     let holder = tokio::spawn(async move { Answer::read(holder.await.unwrap()).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
