@@ -56,6 +56,8 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 100;
 pub const DEFAULT_BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Expired bindings are swept from memory whenever the table grows by this many.
 const BINDING_SWEEP: usize = 4096;
+/// A binding only touched is written through at most this often.
+const BINDING_STORE_INTERVAL_MS: i64 = 3_600_000;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -169,6 +171,8 @@ struct Inner {
     next_waiter: u64,
     /// Reused by the eligibility scan (positions in the pool's account list).
     scratch: Vec<u32>,
+    /// A binding write a decision produced, sent after the lock is released.
+    pending_write: Option<store::Write>,
 }
 
 impl Inner {
@@ -283,24 +287,22 @@ impl Scheduler {
         }
     }
 
-    /// ACC-3 actions on the live state (the caller bumps the lifecycle revision in the database).
+    /// ACC-3 actions on the live state; the caller bumps the lifecycle revision in the database
+    /// and wakes waiters ([`Scheduler::wake_all`]).
     pub fn apply(&self, account_id: i64, revision: i64, action: StateAction) {
         let now = self.now();
-        {
-            let mut inner = self.lock();
-            let slot = inner.slot(account_id);
-            let rt = &mut inner.runtimes[slot];
-            match action {
-                StateAction::ClearCooldowns => rt.cold.state.clear_cooldowns(),
-                StateAction::Recover => rt.cold.state.recover(),
-            }
-            rt.revision = revision;
-            rt.refresh();
-            let write = store::Write::State { account_id, revision, state: rt.cold.state.clone(), at: now };
-            drop(inner);
-            self.store.send(write);
+        let mut inner = self.lock();
+        let slot = inner.slot(account_id);
+        let rt = &mut inner.runtimes[slot];
+        match action {
+            StateAction::ClearCooldowns => rt.cold.state.clear_cooldowns(),
+            StateAction::Recover => rt.cold.state.recover(),
         }
-        self.wake(account_id);
+        rt.revision = revision;
+        rt.refresh();
+        let write = store::Write::State { account_id, revision, state: rt.cold.state.clone(), at: now };
+        drop(inner);
+        self.store.send(write);
     }
 
     /// API-1 runtime view of every account the scheduler has seen.

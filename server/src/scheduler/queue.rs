@@ -26,15 +26,15 @@ pub(super) struct Waiter {
 
 impl Scheduler {
     pub(super) fn enqueue(self: &Arc<Self>, inner: &mut Inner, ask: &Ask<'_>, want: Want) -> Step {
+        let id = inner.next_waiter;
         let queue = inner.queues.entry(ask.pool_id).or_default();
         queue.retain(|w| !w.wake.is_closed());
         if queue.len() >= self.settings.queue_capacity {
             return Step::Refuse(Refusal::QueueFull);
         }
-        let id = inner.next_waiter;
-        inner.next_waiter += 1;
         let (tx, rx) = oneshot::channel();
-        inner.queues.entry(ask.pool_id).or_default().push_back(Waiter { id, want, wake: tx });
+        queue.push_back(Waiter { id, want, wake: tx });
+        inner.next_waiter += 1;
         Step::Wait(Ticket { scheduler: Arc::clone(self), pool_id: ask.pool_id, id, rx: Some(rx) })
     }
 

@@ -7,8 +7,8 @@ use std::sync::{Arc, atomic::Ordering};
 use app::model::Provider;
 
 use super::{
-    Ask, BINDING_SWEEP, Binding, Excluded, Inner, Lease, Refusal, Reservation, RoutingDecision, Rule,
-    Scheduler, Step, Want, state::Block, store,
+    Ask, BINDING_STORE_INTERVAL_MS, BINDING_SWEEP, Binding, Excluded, Inner, Lease, Refusal, Reservation,
+    RoutingDecision, Rule, Scheduler, Step, Want, state::Block, store,
 };
 use crate::proxy::directory::{Account, Entry, PoolRoutes};
 
@@ -33,9 +33,10 @@ impl Scheduler {
                 self.release_locked(&mut inner, r.slot);
             }
         }
+        let write = inner.pending_write.take();
         drop(inner);
-        if let Step::Go(lease) = &step {
-            self.store_binding_if_due(ask, lease, now);
+        if let Some(w) = write {
+            self.store.send(w);
         }
         (step, decision)
     }
@@ -229,29 +230,29 @@ impl Scheduler {
             && let Some(conv) = ask.conversation
         {
             let key = (ask.member_id, ask.pool_id, conv);
-            match inner.bindings.get_mut(&key) {
-                Some(b) if b.account_id == a.id && b.model == ask.model => b.used_at = now,
-                Some(b) => {
-                    b.account_id = a.id;
-                    b.model = ask.model.to_owned();
-                    b.used_at = now;
-                    b.stored_at = i64::MIN;
-                }
-                None => {
-                    if inner.bindings.len() % BINDING_SWEEP == BINDING_SWEEP - 1 {
-                        let ttl = self.ttl_ms();
-                        inner.bindings.retain(|_, b| now - b.used_at < ttl);
-                    }
-                    inner.bindings.insert(
-                        key,
-                        Binding {
-                            account_id: a.id,
-                            model: ask.model.to_owned(),
-                            used_at: now,
-                            stored_at: i64::MIN,
-                        },
-                    );
-                }
+            if !inner.bindings.contains_key(&key) && inner.bindings.len() % BINDING_SWEEP == BINDING_SWEEP - 1
+            {
+                let ttl = self.ttl_ms();
+                inner.bindings.retain(|_, b| now - b.used_at < ttl);
+            }
+            let b = inner.bindings.entry(key).or_insert_with(|| Binding {
+                account_id: a.id,
+                model: ask.model.to_owned(),
+                used_at: now,
+                stored_at: i64::MIN,
+            });
+            if b.account_id != a.id || b.model != ask.model {
+                b.account_id = a.id;
+                b.model = ask.model.to_owned();
+                b.stored_at = i64::MIN;
+            }
+            b.used_at = now;
+            // Written through when new or moved, else at most hourly; sent once the lock is gone.
+            if now.saturating_sub(b.stored_at) >= BINDING_STORE_INTERVAL_MS {
+                b.stored_at = now;
+                let write =
+                    store::Write::Binding { key, account_id: a.id, model: b.model.clone(), used_at: now };
+                inner.pending_write = Some(write);
             }
         }
         Lease {
@@ -262,22 +263,6 @@ impl Scheduler {
             model: ask.model.to_owned(),
             settled: false,
         }
-    }
-
-    /// Writes a binding through to the database when it is new, moved, or an hour stale.
-    fn store_binding_if_due(&self, ask: &Ask<'_>, lease: &Lease, now: i64) {
-        let Some(conv) = ask.conversation.filter(|_| ask.pin.is_none()) else { return };
-        let key = (ask.member_id, ask.pool_id, conv);
-        let mut inner = self.lock();
-        let Some(b) = inner.bindings.get_mut(&key) else { return };
-        if b.account_id != lease.account.id || now.saturating_sub(b.stored_at) < 3_600_000 {
-            return;
-        }
-        b.stored_at = now;
-        let write =
-            store::Write::Binding { key, account_id: b.account_id, model: b.model.clone(), used_at: now };
-        drop(inner);
-        self.store.send(write);
     }
 }
 
