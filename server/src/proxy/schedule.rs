@@ -8,7 +8,9 @@ use app::model::Provider;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
-use super::directory::Account;
+use std::sync::Arc;
+
+use super::directory::{Account, Snapshot};
 use super::{
     auth::authenticate_request,
     call::{Attempt, Spec},
@@ -78,17 +80,11 @@ pub(super) async fn schedule(
         if deadline.is_some() {
             recheck_principal(s, headers, attempt).await?;
         }
-        let snapshot = s.directory.snapshot(&s.db, &s.sealer).await.map_err(|e| {
-            tracing::error!(error = %e, "account directory could not be loaded");
-            (GatewayError::internal(), Outcome::Error)
-        })?;
-        let model = attempt.model.clone();
+        let (snapshot, upstream_model) = pool_policy(s, attempt).await?;
+        let model = &attempt.model;
         let Some(pool) = snapshot.pool(attempt.principal.pool_id) else {
-            return Err((GatewayError::no_available_account(&model), Outcome::Rejected));
+            return Err((GatewayError::no_available_account(model), Outcome::Rejected));
         };
-        let upstream_model = pool
-            .resolve_model(&model)
-            .map_err(|_| (GatewayError::model_not_allowed(&model), Outcome::Rejected))?;
         let ask = Ask {
             member_id: attempt.principal.member_id,
             pool_id: attempt.principal.pool_id,
@@ -107,7 +103,7 @@ pub(super) async fn schedule(
                 attempt.account = Some((lease.account().id, lease.account().provider));
                 return Ok((lease, upstream_model));
             }
-            Step::Refuse(r) => return Err((refusal(r, &model), Outcome::Rejected)),
+            Step::Refuse(r) => return Err((refusal(r, model), Outcome::Rejected)),
             Step::Wait(ticket) => ticket,
         };
         drop(snapshot);
@@ -115,9 +111,28 @@ pub(super) async fn schedule(
             .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
         match ticket.wait(until, &s.shutdown).await {
             Ok(r) => reserved = r,
-            Err(r) => return Err((refusal(r, &model), Outcome::Rejected)),
+            Err(r) => return Err((refusal(r, &attempt.model), Outcome::Rejected)),
         }
     }
+}
+
+/// The current account directory and the model the caller's pool sends upstream for the
+/// attempt's model (aliases, allow/deny lists: ID-4), as every decision and retry sees them.
+async fn pool_policy(
+    s: &AppState,
+    attempt: &Attempt,
+) -> Result<(Arc<Snapshot>, String), (GatewayError, Outcome)> {
+    let snapshot = s.directory.snapshot(&s.db, &s.sealer).await.map_err(|e| {
+        tracing::error!(error = %e, "account directory could not be loaded");
+        (GatewayError::internal(), Outcome::Error)
+    })?;
+    let model = &attempt.model;
+    let pool = snapshot
+        .pool(attempt.principal.pool_id)
+        .ok_or_else(|| (GatewayError::no_available_account(model), Outcome::Rejected))?;
+    let upstream =
+        pool.resolve_model(model).map_err(|_| (GatewayError::model_not_allowed(model), Outcome::Rejected))?;
+    Ok((snapshot, upstream))
 }
 
 /// ADM-7 / CD-3: the key and member still allowed (revoked, disabled, expired keys stop here).
@@ -143,20 +158,17 @@ pub(super) async fn recheck_for_retry(
     upstream_model: &str,
 ) -> Result<(), (GatewayError, Outcome)> {
     recheck_principal(s, headers, attempt).await?;
-    let snapshot = s
-        .directory
-        .snapshot(&s.db, &s.sealer)
-        .await
-        .map_err(|_| (GatewayError::internal(), Outcome::Error))?;
+    let (snapshot, resolved) = pool_policy(s, attempt).await?;
     let model = &attempt.model;
-    let pool = snapshot
-        .pool(attempt.principal.pool_id)
-        .ok_or_else(|| (GatewayError::no_available_account(model), Outcome::Rejected))?;
-    match pool.resolve_model(model) {
-        Ok(m) if m == upstream_model => {}
-        _ => return Err((GatewayError::model_not_allowed(model), Outcome::Rejected)),
+    if resolved != upstream_model {
+        return Err((GatewayError::model_not_allowed(model), Outcome::Rejected));
     }
-    if !pool.accounts().iter().any(|a| a.id == account.id && a.revision == account.revision) {
+    // Still in the pool, at the same lifecycle revision.
+    let live = snapshot
+        .pool(attempt.principal.pool_id)
+        .and_then(|p| p.position(account.id).map(|i| &p.accounts()[i]))
+        .is_some_and(|a| a.revision == account.revision);
+    if !live {
         return Err((GatewayError::no_available_account(model), Outcome::Rejected));
     }
     // Another request's 429/529/403 on this account meanwhile: no retry into it.
