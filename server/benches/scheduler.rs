@@ -127,44 +127,25 @@ fn stamp(origin: Instant) -> u64 {
     origin.elapsed().as_nanos() as u64
 }
 
-async fn handoff_scheduler() -> Vec<Duration> {
-    let scheduler = Scheduler::new(
-        Settings { queue_capacity: CLIENTS, queue_timeout: Duration::from_secs(60), ..Settings::default() },
-        Arc::new(SystemClock),
-        store::Writer::discard(),
-    );
-    let pool = Arc::new(PoolRoutes::new(ModelPolicy::default(), accounts(&scheduler, SLOTS, 1)));
+/// The queue-to-admit harness: `CLIENTS` tasks take a slot with `acquire` (which returns the
+/// slot's index and a guard), hold it briefly, and release it; the latency measured is from a
+/// slot's release to the next holder having it.
+async fn handoff<A, F, G>(acquire: A) -> Vec<Duration>
+where
+    A: Fn() -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = (usize, G)> + Send,
+    G: Send,
+{
     let origin = Instant::now();
     let released: Arc<Vec<AtomicU64>> = Arc::new((0..=SLOTS).map(|_| AtomicU64::new(0)).collect());
     let done = Arc::new(AtomicUsize::new(0));
-    let stop = CancellationToken::new();
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
-        let (scheduler, pool, released, done, stop) = (
-            Arc::clone(&scheduler),
-            Arc::clone(&pool),
-            Arc::clone(&released),
-            Arc::clone(&done),
-            stop.clone(),
-        );
+        let (acquire, released, done) = (acquire.clone(), Arc::clone(&released), Arc::clone(&done));
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            let a = ask(None);
             while done.load(Ordering::Relaxed) < HANDOFFS {
-                let mut reserved = None;
-                let lease = loop {
-                    let (step, _) = scheduler.decide(&pool, &a, reserved.take());
-                    match step {
-                        Step::Go(l) => break l,
-                        Step::Wait(t) => {
-                            let r =
-                                t.wait(tokio::time::Instant::now() + Duration::from_secs(60), &stop).await;
-                            reserved = r.unwrap();
-                        }
-                        Step::Refuse(r) => panic!("{r:?}"),
-                    }
-                };
-                let id = lease.account().id as usize;
+                let (id, guard) = acquire().await;
                 let at = released[id].load(Ordering::Acquire);
                 if at != 0 {
                     latencies.push(Duration::from_nanos(stamp(origin).saturating_sub(at)));
@@ -173,7 +154,7 @@ async fn handoff_scheduler() -> Vec<Duration> {
                 tokio::task::yield_now().await;
                 done.fetch_add(1, Ordering::Relaxed);
                 released[id].store(stamp(origin), Ordering::Release);
-                drop(lease);
+                drop(guard);
                 tokio::task::yield_now().await;
             }
             latencies
@@ -187,41 +168,48 @@ async fn handoff_scheduler() -> Vec<Duration> {
     all
 }
 
+/// SubLane's scheduler: decide, wait in the pool's queue, decide again with the reserved slot.
+async fn handoff_scheduler() -> Vec<Duration> {
+    let scheduler = Scheduler::new(
+        Settings { queue_capacity: CLIENTS, queue_timeout: Duration::from_secs(60), ..Settings::default() },
+        Arc::new(SystemClock),
+        store::Writer::discard(),
+    );
+    let pool = Arc::new(PoolRoutes::new(ModelPolicy::default(), accounts(&scheduler, SLOTS, 1)));
+    let stop = CancellationToken::new();
+    handoff(move || {
+        let (scheduler, pool, stop) = (Arc::clone(&scheduler), Arc::clone(&pool), stop.clone());
+        async move {
+            let a = ask(None);
+            let mut reserved = None;
+            loop {
+                match scheduler.decide(&pool, &a, reserved.take()).0 {
+                    Step::Go(lease) => break (lease.account().id as usize, lease),
+                    Step::Wait(t) => {
+                        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                        reserved = t.wait(deadline, &stop).await.unwrap();
+                    }
+                    Step::Refuse(r) => panic!("{r:?}"),
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The baseline: one fair tokio semaphore per slot, taken in turn.
 async fn handoff_semaphores() -> Vec<Duration> {
     let semaphores: Arc<Vec<Arc<tokio::sync::Semaphore>>> =
-        Arc::new((0..SLOTS).map(|_| Arc::new(tokio::sync::Semaphore::new(1))).collect());
-    let origin = Instant::now();
-    let released: Arc<Vec<AtomicU64>> = Arc::new((0..SLOTS).map(|_| AtomicU64::new(0)).collect());
-    let done = Arc::new(AtomicUsize::new(0));
+        Arc::new((0..=SLOTS).map(|_| Arc::new(tokio::sync::Semaphore::new(1))).collect());
     let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let (semaphores, released, done, next) =
-            (Arc::clone(&semaphores), Arc::clone(&released), Arc::clone(&done), Arc::clone(&next));
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while done.load(Ordering::Relaxed) < HANDOFFS {
-                let id = next.fetch_add(1, Ordering::Relaxed) % SLOTS;
-                let permit = Arc::clone(&semaphores[id]).acquire_owned().await.unwrap();
-                let at = released[id].load(Ordering::Acquire);
-                if at != 0 {
-                    latencies.push(Duration::from_nanos(stamp(origin).saturating_sub(at)));
-                }
-                tokio::task::yield_now().await;
-                done.fetch_add(1, Ordering::Relaxed);
-                released[id].store(stamp(origin), Ordering::Release);
-                drop(permit);
-                tokio::task::yield_now().await;
-            }
-            latencies
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all.sort();
-    all
+    handoff(move || {
+        let (semaphores, next) = (Arc::clone(&semaphores), Arc::clone(&next));
+        async move {
+            let id = 1 + next.fetch_add(1, Ordering::Relaxed) % SLOTS;
+            (id, Arc::clone(&semaphores[id]).acquire_owned().await.unwrap())
+        }
+    })
+    .await
 }
 
 fn main() {

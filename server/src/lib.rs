@@ -21,5 +21,7 @@ pub mod proxy;
 pub mod records;
 pub mod scheduler;
 pub mod serve;
+#[cfg(test)]
+mod test_support;
 pub mod validate;
 pub mod web;

@@ -78,14 +78,7 @@ fn same_origin(headers: &HeaderMap, public: Option<&url::Url>, host: Option<&str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.insert(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
-        }
-        h
-    }
+    use crate::test_support::headers;
 
     #[test]
     fn origin_must_match_the_host() {

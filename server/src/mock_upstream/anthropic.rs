@@ -10,19 +10,11 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    MockState, Step, Turn, json,
+    MockState, Played, Step, Turn, json,
     play::{self, Action, sse},
-    turn,
 };
 
-pub async fn messages(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+pub async fn messages(Played { turn, body }: Played) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, None, "invalid JSON body");
     };
@@ -54,14 +46,7 @@ pub async fn messages(
     resp
 }
 
-pub async fn count_tokens(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+pub async fn count_tokens(Played { turn, .. }: Played) -> Response {
     if let Some(resp) = scripted_error(&turn) {
         return resp;
     }

@@ -11,33 +11,19 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    MockState, Step, Turn, json,
+    MockState, Played, Step, Turn, json,
     play::{self, Action},
-    turn,
 };
 
-pub async fn stream_generate(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    generate(s, m, uri, h, body, true).await
+pub async fn stream_generate(played: Played) -> Response {
+    generate(played, true)
 }
 
-pub async fn generate_content(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    generate(s, m, uri, h, body, false).await
+pub async fn generate_content(played: Played) -> Response {
+    generate(played, false)
 }
 
-async fn generate(s: MockState, m: Method, uri: Uri, h: HeaderMap, body: Bytes, stream: bool) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+fn generate(Played { turn, body }: Played, stream: bool) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", "Invalid JSON payload received.", None);
     };
@@ -63,14 +49,7 @@ async fn generate(s: MockState, m: Method, uri: Uri, h: HeaderMap, body: Bytes, 
     }
 }
 
-pub async fn fetch_available_models(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+pub async fn fetch_available_models(Played { turn, .. }: Played) -> Response {
     if let Some(resp) = scripted_error(&turn) {
         return resp;
     }
@@ -81,14 +60,7 @@ pub async fn fetch_available_models(
     json(StatusCode::OK, body)
 }
 
-pub async fn load_code_assist(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let _ = turn(&s, &m, &uri, &h, &body).await;
+pub async fn load_code_assist(_: Played) -> Response {
     json(
         StatusCode::OK,
         json!({"cloudaicompanionProject": "mock-project", "currentTier": {"id": "standard-tier"}}),

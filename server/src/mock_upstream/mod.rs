@@ -222,21 +222,32 @@ pub(crate) fn call(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8])
     }
 }
 
-/// Starts the turn for a model call: logs it and applies the scripted header delay.
-pub(crate) async fn turn(
-    state: &MockState,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Turn {
-    let credential = credential(headers);
-    let _waiting = state.enter(&credential);
-    let turn = state.begin(&credential, call(method, uri, headers, body));
-    if turn.script.delay_ms > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(turn.script.delay_ms)).await;
+/// A model call as its handler receives it: logged, its scripted step taken and its header
+/// delay waited out (while the delay runs, the call counts toward [`MockState::peak`]).
+pub(crate) struct Played {
+    pub turn: Turn,
+    pub body: axum::body::Bytes,
+}
+
+impl axum::extract::FromRequest<MockState> for Played {
+    type Rejection = axum::response::Response;
+
+    async fn from_request(
+        req: axum::extract::Request,
+        state: &MockState,
+    ) -> Result<Self, axum::response::Response> {
+        let (parts, body) = req.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .map_err(|_| StatusCode::BAD_REQUEST.into_response())?;
+        let credential = credential(&parts.headers);
+        let _waiting = state.enter(&credential);
+        let turn = state.begin(&credential, call(&parts.method, &parts.uri, &parts.headers, &body));
+        if turn.script.delay_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(turn.script.delay_ms)).await;
+        }
+        Ok(Played { turn, body })
     }
-    turn
 }
 
 /// A plain JSON answer with a status.

@@ -10,19 +10,11 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    MockState, Step, Turn, json,
+    MockState, Played, Step, Turn, json,
     play::{self, Action, sse},
-    turn,
 };
 
-pub async fn responses_api(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+pub async fn responses_api(Played { turn, body }: Played) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, None, "could not parse the JSON body of your request");
     };
@@ -30,14 +22,7 @@ pub async fn responses_api(
     answer(&turn, model(&req), stream, false)
 }
 
-pub async fn codex_responses(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+pub async fn codex_responses(Played { turn, body }: Played) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return json(StatusCode::BAD_REQUEST, json!({"detail": "Invalid JSON"}));
     };
@@ -48,8 +33,7 @@ pub async fn codex_responses(
     answer(&turn, model(&req), true, true)
 }
 
-pub async fn compact(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
-    let turn = turn(&s, &m, &uri, &h, &body).await;
+pub async fn compact(Played { turn, .. }: Played) -> Response {
     if let Some(resp) = scripted_error(&turn) {
         return resp;
     }
@@ -76,8 +60,7 @@ pub async fn codex_models() -> Response {
     )
 }
 
-pub async fn wham_usage(State(s): State<MockState>, m: Method, uri: Uri, h: HeaderMap) -> Response {
-    let turn = turn(&s, &m, &uri, &h, b"").await;
+pub async fn wham_usage(Played { turn, .. }: Played) -> Response {
     if let Some(resp) = scripted_error(&turn) {
         return resp;
     }

@@ -124,14 +124,7 @@ impl Principals {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.insert(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
-        }
-        h
-    }
+    use crate::test_support::headers;
 
     #[test]
     fn key_is_taken_from_any_supported_header() {
