@@ -491,29 +491,19 @@ async fn gemini_generate_and_stream_through_antigravity() {
     let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "gemini"}))).await;
     let key = key["secret"].as_str().unwrap().to_owned();
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "MARKER-GEMINI"}]}]});
+    let gemini = |call: &str| {
+        let url = format!("{}/v1beta/models/{call}", t.base);
+        r.http.post(url).header("x-goog-api-key", &key).json(&body).send()
+    };
 
-    let resp = r
-        .http
-        .post(format!("{}/v1beta/models/gemini-3.1-pro-low:generateContent", t.base))
-        .header("x-goog-api-key", &key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = gemini("gemini-3.1-pro-low:generateContent").await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let v: Value = resp.json().await.unwrap();
     assert!(v.get("response").is_none(), "the envelope is removed: {v}");
     assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "HelloHelloHello");
     assert_eq!(v["usageMetadata"]["cachedContentTokenCount"], 64);
 
-    let resp = r
-        .http
-        .post(format!("{}/v1beta/models/gemini-3.1-pro-low:streamGenerateContent?alt=sse", t.base))
-        .header("x-goog-api-key", &key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = gemini("gemini-3.1-pro-low:streamGenerateContent?alt=sse").await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let text = resp.text().await.unwrap();
     let chunks: Vec<Value> = text
@@ -533,14 +523,7 @@ async fn gemini_generate_and_stream_through_antigravity() {
     assert!(!calls[0].headers.contains_key("x-goog-api-key"));
 
     // a model the pool cannot serve through this protocol, in Gemini's error shape
-    let resp = r
-        .http
-        .post(format!("{}/v1beta/models/x:countTokens", t.base))
-        .header("x-goog-api-key", &key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = gemini("x:countTokens").await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["status"], "NOT_FOUND");
