@@ -19,10 +19,16 @@ pub struct SignedIn {
 pub trait Backend: Send + Sync + 'static {
     /// The member behind the request's session cookie, if any (ID-2).
     async fn member_for(&self, headers: &http::HeaderMap) -> Result<Option<MemberView>, AppError>;
-    /// Checks a password and opens a session.
-    async fn sign_in(&self, username: &str, password: &str) -> Result<SignedIn, AppError>;
+    /// Checks a password and opens a session. `request` tells who signs in from where (the
+    /// server throttles failures per username and address) and over which scheme (cookies).
+    async fn sign_in(
+        &self,
+        request: &http::request::Parts,
+        username: &str,
+        password: &str,
+    ) -> Result<SignedIn, AppError>;
     /// Ends the request's session; returns the `Set-Cookie` value that clears the cookie.
-    async fn sign_out(&self, headers: &http::HeaderMap) -> Result<String, AppError>;
+    async fn sign_out(&self, request: &http::request::Parts) -> Result<String, AppError>;
     async fn my_keys(&self, me: &MemberView) -> Result<Vec<ApiKeyView>, AppError>;
     async fn my_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError>;
     async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError>;

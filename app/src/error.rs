@@ -17,11 +17,14 @@ pub struct AppError {
     /// HTTP status the server answers with (not sent over the wire: the response carries it).
     #[serde(skip)]
     pub status: u16,
+    /// Seconds for a `Retry-After` header (not sent in the body: the response carries it).
+    #[serde(skip)]
+    pub retry_after: Option<u64>,
 }
 
 impl AppError {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into(), status: 500 }
+        Self { code: code.into(), message: message.into(), status: 500, retry_after: None }
     }
 
     pub fn with_status(self, status: u16) -> Self {

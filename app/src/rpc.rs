@@ -22,17 +22,26 @@ mod ssr {
         use_context::<http::request::Parts>().map(|p| p.headers).unwrap_or_default()
     }
 
+    /// The request as the server received it (headers and the server's extensions).
+    pub fn parts() -> Result<http::request::Parts, AppError> {
+        use_context::<http::request::Parts>().ok_or_else(AppError::internal)
+    }
+
     /// The signed-in member, or `unauthorized`.
     pub async fn require_member() -> Result<MemberView, AppError> {
         backend()?.member_for(&headers()).await?.ok_or_else(AppError::unauthenticated)
     }
 
-    /// Answers errors with their HTTP status instead of a blanket 500 (a wrong password is a 401).
+    /// Answers errors with their HTTP status instead of a blanket 500 (a wrong password is a 401),
+    /// and a Retry-After where the error invites a retry.
     pub fn finish<T>(result: Result<T, AppError>) -> Result<T, AppError> {
         if let (Err(e), Some(opts)) = (&result, use_context::<leptos_axum::ResponseOptions>())
             && let Ok(status) = http::StatusCode::from_u16(e.status)
         {
             opts.set_status(status);
+            if let Some(secs) = e.retry_after {
+                opts.insert_header(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+            }
         }
         result
     }
@@ -56,7 +65,7 @@ pub async fn get_me() -> Result<Option<MemberView>, AppError> {
 pub async fn login(username: String, password: String) -> Result<(), AppError> {
     ssr::finish(
         async {
-            let signed_in = ssr::backend()?.sign_in(&username, &password).await?;
+            let signed_in = ssr::backend()?.sign_in(&ssr::parts()?, &username, &password).await?;
             ssr::set_cookie(&signed_in.set_cookie)?;
             leptos_axum::redirect("/");
             Ok(())
@@ -70,7 +79,7 @@ pub async fn login(username: String, password: String) -> Result<(), AppError> {
 pub async fn logout() -> Result<(), AppError> {
     ssr::finish(
         async {
-            let clear = ssr::backend()?.sign_out(&ssr::headers()).await?;
+            let clear = ssr::backend()?.sign_out(&ssr::parts()?).await?;
             ssr::set_cookie(&clear)?;
             leptos_axum::redirect("/login");
             Ok(())

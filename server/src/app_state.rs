@@ -46,6 +46,10 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Cancelled when the shutdown grace period is over: open streams end (OPS-3).
     pub hard_stop: tokio_util::sync::CancellationToken,
+    /// Work a shutdown waits for: requests in flight, relayed streams, WebSocket sessions.
+    pub tasks: tokio_util::task::TaskTracker,
+    /// Failed sign-ins per username and address (ID-2).
+    pub logins: Arc<crate::auth::throttle::LoginThrottle>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -21,6 +21,10 @@ pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
 /// Where the built site (`pkg/` with wasm, js, css) is served from.
 pub const DEFAULT_SITE_ROOT: &str = "target/site";
+/// Longest a send to a client may wait for the client to read (a stalled reader frees its slots).
+pub const DEFAULT_CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// OPS-3: how long open streams may go on after a shutdown signal.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// Real upstream hosts; every one is configurable so tests and demos point at the mock upstream.
 pub const DEFAULT_CODEX_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
@@ -84,6 +88,10 @@ pub struct Settings {
     /// Public origin (scheme://host[:port]) when behind a reverse proxy; https makes session cookies Secure [env: SUBLANE_PUBLIC_URL]
     #[arg(long, value_name = "URL")]
     pub public_url: Option<url::Url>,
+    /// Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed, comma-separated IPs or CIDRs, e.g. "127.0.0.1,10.0.0.0/8" [env: SUBLANE_TRUSTED_PROXIES] [default: none]
+    #[arg(long, value_name = "LIST", value_parser = parse_nets)]
+    #[serde(default)]
+    pub trusted_proxies: Option<Networks>,
     /// Browser session lifetime, e.g. "12h" or "7d" [env: SUBLANE_SESSION_TTL] [default: 7d]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -98,6 +106,14 @@ pub struct Settings {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub stream_idle_timeout: Option<Duration>,
+    /// End a response when the client has not read any of it for this long, e.g. "60s" [env: SUBLANE_CLIENT_WRITE_TIMEOUT] [default: 60s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub client_write_timeout: Option<Duration>,
+    /// After SIGTERM/SIGINT, how long open streams may finish before they are cut (OPS-3) [env: SUBLANE_SHUTDOWN_GRACE] [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub shutdown_grace: Option<Duration>,
     /// Longest wait in a pool's queue for an account slot, e.g. "30s" (ADM-6) [env: SUBLANE_QUEUE_TIMEOUT] [default: 30s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -158,6 +174,32 @@ fn parse_secret(s: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(s.to_owned()))
 }
 
+/// A list of IP networks (a bare address is a /32 or /128).
+#[derive(Debug, Clone, Default)]
+pub struct Networks(pub Vec<ipnet::IpNet>);
+
+/// A comma-separated list of IP addresses or CIDR networks.
+fn parse_nets(list: &str) -> Result<Networks, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            item.parse::<ipnet::IpNet>()
+                .or_else(|_| item.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("{item:?} is neither an IP address nor a CIDR network"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Networks)
+}
+
+/// In a TOML file: an array of addresses or networks.
+impl<'de> Deserialize<'de> for Networks {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let items: Vec<String> = Deserialize::deserialize(d)?;
+        parse_nets(&items.join(",")).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The resolved configuration every part of the server reads.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -166,8 +208,14 @@ pub struct Config {
     pub database_url: String,
     pub admin_password: Option<SecretString>,
     pub public_url: Option<url::Url>,
+    /// Reverse proxies whose forwarding headers are believed (client address, https).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub session_ttl: Duration,
     pub site_root: PathBuf,
+    /// Longest a send may wait for a client to read (streams, WebSocket frames).
+    pub client_write_timeout: Duration,
+    /// OPS-3: how long open streams may finish after a shutdown signal.
+    pub shutdown_grace: Duration,
     /// CD-6: optional stream idle timeout (upstream bytes only); off by default.
     pub stream_idle_timeout: Option<Duration>,
     /// ADM-2: operations in flight at once.
@@ -220,6 +268,11 @@ impl Settings {
             database_url: var("SUBLANE_DATABASE_URL"),
             admin_password: var("SUBLANE_ADMIN_PASSWORD").map(SecretString::from),
             public_url: parse("SUBLANE_PUBLIC_URL")?,
+            trusted_proxies: var("SUBLANE_TRUSTED_PROXIES")
+                .map(|v| parse_nets(&v).map_err(|e| env_err("SUBLANE_TRUSTED_PROXIES", e)))
+                .transpose()?,
+            client_write_timeout: duration("SUBLANE_CLIENT_WRITE_TIMEOUT")?,
+            shutdown_grace: duration("SUBLANE_SHUTDOWN_GRACE")?,
             session_ttl: var("SUBLANE_SESSION_TTL")
                 .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_SESSION_TTL", e)))
                 .transpose()?,
@@ -263,6 +316,9 @@ impl Settings {
             database_url: over.database_url.or(self.database_url),
             admin_password: over.admin_password.or(self.admin_password),
             public_url: over.public_url.or(self.public_url),
+            trusted_proxies: over.trusted_proxies.or(self.trusted_proxies),
+            client_write_timeout: over.client_write_timeout.or(self.client_write_timeout),
+            shutdown_grace: over.shutdown_grace.or(self.shutdown_grace),
             session_ttl: over.session_ttl.or(self.session_ttl),
             site_root: over.site_root.or(self.site_root),
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
@@ -334,7 +390,13 @@ impl Settings {
             database_url,
             admin_password: self.admin_password,
             public_url: self.public_url,
+            trusted_proxies: self.trusted_proxies.unwrap_or_default().0,
             session_ttl: self.session_ttl.unwrap_or(DEFAULT_SESSION_TTL),
+            client_write_timeout: self
+                .client_write_timeout
+                .filter(|d| !d.is_zero())
+                .unwrap_or(DEFAULT_CLIENT_WRITE_TIMEOUT),
+            shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             workspace_capacity,
@@ -368,8 +430,9 @@ impl Config {
         file.overlay(Settings::from_env(env)?).overlay(cli.settings).resolve()
     }
 
-    /// Whether session cookies must carry `Secure` (only when served over https).
-    pub fn secure_cookies(&self) -> bool {
+    /// Whether the configured public origin is https (then every session cookie is `Secure`,
+    /// whatever the request looked like: see `auth::client` for the per-request answer).
+    pub fn https_public_url(&self) -> bool {
         self.public_url.as_ref().is_some_and(|u| u.scheme() == "https")
     }
 }
@@ -404,7 +467,10 @@ mod tests {
         assert!(c.admin_password.is_none());
         assert_eq!(c.upstream.codex_base_url.as_str(), DEFAULT_CODEX_BASE_URL);
         assert_eq!(c.workspace_capacity, 128);
-        assert!(!c.secure_cookies());
+        assert!(!c.https_public_url());
+        assert!(c.trusted_proxies.is_empty());
+        assert_eq!(c.client_write_timeout, DEFAULT_CLIENT_WRITE_TIMEOUT);
+        assert_eq!(c.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
     }
 
     #[test]
@@ -478,6 +544,20 @@ mod tests {
     #[test]
     fn https_public_url_makes_cookies_secure() {
         let c = Config::load(cli(&["--public-url", "https://gw.example"]), env(&[])).unwrap();
-        assert!(c.secure_cookies());
+        assert!(c.https_public_url());
+    }
+
+    #[test]
+    fn trusted_proxies_take_addresses_and_networks() {
+        let c =
+            Config::load(cli(&[]), env(&[("SUBLANE_TRUSTED_PROXIES", "127.0.0.1, 10.0.0.0/8,::1")])).unwrap();
+        let nets: Vec<String> = c.trusted_proxies.iter().map(ToString::to_string).collect();
+        assert_eq!(nets, ["127.0.0.1/32", "10.0.0.0/8", "::1/128"]);
+        let err = Settings::from_env(env(&[("SUBLANE_TRUSTED_PROXIES", "nope")])).unwrap_err();
+        assert!(err.to_string().contains("SUBLANE_TRUSTED_PROXIES"), "{err}");
+        let file =
+            Settings::from_toml(std::path::Path::new("x.toml"), "trusted_proxies = [\"192.168.0.0/16\"]")
+                .unwrap();
+        assert_eq!(file.trusted_proxies.unwrap().0[0].to_string(), "192.168.0.0/16");
     }
 }

@@ -32,6 +32,13 @@ pub enum Error {
     /// 422 `invalid_request`: well-formed but invalid values.
     #[error("{0}")]
     Invalid(String),
+    /// 429 `too_many_login_attempts`: this username or address failed to sign in too often;
+    /// retry after the given seconds.
+    #[error("too many failed sign-ins; retry in {0} s")]
+    TooManyAttempts(u64),
+    /// 503 `busy`: the server cannot take this now (password hashing queue full); retry shortly.
+    #[error("the server is busy; retry in a moment")]
+    Busy,
     /// 500 `internal_error`: a fault on our side; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -65,6 +72,8 @@ impl Error {
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -79,7 +88,18 @@ impl Error {
             Error::Conflict(_) => "conflict",
             Error::UnsupportedMediaType => "unsupported_media_type",
             Error::Invalid(_) => "invalid_request",
+            Error::TooManyAttempts(_) => "too_many_login_attempts",
+            Error::Busy => "busy",
             Error::Internal(_) => "internal_error",
+        }
+    }
+
+    /// Seconds for a `Retry-After` header, where the answer invites a retry.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Error::TooManyAttempts(secs) => Some(*secs),
+            Error::Busy => Some(1),
+            _ => None,
         }
     }
 
@@ -126,6 +146,9 @@ impl From<crate::crypto::CryptoError> for Error {
 
 impl From<Error> for app::error::AppError {
     fn from(e: Error) -> Self {
-        app::error::AppError::new(e.code(), e.public_message()).with_status(e.status().as_u16())
+        let mut app =
+            app::error::AppError::new(e.code(), e.public_message()).with_status(e.status().as_u16());
+        app.retry_after = e.retry_after();
+        app
     }
 }

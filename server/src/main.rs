@@ -16,9 +16,6 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// OPS-3: how long open streams may go on after SIGINT/SIGTERM.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
-
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -41,18 +38,14 @@ async fn main() -> ExitCode {
     };
     announce(&server);
 
+    // OPS-3: the first signal starts the graceful shutdown (the server runs it, grace period
+    // included); a second one ends open streams at once.
     let (stop, hard_stop) = (server.shutdown_token(), server.hard_stop_token());
-    let grace = SHUTDOWN_GRACE;
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!(
-            grace_secs = grace.as_secs(),
-            "shutting down: no new connections; open requests may finish"
-        );
         stop.cancel();
-        // OPS-3: open streams get a grace period; then they are ended (and recorded as such).
-        tokio::time::sleep(grace).await;
-        tracing::warn!("grace period over; ending open streams");
+        wait_for_signal().await;
+        tracing::warn!("second signal: ending open streams now");
         hard_stop.cancel();
     });
     match server.wait().await {

@@ -1,25 +1,36 @@
 //! Starting and stopping the server: open the database (taking its process lock), load the
 //! credentials key, bootstrap the first admin, build the one ordered layer stack, serve until
 //! shutdown (OPS-3).
+//!
+//! Shutdown, once the shutdown token is cancelled (SIGTERM/SIGINT in the binary):
+//! 1. nothing new is admitted: every new request gets 503 with `Connection: close`, queued
+//!    requests end with 503, WebSocket sessions take no new turn and close after the current one;
+//! 2. open work (requests in flight, streams, WebSocket turns) gets up to the grace period;
+//! 3. then the hard stop cuts whatever is left (each cut request is recorded), the listener
+//!    closes, and connections still stuck (a client that stopped reading) are abandoned;
+//! 4. the record and scheduler writers flush and the process lock is released: the process
+//!    exits within the grace period plus a few seconds.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
-    extract::{DefaultBodyLimit, Request, State},
-    http::{Method, StatusCode},
+    extract::{Request, State, connect_info::Connected},
+    http::{HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
-    serve::ListenerExt,
+    serve::{IncomingStream, Listener},
 };
 use leptos::config::{Env, LeptosOptions};
-use tokio_util::sync::CancellationToken;
-use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_io_timeout::TimeoutStream;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 use crate::{
     app_state::AppState,
-    auth::origin,
+    auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
     clock::SharedClock,
     config::Config,
     crypto::Sealer,
@@ -28,14 +39,19 @@ use crate::{
     proxy::{
         auth::{Generation, Principals},
         directory::Directory,
+        error::Protocol,
     },
     records,
     scheduler::Scheduler,
     web,
 };
 
-/// Largest request body accepted (model requests with long histories are big).
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// Largest body of a JSON API or web app (server function) request, read only up to here:
+/// signing in, creating keys, accounts and pools all fit in far less.
+pub const API_BODY_BYTES: usize = 128 * 1024;
+/// After the hard stop: how long cut work gets to record itself, and then how long the server
+/// waits for connections to close before abandoning them.
+const CUT_SETTLE: Duration = Duration::from_secs(2);
 
 /// Why the server could not start. Each message tells the operator what to do.
 #[derive(Debug, thiserror::Error)]
@@ -65,18 +81,18 @@ pub struct Server {
 }
 
 impl Server {
-    /// Asks the server to stop accepting and waits until open requests are done.
+    /// Starts the shutdown (OPS-3) and waits until the server has stopped.
     pub async fn shutdown(self) -> std::io::Result<()> {
         self.shutdown.cancel();
         self.wait().await
     }
 
-    /// A token that stops the server when cancelled (signal handlers use it).
+    /// A token that starts the shutdown when cancelled (signal handlers use it).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
 
-    /// A token that ends every open stream when cancelled.
+    /// A token that ends every open stream at once when cancelled (a second signal).
     pub fn hard_stop_token(&self) -> CancellationToken {
         self.hard_stop.clone()
     }
@@ -84,6 +100,48 @@ impl Server {
     /// Waits until the server has stopped.
     pub async fn wait(self) -> std::io::Result<()> {
         self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
+/// The client for every upstream call: pooled, TCP_NODELAY, and never following a redirect (a
+/// redirect would carry the account's credential and the body to another host).
+pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
+/// The listening socket. Every accepted connection gets TCP_NODELAY (small SSE writes must not
+/// wait for Nagle) and a write deadline: a write that makes no progress for that long fails and
+/// closes the connection, so a client that stops reading cannot hold one open forever.
+pub struct Connections {
+    tcp: TcpListener,
+    write_timeout: Duration,
+}
+
+impl Listener for Connections {
+    type Io = Pin<Box<TimeoutStream<TcpStream>>>;
+    type Addr = PeerAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (tcp, peer) = Listener::accept(&mut self.tcp).await;
+        let _ = tcp.set_nodelay(true);
+        let mut io = TimeoutStream::new(tcp);
+        io.set_write_timeout(Some(self.write_timeout));
+        (Box::pin(io), PeerAddr(peer))
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr().map(PeerAddr)
+    }
+}
+
+impl Connected<IncomingStream<'_, Connections>> for PeerAddr {
+    fn connect_info(stream: IncomingStream<'_, Connections>) -> Self {
+        *stream.remote_addr()
     }
 }
 
@@ -108,12 +166,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .site_addr(addr)
         .env(Env::PROD)
         .build();
-    let http = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| StartError::Bootstrap(format!("HTTP client: {e}")))?;
+    let http = upstream_client().map_err(|e| StartError::Bootstrap(format!("HTTP client: {e}")))?;
     let (records, writer) =
         records::spawn_writer(db.clone(), Arc::clone(&clock), records::Retention::default());
     let generation = Generation::default();
@@ -121,7 +174,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     let shutdown = CancellationToken::new();
     let admission = Arc::new(crate::scheduler::admission::Admission::new(config.workspace_capacity));
     let (store, store_task) = crate::scheduler::store::spawn(db.clone());
-    let scheduler = Scheduler::new(config.scheduler, Arc::clone(&clock), store);
+    let scheduler = Scheduler::new(config.scheduler, Arc::clone(&clock), store.clone());
     let binding_ttl =
         chrono::Duration::from_std(config.scheduler.binding_ttl).unwrap_or(chrono::Duration::days(1));
     let since = (clock.now() - binding_ttl).timestamp_millis();
@@ -129,6 +182,11 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .await
         .map_err(|e| StartError::Bootstrap(format!("scheduler state: {e}")))?;
     scheduler.restore(loaded);
+    let tasks = TaskTracker::new();
+    // The connection write deadline outlasts the relay's, so a stalled stream is ended (and
+    // recorded) by its relay first; the connection goes after.
+    let connections = Connections { tcp: listener, write_timeout: config.client_write_timeout * 2 };
+    let grace = config.shutdown_grace;
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -136,7 +194,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         sealer: Arc::new(sealer),
         leptos,
         http,
-        records,
+        records: records.clone(),
         principals: Arc::new(Principals::new(generation.clone())),
         directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler))),
         generation,
@@ -144,43 +202,74 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         shutdown: shutdown.clone(),
         admission,
         scheduler,
+        tasks: tasks.clone(),
+        logins: Arc::new(LoginThrottle::default()),
     };
-    let router = router(state);
+    let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
 
-    let stop = shutdown.clone();
-    let listener = listener.tap_io(|tcp| {
-        // Small writes (SSE events, JSON) must not wait for Nagle's algorithm.
-        let _ = tcp.set_nodelay(true);
-    });
+    let (stop, cut) = (shutdown.clone(), hard_stop.clone());
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
-        // Every record sender is gone with the router: the writer drains its queue and ends.
+        let closed = CancellationToken::new();
+        let serving = tokio::spawn(
+            axum::serve(connections, app)
+                .with_graceful_shutdown(closed.clone().cancelled_owned())
+                .into_future(),
+        );
+        stop.cancelled().await;
+        tracing::info!(
+            grace_secs = grace.as_secs(),
+            "shutting down: admitting nothing new; open requests may finish"
+        );
+        tasks.close();
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            tracing::warn!(open = tasks.len(), "grace period over; ending open requests and streams");
+        }
+        cut.cancel();
+        let _ = tokio::time::timeout(CUT_SETTLE, tasks.wait()).await;
+        closed.cancel();
+        let served = match tokio::time::timeout(CUT_SETTLE, serving).await {
+            Ok(joined) => joined.map_err(std::io::Error::other).and_then(|r| r),
+            Err(_) => {
+                tracing::warn!(
+                    "connections still open after the hard stop (clients not reading); closing anyway"
+                );
+                Ok(())
+            }
+        };
+        // No request can be recorded any more: flush what is queued and stop.
+        records.close();
+        store.close();
         let _ = writer.await;
         let _ = store_task.await;
         db.close().await;
         drop(lock);
+        tracing::info!("stopped");
         served
     });
     tracing::info!(%addr, "SubLane is listening");
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
-/// The whole application with its layer stack, outermost last: panic -> trace -> body limit ->
-/// `HEAD /` probe -> routes (the JSON API and web app add: same-origin check -> change tracking).
+/// The whole application with its layer stack, outermost last: panic -> trace -> in-flight
+/// tracking -> drain (503 while shutting down) -> `HEAD /` probe -> routes. People's routes (the
+/// JSON API and the web app) add: body limit -> client address -> same-origin check -> change
+/// tracking. The model proxy reads its own bodies after authenticating the key (see
+/// `proxy::call`), so it has no body limit layer and stays lean.
 pub fn router(state: AppState) -> Router {
-    // People and scripts (JSON API, web app): same-origin rule and cache invalidation. The model
-    // proxy is authenticated by keys and skips both, keeping its per-request work small.
     let people = Router::new()
         .nest("/api", crate::api::router())
         .merge(web::router(&state))
         .layer(middleware::from_fn_with_state(state.clone(), track_changes))
-        .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin));
+        .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin))
+        .layer(middleware::from_fn_with_state(state.clone(), client::attach))
+        .layer(RequestBodyLimitLayer::new(API_BODY_BYTES));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(crate::proxy::router())
         .merge(people)
         .layer(middleware::from_fn(head_probe))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), refuse_while_draining))
+        .layer(middleware::from_fn_with_state(state.clone(), track_in_flight))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             // Path only: query strings may carry keys (`?key=`), and headers carry secrets.
             tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
@@ -191,17 +280,53 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// A successful change through the JSON API or the web app invalidates the proxy's caches
-/// (keys, pools, accounts), so a revoked key or a disabled member stops working at once.
-async fn track_changes(State(s): State<AppState>, req: Request, next: Next) -> Response {
+/// Every request in flight is work a shutdown waits for (up to the grace period).
+async fn track_in_flight(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    s.tasks.track_future(next.run(req)).await
+}
+
+/// OPS-3: once shutdown starts nothing new is admitted: 503 with `Connection: close`, in the
+/// caller's protocol shape (the model paths) or the API's.
+async fn refuse_while_draining(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    if !s.shutdown.is_cancelled() {
+        return next.run(req).await;
+    }
     let path = req.uri().path();
-    let changes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
-        && (path.starts_with("/api/") || path.starts_with("/rpc/"));
+    let mut resp = if path.starts_with("/api/") || path.starts_with("/rpc/") || path == "/healthz" {
+        let body = app::model::ErrorBody {
+            error: app::model::ErrorDetail {
+                code: "server_shutting_down".into(),
+                message: "the gateway is shutting down".into(),
+            },
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], Json(body)).into_response()
+    } else {
+        let protocol = Protocol::for_path(path);
+        crate::proxy::error::GatewayError::shutting_down().render(protocol, None)
+    };
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// A successful change through the JSON API invalidates the proxy's caches (keys, pools,
+/// accounts), so a revoked key or a disabled member stops working at once. Only real changes
+/// count: reads, signing in and out, and the web app's server functions (which bump the
+/// generation themselves where they change something) leave the caches and the account
+/// directory alone.
+async fn track_changes(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let changes = changes_configuration(req.method(), req.uri().path());
     let resp = next.run(req).await;
     if changes && (resp.status().is_success() || resp.status().is_redirection()) {
         s.generation.bump();
     }
     resp
+}
+
+/// JSON API mutations other than the session's.
+fn changes_configuration(method: &Method, path: &str) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+        && path.starts_with("/api/")
+        && path != "/api/session"
 }
 
 /// Claude Code probes `HEAD /` before its first call; answer it without rendering a page.
@@ -218,5 +343,21 @@ async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
     match probe {
         Ok(Ok(_)) => (StatusCode::OK, Json(serde_json::json!({ "status": "ok" }))),
         _ => (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "status": "database unavailable" }))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_api_mutations_change_configuration() {
+        assert!(changes_configuration(&Method::POST, "/api/members"));
+        assert!(changes_configuration(&Method::DELETE, "/api/keys/3"));
+        assert!(changes_configuration(&Method::PATCH, "/api/accounts/1/limits"));
+        assert!(!changes_configuration(&Method::GET, "/api/members"));
+        assert!(!changes_configuration(&Method::POST, "/api/session"), "signing in changes nothing");
+        assert!(!changes_configuration(&Method::DELETE, "/api/session"));
+        assert!(!changes_configuration(&Method::POST, "/rpc/me"), "server functions bump for themselves");
     }
 }

@@ -17,7 +17,7 @@ use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_ro
 use crate::{
     account_actions, accounts,
     app_state::AppState,
-    auth::session,
+    auth::{client, session},
     keys, pools,
     records::query::{self, Scope},
 };
@@ -49,19 +49,26 @@ impl Backend for ServerBackend {
         Ok(session::member_for_token(&self.state.db, &*self.state.clock, &token).await?)
     }
 
-    async fn sign_in(&self, username: &str, password: &str) -> Result<SignedIn, AppError> {
+    async fn sign_in(
+        &self,
+        request: &http::request::Parts,
+        username: &str,
+        password: &str,
+    ) -> Result<SignedIn, AppError> {
         let s = &self.state;
+        let client = client::from_extensions(&request.extensions);
+        let from = session::Attempt { throttle: &s.logins, ip: client.ip };
         let (member, token) =
-            session::sign_in(&s.db, &*s.clock, username, password, s.config.session_ttl).await?;
-        let set_cookie = session::set_cookie(&token, s.config.session_ttl, s.config.secure_cookies());
+            session::sign_in(&s.db, &*s.clock, from, username, password, s.config.session_ttl).await?;
+        let set_cookie = session::set_cookie(&token, s.config.session_ttl, client.https);
         Ok(SignedIn { member, set_cookie })
     }
 
-    async fn sign_out(&self, headers: &http::HeaderMap) -> Result<String, AppError> {
-        if let Some(token) = session::token_from(headers) {
+    async fn sign_out(&self, request: &http::request::Parts) -> Result<String, AppError> {
+        if let Some(token) = session::token_from(&request.headers) {
             session::end(&self.state.db, &token).await?;
         }
-        Ok(session::clear_cookie(self.state.config.secure_cookies()))
+        Ok(session::clear_cookie(client::from_extensions(&request.extensions).https))
     }
 
     async fn my_keys(&self, me: &MemberView) -> Result<Vec<ApiKeyView>, AppError> {
@@ -93,6 +100,8 @@ impl Backend for ServerBackend {
 
     async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError> {
         keys::revoke(&self.state.db, &*self.state.clock, Some(me.id), key_id).await?;
+        // The proxy's key cache must forget the key at once.
+        self.state.generation.bump();
         Ok(())
     }
 

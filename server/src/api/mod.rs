@@ -39,7 +39,11 @@ impl IntoResponse for Error {
         }
         let body =
             ErrorBody { error: ErrorDetail { code: self.code().into(), message: self.public_message() } };
-        (self.status(), Json(body)).into_response()
+        let mut resp = (self.status(), Json(body)).into_response();
+        if let Some(secs) = self.retry_after() {
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }
 

@@ -2,7 +2,7 @@
 
 use app::model::{Credentials, MemberView};
 use axum::{
-    Json, Router,
+    Extension, Json, Router,
     extract::State,
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
@@ -12,7 +12,7 @@ use axum::{
 use crate::{
     api::ApiJson,
     app_state::AppState,
-    auth::{extract::SignedIn, session},
+    auth::{client::ClientInfo, extract::SignedIn, session},
     error::Result,
 };
 
@@ -20,18 +20,27 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/session", post(sign_in).delete(sign_out)).route("/me", get(me))
 }
 
-async fn sign_in(State(s): State<AppState>, ApiJson(c): ApiJson<Credentials>) -> Result<impl IntoResponse> {
+async fn sign_in(
+    State(s): State<AppState>,
+    Extension(client): Extension<ClientInfo>,
+    ApiJson(c): ApiJson<Credentials>,
+) -> Result<impl IntoResponse> {
+    let from = session::Attempt { throttle: &s.logins, ip: client.ip };
     let (member, token) =
-        session::sign_in(&s.db, &*s.clock, &c.username, &c.password, s.config.session_ttl).await?;
-    let cookie = session::set_cookie(&token, s.config.session_ttl, s.config.secure_cookies());
+        session::sign_in(&s.db, &*s.clock, from, &c.username, &c.password, s.config.session_ttl).await?;
+    let cookie = session::set_cookie(&token, s.config.session_ttl, client.https);
     Ok(([(header::SET_COOKIE, cookie)], Json(member)))
 }
 
-async fn sign_out(State(s): State<AppState>, headers: HeaderMap) -> Result<impl IntoResponse> {
+async fn sign_out(
+    State(s): State<AppState>,
+    Extension(client): Extension<ClientInfo>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse> {
     if let Some(token) = session::token_from(&headers) {
         session::end(&s.db, &token).await?;
     }
-    Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, session::clear_cookie(s.config.secure_cookies()))]))
+    Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, session::clear_cookie(client.https))]))
 }
 
 async fn me(SignedIn(member): SignedIn) -> Json<MemberView> {

@@ -1,10 +1,14 @@
 //! Member passwords (ID-2): Argon2id with the crate's recommended parameters, PHC strings.
 //!
-//! Hashing is CPU-heavy by design, so the async wrappers run it on the blocking pool. Checking a
+//! Hashing is CPU-heavy by design, so the async wrappers run it on the blocking pool, at most
+//! [`HASHING_CONCURRENCY`] at a time: a flood of sign-ins queues (and after
+//! [`HASHING_QUEUE_TIMEOUT`] is told to come back) instead of taking every core. Checking a
 //! login for an unknown user still verifies against a fixed hash so that timing does not reveal
 //! which usernames exist.
 
-use std::sync::LazyLock;
+use std::{sync::LazyLock, time::Duration};
+
+use tokio::sync::Semaphore;
 
 use argon2::{
     Argon2,
@@ -17,6 +21,22 @@ use crate::error::{Error, Result};
 pub const MIN_PASSWORD_LEN: usize = 8;
 /// Longest password accepted (keeps hashing cost bounded).
 pub const MAX_PASSWORD_LEN: usize = 256;
+
+/// Password hashes computed at once (each takes tens of milliseconds of one core and 19 MiB).
+pub const HASHING_CONCURRENCY: usize = 2;
+/// Longest a sign-in or password change waits for a hashing slot before answering 503.
+pub const HASHING_QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
+
+static HASHING: Semaphore = Semaphore::const_new(HASHING_CONCURRENCY);
+
+/// Runs `work` on the blocking pool under the hashing semaphore.
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    let _permit = tokio::time::timeout(HASHING_QUEUE_TIMEOUT, HASHING.acquire())
+        .await
+        .map_err(|_| Error::Busy)?
+        .map_err(|_| Error::Internal("hashing semaphore closed".into()))?;
+    tokio::task::spawn_blocking(work).await.map_err(|e| Error::Internal(format!("hashing task failed: {e}")))
+}
 
 /// Rejects passwords that are too short or too long.
 pub fn validate(password: &str) -> Result<()> {
@@ -54,14 +74,16 @@ static DECOY: LazyLock<String> = LazyLock::new(|| {
 });
 
 pub async fn hash_async(password: String) -> Result<String> {
-    tokio::task::spawn_blocking(move || hash(&password))
-        .await
-        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?
+    hashing(move || hash(&password)).await?
 }
 
-/// Verifies on the blocking pool; with `None` it burns the same time on the decoy hash.
-pub async fn verify_async(password: String, phc: Option<String>) -> bool {
-    tokio::task::spawn_blocking(move || match phc {
+/// Verifies on the blocking pool; with `None` it burns the same time on the decoy hash. A
+/// password longer than [`MAX_PASSWORD_LEN`] never verifies and is not hashed.
+pub async fn verify_async(password: String, phc: Option<String>) -> Result<bool> {
+    if password.chars().count() > MAX_PASSWORD_LEN {
+        return Ok(false);
+    }
+    hashing(move || match phc {
         Some(phc) => verify(&password, &phc),
         None => {
             let _ = verify(&password, &DECOY);
@@ -69,7 +91,6 @@ pub async fn verify_async(password: String, phc: Option<String>) -> bool {
         }
     })
     .await
-    .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -106,6 +127,36 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_user_path_rejects() {
-        assert!(!verify_async("whatever1".into(), None).await);
+        assert!(!verify_async("whatever1".into(), None).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn overlong_passwords_never_verify_and_are_not_hashed() {
+        let long = "x".repeat(MAX_PASSWORD_LEN + 1);
+        let h = hash(&long).unwrap();
+        assert!(verify(&long, &h), "the plain check would accept it");
+        assert!(!verify_async(long, Some(h)).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn at_most_a_few_hashes_run_at_once() {
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (running, peak) = (running.clone(), peak.clone());
+                tokio::spawn(hashing(move || {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    let now = running.fetch_add(1, SeqCst) + 1;
+                    peak.fetch_max(now, SeqCst);
+                    std::thread::sleep(Duration::from_millis(20));
+                    running.fetch_sub(1, SeqCst);
+                }))
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), HASHING_CONCURRENCY);
     }
 }

@@ -4,7 +4,7 @@
 //! A session is valid only while it has not expired and its member is enabled, so disabling a
 //! member locks them out even if a session row survived.
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use app::model::MemberView;
 use cookie::{Cookie, SameSite};
@@ -12,7 +12,7 @@ use http::HeaderMap;
 use sqlx::SqlitePool;
 
 use crate::{
-    auth::{password, secrets},
+    auth::{password, secrets, throttle::LoginThrottle},
     clock::{Clock, to_unix},
     error::{Error, Result},
     members::{self, MemberRow},
@@ -58,23 +58,39 @@ pub async fn member_for_token(db: &SqlitePool, clock: &dyn Clock, token: &str) -
     Ok(row.map(|r| r.view()))
 }
 
+/// Where a sign-in comes from and the throttle it answers to.
+pub struct Attempt<'a> {
+    pub throttle: &'a LoginThrottle,
+    pub ip: IpAddr,
+}
+
 /// Checks a username and password and opens a session (ID-2). Unknown users, wrong passwords
-/// and disabled members all get the same answer, in about the same time.
+/// and disabled members all get the same answer, in about the same time. A username or address
+/// with too many recent failures is refused (429) before any password is hashed.
 pub async fn sign_in(
     db: &SqlitePool,
     clock: &dyn Clock,
+    from: Attempt<'_>,
     username: &str,
     password: &str,
     ttl: Duration,
 ) -> Result<(MemberView, String)> {
+    if let Err(wait) = from.throttle.check(username, from.ip) {
+        return Err(Error::TooManyAttempts(wait.as_secs_f64().ceil().max(1.0) as u64));
+    }
     let row = members::find_by_username(db, username).await?;
-    let ok = password::verify_async(password.to_owned(), row.as_ref().map(|r| r.password_hash.clone())).await;
+    let ok =
+        password::verify_async(password.to_owned(), row.as_ref().map(|r| r.password_hash.clone())).await?;
     match row {
         Some(row) if ok && row.enabled => {
+            from.throttle.succeeded(username);
             let token = create(db, clock, row.id, ttl).await?;
             Ok((row.view(), token))
         }
-        _ => Err(Error::InvalidCredentials),
+        _ => {
+            from.throttle.failed(username, from.ip);
+            Err(Error::InvalidCredentials)
+        }
     }
 }
 

@@ -10,56 +10,97 @@ pub struct Event<'a> {
     pub data: String,
 }
 
+/// Largest single event the splitter holds to watch it (a Responses `response.completed` carries
+/// the whole answer, so this is generous). A longer event is passed through unwatched: its bytes
+/// are dropped from the buffer until it ends, and [`Splitter::overflowed`] says so.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Splits a byte stream into events in time linear in its length: a partial event is never
+/// searched twice, and at most [`MAX_EVENT_BYTES`] of it are kept.
 #[derive(Debug, Default)]
 pub struct Splitter {
     buf: Vec<u8>,
+    /// How much of `buf` has been searched for a blank line without finding one.
+    searched: usize,
+    /// Inside an event over the cap: its bytes are dropped until it ends.
+    skipping: bool,
+    overflowed: bool,
+    /// Bytes looked at while searching, over the splitter's life (tests check it stays linear).
+    examined: u64,
 }
 
 impl Splitter {
     /// Whether no partial event is pending: only then may a heartbeat comment be inserted.
     pub fn at_boundary(&self) -> bool {
-        self.buf.is_empty()
+        self.buf.is_empty() && !self.skipping
+    }
+
+    /// Whether an event over [`MAX_EVENT_BYTES`] went by unwatched.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 
     /// Feeds bytes and calls `on_event` for every event they complete.
     pub fn feed(&mut self, bytes: &[u8], mut on_event: impl FnMut(Event<'_>)) {
         self.buf.extend_from_slice(bytes);
         let mut start = 0;
-        while let Some(end) = find_boundary(&self.buf[start..]) {
-            let (block_len, sep_len) = end;
-            let block = &self.buf[start..start + block_len];
-            if let Ok(text) = std::str::from_utf8(block) {
-                let mut name = None;
-                let mut data: Vec<&str> = Vec::new();
-                for line in text.split('\n') {
-                    let line = line.strip_suffix('\r').unwrap_or(line);
-                    if let Some(v) = line.strip_prefix("event:") {
-                        name = Some(v.trim_start());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push(v.strip_prefix(' ').unwrap_or(v));
-                    }
-                }
-                if name.is_some() || !data.is_empty() {
-                    on_event(Event { name, data: data.join("\n") });
-                }
+        // A separator is at most 3 bytes: resume 2 before the end of what was searched.
+        let mut from = self.searched.saturating_sub(2);
+        while let Some((block_len, sep_len)) = find_boundary(&self.buf[start..], from, &mut self.examined) {
+            if !self.skipping {
+                emit(&self.buf[start..start + block_len], &mut on_event);
             }
+            self.skipping = false;
             start += block_len + sep_len;
+            from = 0;
         }
         self.buf.drain(..start);
+        self.searched = self.buf.len();
+        if self.buf.len() > MAX_EVENT_BYTES || (self.skipping && self.buf.len() > 2) {
+            // Keep only what a separator could start with; the rest of this event goes unwatched.
+            self.overflowed |= !self.skipping;
+            self.skipping = true;
+            let keep = self.buf.len() - 2;
+            self.buf.drain(..keep);
+            self.searched = self.buf.len();
+        }
     }
 }
 
-/// Position of the first blank line (`\n\n` or `\r\n\r\n`): (event length, separator length).
-fn find_boundary(buf: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
+/// Parses one event block and reports it if it has a name or data.
+fn emit(block: &[u8], on_event: &mut impl FnMut(Event<'_>)) {
+    let Ok(text) = std::str::from_utf8(block) else { return };
+    let mut name = None;
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some(v) = line.strip_prefix("event:") {
+            name = Some(v.trim_start());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    if name.is_some() || !data.is_empty() {
+        on_event(Event { name, data: data.join("\n") });
+    }
+}
+
+/// Position of the first blank line (`\n\n` or `\n\r\n`) at or after `from`: (event length,
+/// separator length).
+fn find_boundary(buf: &[u8], from: usize, examined: &mut u64) -> Option<(usize, usize)> {
+    let mut i = from;
     while i + 1 < buf.len() {
-        if buf[i] == b'\n' {
-            if buf[i + 1] == b'\n' {
-                return Some((i, 2));
-            }
-            if buf[i + 1] == b'\r' && buf.get(i + 2) == Some(&b'\n') {
-                return Some((i, 3));
-            }
+        let Some(nl) = buf[i..buf.len() - 1].iter().position(|&b| b == b'\n') else {
+            *examined += (buf.len() - i) as u64;
+            return None;
+        };
+        *examined += nl as u64 + 1;
+        i += nl;
+        if buf[i + 1] == b'\n' {
+            return Some((i, 2));
+        }
+        if buf[i + 1] == b'\r' && buf.get(i + 2) == Some(&b'\n') {
+            return Some((i, 3));
         }
         i += 1;
     }
@@ -89,6 +130,44 @@ mod tests {
     fn comments_crlf_and_multiline_data() {
         let out = collect(&[b": ping\n\nevent: x\r\ndata: 1\r\ndata: 2\r\n\r\n"]);
         assert_eq!(out, vec![(Some("x".into()), "1\n2".into())]);
+    }
+
+    #[test]
+    fn an_event_split_byte_by_byte_is_found_once() {
+        let stream = b"event: a\r\ndata: 1\r\n\r\nevent: b\ndata: 2\n\n";
+        let chunks: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(collect(&chunks), vec![(Some("a".into()), "1".into()), (Some("b".into()), "2".into())]);
+    }
+
+    #[test]
+    fn a_partial_event_is_not_searched_again_on_each_chunk() {
+        // 64 KiB of one event in 1-byte chunks: a rescan per chunk would be ~2 billion steps.
+        let mut s = Splitter::default();
+        let mut seen = 0;
+        s.feed(b"data: ", |_| seen += 1);
+        for _ in 0..64 * 1024 {
+            s.feed(b"x", |_| seen += 1);
+        }
+        s.feed(b"\n\n", |_| seen += 1);
+        assert_eq!(seen, 1);
+        assert!(s.examined < 4 * 64 * 1024, "{} bytes examined for a 64 KiB event", s.examined);
+        assert!(s.at_boundary());
+    }
+
+    #[test]
+    fn an_event_over_the_cap_is_skipped_and_the_next_one_is_seen() {
+        let mut s = Splitter::default();
+        let mut out = Vec::new();
+        let big = vec![b'x'; 1024 * 1024];
+        s.feed(b"event: huge\ndata: ", |e| out.push(e.data));
+        for _ in 0..(MAX_EVENT_BYTES / big.len() + 2) {
+            s.feed(&big, |e| out.push(e.data));
+        }
+        assert!(s.overflowed() && !s.at_boundary());
+        assert!(s.buf.len() <= 2, "the oversized event is not kept");
+        s.feed(b"\n\nevent: next\ndata: 1\n\n", |e| out.push(e.data));
+        assert_eq!(out, vec!["1".to_owned()]);
+        assert!(s.at_boundary());
     }
 
     #[test]

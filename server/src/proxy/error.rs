@@ -22,6 +22,19 @@ pub enum Protocol {
     Gemini,
 }
 
+impl Protocol {
+    /// The protocol a model path speaks (for answers made before the route is known).
+    pub fn for_path(path: &str) -> Protocol {
+        if path.contains("/messages") {
+            Protocol::Anthropic
+        } else if path.contains("/v1beta/") || (path.contains("/models/") && path.contains(':')) {
+            Protocol::Gemini
+        } else {
+            Protocol::OpenAi
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayError {
     pub status: StatusCode,
@@ -201,6 +214,39 @@ impl GatewayError {
             "upstream_timeout",
             "the upstream provider did not answer in time",
         )
+    }
+
+    /// The upstream answered a redirect: never followed (it would carry the account's credential
+    /// and the body to another host), so the upstream base URL needs checking.
+    pub fn upstream_redirected() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_redirected",
+            "the upstream provider answered with a redirect, which the gateway does not follow",
+        )
+    }
+
+    /// The upstream's answer exceeds what the gateway reads.
+    pub fn upstream_response_too_large() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_response_too_large",
+            "the upstream provider's answer is larger than the gateway accepts",
+        )
+    }
+
+    /// A request body (or its decompressed form) over the limit.
+    pub fn request_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("the request body is larger than {} MiB", limit / (1024 * 1024)),
+        )
+    }
+
+    /// The client took too long to send its request body.
+    pub fn request_body_timeout() -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time")
     }
 
     /// Renders in `protocol`'s shape with the request id.

@@ -1,5 +1,8 @@
-//! An upstream's HTTP error answer: read (bounded), classified into a verdict about the account
-//! (CD-1..CD-5, ERR-1, ERR-2), and re-rendered for the client without its raw body (ERR-3).
+//! An upstream's HTTP error answer: read (bounded in size and time), classified into a verdict
+//! about the account (CD-1..CD-5, ERR-1, ERR-2), and re-rendered for the client without its raw
+//! body (ERR-3).
+
+use std::time::Duration;
 
 use app::model::Provider;
 use axum::{
@@ -10,41 +13,57 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::{
-    call::{Attempt, Ending},
+    attempt::{Attempt, Ending},
     error::{GatewayError, Protocol},
     schedule,
 };
 use crate::{
     providers::observe::sanitize,
     records::{Outcome, Usage},
-    scheduler::Verdict,
+    scheduler::{
+        Verdict,
+        state::{RETRY_AFTER_MIN, clamp_retry},
+    },
 };
 
 /// Most bytes of an upstream error body read (to classify it; it is never returned raw).
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
+/// Longest an upstream may take to send its error body; then it is classified by status alone.
+pub const ERROR_BODY_DEADLINE: Duration = Duration::from_secs(10);
 
-/// An upstream HTTP error answer, read (at most 64 KiB) and classified (CD-1..CD-5, ERR-1/2).
+/// An upstream HTTP error answer, read (at most 64 KiB, at most 10 s) and classified
+/// (CD-1..CD-5, ERR-1/2).
 pub(super) struct UpstreamFailure {
     status: StatusCode,
-    retry_after: Option<HeaderValue>,
+    /// The upstream's `Retry-After`, clamped as SubLane enforces it (1..=3600 s).
+    retry_after: Option<u64>,
     body: Value,
     pub(super) verdict: Verdict,
 }
 
 impl UpstreamFailure {
-    pub(super) async fn read(upstream: reqwest::Response, provider: Provider, upstream_model: &str) -> Self {
+    pub(super) async fn read(
+        upstream: reqwest::Response,
+        provider: Provider,
+        upstream_model: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
         let status = upstream.status();
-        let retry_after = upstream.headers().get(header::RETRY_AFTER).cloned();
-        let hint = schedule::retry_after_header(upstream.headers());
+        let hint = schedule::retry_after_header(upstream.headers(), now);
+        let retry_after = hint.map(|h| clamp_retry(Some(h), RETRY_AFTER_MIN).as_secs_f64().ceil() as u64);
         let mut bytes = Vec::new();
         let mut stream = upstream.bytes_stream();
-        while let Some(Ok(chunk)) = stream.next().await {
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() >= ERROR_BODY_LIMIT {
-                break;
+        let read = async {
+            while let Some(Ok(chunk)) = stream.next().await {
+                bytes.extend_from_slice(&chunk);
+                if bytes.len() >= ERROR_BODY_LIMIT {
+                    break;
+                }
             }
-        }
-        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        };
+        let complete = tokio::time::timeout(ERROR_BODY_DEADLINE, read).await.is_ok();
+        let body: Value =
+            if complete { serde_json::from_slice(&bytes).unwrap_or(Value::Null) } else { Value::Null };
         let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
         UpstreamFailure { status, retry_after, body, verdict }
     }
@@ -68,11 +87,9 @@ impl UpstreamFailure {
     pub(super) async fn respond(self, attempt: Attempt) -> Response {
         let UpstreamFailure { status, retry_after, body: v, verdict } = self;
         let local = match verdict {
-            Verdict::ModelLimited(d) => Some(GatewayError::model_rate_limited(
-                crate::scheduler::state::clamp_retry(d, crate::scheduler::state::RETRY_AFTER_MIN)
-                    .as_secs()
-                    .max(1),
-            )),
+            Verdict::ModelLimited(d) => {
+                Some(GatewayError::model_rate_limited(clamp_retry(d, RETRY_AFTER_MIN).as_secs().max(1)))
+            }
             Verdict::CredentialsRejected(403) => Some(GatewayError::upstream_forbidden()),
             Verdict::CredentialsRejected(_) => Some(GatewayError::upstream_unauthorized()),
             _ => None,
@@ -103,8 +120,8 @@ impl UpstreamFailure {
             }
         }
         let mut resp = (status, axum::Json(body)).into_response();
-        if let Some(ra) = retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, ra);
+        if let Some(secs) = retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         attempt
             .finish(Ending {

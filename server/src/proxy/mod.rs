@@ -1,6 +1,7 @@
 //! The model proxy: the client protocols SubLane speaks (PX), mounted at `/v1/...` and under the
 //! provider prefixes `/codex`, `/claude` (PX-5). Authenticated by gateway keys, not sessions.
 
+mod attempt;
 pub mod auth;
 pub mod call;
 pub mod directory;
@@ -11,20 +12,30 @@ pub mod relay;
 pub mod request;
 pub mod schedule;
 pub mod test_call;
+pub mod upstream;
 pub mod websocket;
 
 use app::model::Provider;
 use axum::{
     Router,
-    body::Bytes,
-    extract::{Path, State},
-    http::{HeaderMap, Uri},
+    extract::{Path, Request, State},
+    http::HeaderMap,
     routing::{MethodRouter, get, post},
 };
 
-use crate::{app_state::AppState, providers::Operation};
-use call::Spec;
+pub use attempt::{REQUEST_DEADLINE, new_request_id};
 use error::Protocol;
+
+use crate::{app_state::AppState, providers::Operation};
+
+/// Which call a route makes.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec {
+    pub protocol: Protocol,
+    pub op: Operation,
+    /// PX-5: a provider-prefixed path restricts selection to one provider.
+    pub only: Option<Provider>,
+}
 
 pub fn router() -> Router<AppState> {
     let mut r = Router::new();
@@ -75,9 +86,7 @@ pub fn router() -> Router<AppState> {
 
 fn model_route(protocol: Protocol, op: Operation, only: Option<Provider>) -> MethodRouter<AppState> {
     let spec = Spec { protocol, op, only };
-    post(move |State(s): State<AppState>, uri: Uri, headers: HeaderMap, body: Bytes| async move {
-        call::handle(s, spec, headers, uri.query().map(str::to_owned), None, body).await
-    })
+    post(move |State(s): State<AppState>, req: Request| call::handle(s, spec, req, None))
 }
 
 /// PX-3: `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`,
@@ -85,9 +94,7 @@ fn model_route(protocol: Protocol, op: Operation, only: Option<Provider>) -> Met
 async fn gemini(
     State(s): State<AppState>,
     Path(model_action): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    req: Request,
 ) -> axum::response::Response {
     let op = match model_action.rsplit_once(':') {
         Some((_, "generateContent")) => Operation::GeminiGenerate,
@@ -103,5 +110,5 @@ async fn gemini(
     };
     let model = model_action.rsplit_once(':').map(|(m, _)| m.to_owned());
     let spec = Spec { protocol: Protocol::Gemini, op, only: Some(Provider::Antigravity) };
-    call::handle(s, spec, headers, uri.query().map(str::to_owned), model, body).await
+    call::handle(s, spec, req, model).await
 }

@@ -15,8 +15,8 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
+    attempt::new_request_id,
     auth::authenticate_request,
-    call::new_request_id,
     error::{GatewayError, Protocol},
 };
 use crate::app_state::AppState;

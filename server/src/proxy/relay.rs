@@ -5,7 +5,10 @@
 //!
 //! When the client goes away the upstream request is dropped, which cancels it; for Codex the
 //! relay may first keep reading for a short drain window to collect the final usage (ADM-5).
-//! Whatever happens, the end is reported once, so the request is always recorded.
+//! A client that stops reading cannot pin the account: every send to it has a write deadline,
+//! after which the stream ends as `client_stalled`; the total deadline and the shutdown hard stop
+//! fire even while a send is blocked. Whatever happens, the end is reported once, so the request
+//! is always recorded.
 
 use std::{future::Future, io, time::Duration};
 
@@ -15,6 +18,7 @@ use tokio::{
     sync::mpsc,
     time::{Instant, MissedTickBehavior, interval_at, sleep_until},
 };
+use tokio_util::task::TaskTracker;
 
 use crate::providers::{Observation, Observer, sse::Splitter};
 
@@ -34,6 +38,8 @@ pub struct Timing {
     pub idle_timeout: Option<Duration>,
     /// ADM-5: how long to keep reading for usage after the client left (Codex only).
     pub drain_after_cancel: Option<Duration>,
+    /// Longest a send to the client may wait for it to read; then the stream ends.
+    pub write_timeout: Duration,
 }
 
 /// OPS-3: the process is stopping and the grace period is over.
@@ -83,17 +89,54 @@ pub struct End {
     pub idle_timed_out: bool,
     /// Ended by server shutdown after the grace period.
     pub shut_down: bool,
+    /// The client stopped reading: a send waited longer than the write deadline.
+    pub stalled: bool,
+    /// The stream could not be watched any further (an event over the size cap) and had to end.
+    pub unreadable: bool,
+}
+
+/// What became of one send to the client.
+enum Delivery {
+    Sent,
+    ClientGone,
+    Stalled,
+    TimedOut,
+    ShutDown,
+}
+
+/// Sends `bytes` to the client without ever blocking past the write deadline, the total deadline
+/// or the hard stop. A channel with room takes it at once, without arming any timer.
+async fn deliver(
+    tx: &mpsc::Sender<Result<Bytes, io::Error>>,
+    bytes: Bytes,
+    timing: &Timing,
+    hard_stop: &HardStop,
+) -> Delivery {
+    let bytes = match tx.try_send(Ok(bytes)) {
+        Ok(()) => return Delivery::Sent,
+        Err(mpsc::error::TrySendError::Closed(_)) => return Delivery::ClientGone,
+        Err(mpsc::error::TrySendError::Full(b)) => b,
+    };
+    tokio::select! {
+        biased;
+        sent = tx.send(bytes) => if sent.is_ok() { Delivery::Sent } else { Delivery::ClientGone },
+        () = hard_stop.cancelled() => Delivery::ShutDown,
+        () = sleep_until(timing.deadline) => Delivery::TimedOut,
+        () = tokio::time::sleep(timing.write_timeout) => Delivery::Stalled,
+    }
 }
 
 /// Starts relaying `upstream` and returns the client's response body. `first` is a chunk already
 /// read from the upstream (it is queued at once, so it leaves with the response headers).
 /// `on_end` runs once when the relay stops, whoever stopped it.
+#[allow(clippy::too_many_arguments)]
 pub fn relay<S, F, Fut>(
     upstream: S,
     first: Option<Bytes>,
     mut observer: Observer,
     timing: Timing,
     hard_stop: HardStop,
+    tasks: &TaskTracker,
     rewrite: Option<Rewrite>,
     on_end: F,
 ) -> Body
@@ -109,7 +152,7 @@ where
     {
         let _ = tx.try_send(Ok(out)); // a fresh channel always has room
     }
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut upstream = upstream;
         let mut end = End::default();
         let mut client_gone: Option<Instant> = None;
@@ -120,33 +163,45 @@ where
         loop {
             let drain_until = client_gone.zip(timing.drain_after_cancel).map(|(t, d)| t + d);
             let idle_until = timing.idle_timeout.map(|d| last_upstream + d);
-            tokio::select! {
+            let delivery = tokio::select! {
                 biased;
                 next = upstream.next() => match next {
                     Some(Ok(bytes)) => {
                         last_upstream = Instant::now();
                         let out = process(bytes, &mut splitter, &mut observer, rewrite, timing.started.elapsed());
-                        if let Some(out) = out.filter(|_| client_gone.is_none()) {
-                            if tx.send(Ok(out)).await.is_err() {
-                                client_gone = Some(Instant::now());
-                            } else {
+                        if rewrite.is_some() && splitter.overflowed() {
+                            // A rewritten stream cannot skip an event it could not read.
+                            end.unreadable = true;
+                            break;
+                        }
+                        match out.filter(|_| client_gone.is_none()) {
+                            Some(out) => {
                                 beat.reset();
+                                deliver(&tx, out, &timing, &hard_stop).await
                             }
+                            None => Delivery::Sent,
                         }
                     }
                     Some(Err(_)) => { end.broken = true; break; }
                     None => break,
                 },
-                _ = tx.closed(), if client_gone.is_none() => client_gone = Some(Instant::now()),
+                _ = tx.closed(), if client_gone.is_none() => Delivery::ClientGone,
                 _ = beat.tick(), if client_gone.is_none() && splitter.at_boundary() => {
-                    if tx.send(Ok(Bytes::from_static(HEARTBEAT))).await.is_err() {
-                        client_gone = Some(Instant::now());
-                    }
+                    deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
                 }
                 _ = sleep_until(timing.deadline) => { end.timed_out = true; break; }
                 _ = hard_stop.cancelled() => { end.shut_down = true; break; }
                 _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break,
                 _ = sleep_until(idle_until.unwrap_or(far)), if idle_until.is_some() => { end.idle_timed_out = true; break; }
+            };
+            match delivery {
+                Delivery::Sent => {}
+                Delivery::ClientGone => {
+                    client_gone.get_or_insert_with(Instant::now);
+                }
+                Delivery::Stalled => { end.stalled = true; break; }
+                Delivery::TimedOut => { end.timed_out = true; break; }
+                Delivery::ShutDown => { end.shut_down = true; break; }
             }
             if client_gone.is_some()
                 && (timing.drain_after_cancel.is_none() || observer.seen.outcome.is_some())
@@ -181,6 +236,7 @@ mod tests {
             deadline: now + Duration::from_secs(1800),
             idle_timeout: None,
             drain_after_cancel: drain,
+            write_timeout: Duration::from_secs(60),
         }
     }
 
@@ -224,6 +280,7 @@ mod tests {
             Observer::new(Grammar::Responses),
             timing(None),
             HardStop::new(),
+            &TaskTracker::new(),
             None,
             on_end,
         )
@@ -270,6 +327,7 @@ mod tests {
             Observer::new(Grammar::Responses),
             timing(None),
             HardStop::new(),
+            &TaskTracker::new(),
             None,
             on_end,
         );
@@ -290,6 +348,7 @@ mod tests {
             Observer::new(Grammar::Responses),
             timing(Some(Duration::from_secs(3))),
             HardStop::new(),
+            &TaskTracker::new(),
             None,
             on_end,
         );
@@ -318,6 +377,7 @@ mod tests {
             Observer::new(Grammar::Responses),
             timing(Some(Duration::from_secs(3))),
             HardStop::new(),
+            &TaskTracker::new(),
             None,
             on_end,
         ));
@@ -337,9 +397,17 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.idle_timeout = Some(Duration::from_secs(25));
-        let mut body =
-            relay(stream, None, Observer::new(Grammar::Responses), t, HardStop::new(), None, on_end)
-                .into_data_stream();
+        let mut body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            t,
+            HardStop::new(),
+            &TaskTracker::new(),
+            None,
+            on_end,
+        )
+        .into_data_stream();
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -357,9 +425,17 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let stop = HardStop::new();
-        let mut body =
-            relay(stream, None, Observer::new(Grammar::Responses), timing(None), stop.clone(), None, on_end)
-                .into_data_stream();
+        let mut body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            timing(None),
+            stop.clone(),
+            &TaskTracker::new(),
+            None,
+            on_end,
+        )
+        .into_data_stream();
         stop.cancel();
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -373,9 +449,17 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.deadline = t.started + Duration::from_secs(60);
-        let mut body =
-            relay(stream, None, Observer::new(Grammar::Responses), t, HardStop::new(), None, on_end)
-                .into_data_stream();
+        let mut body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            t,
+            HardStop::new(),
+            &TaskTracker::new(),
+            None,
+            on_end,
+        )
+        .into_data_stream();
         tokio::time::advance(Duration::from_secs(61)).await;
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -390,6 +474,7 @@ mod tests {
             Observer::new(Grammar::Messages),
             timing(None),
             HardStop::new(),
+            &TaskTracker::new(),
             None,
             on_end,
         )

@@ -12,10 +12,7 @@ use std::sync::Arc;
 
 use super::directory::{Account, Snapshot};
 use super::{
-    auth::authenticate_request,
-    call::{Attempt, Spec},
-    error::GatewayError,
-    request::RoutingFields,
+    Spec, attempt::Attempt, auth::authenticate_request, error::GatewayError, request::RoutingFields,
 };
 use crate::{
     app_state::AppState,
@@ -206,10 +203,21 @@ pub(super) fn retry_backoff(retry: u32, hint: Option<Duration>) -> Duration {
     hint.map_or(base, |h| h.max(base))
 }
 
-/// A `Retry-After` header in seconds (HTTP dates are not used by these providers).
-pub(super) fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// A `Retry-After` header: delay seconds or an HTTP date (RFC 9110 §10.2.3), clamped to
+/// 0..=3600 s whatever the upstream wrote (`1e20`, a negative number, NaN, a date far ahead), so
+/// an upstream number never overflows a duration or a deadline. `None` when absent or unreadable.
+pub(super) fn retry_after_header(
+    headers: &reqwest::header::HeaderMap,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    v.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+    let max = RETRY_AFTER_MAX.as_secs_f64();
+    if let Ok(secs) = v.parse::<f64>() {
+        return secs.is_finite().then(|| Duration::from_secs_f64(secs.clamp(0.0, max)));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+    let secs = (at.timestamp_millis().saturating_sub(now.timestamp_millis())) as f64 / 1000.0;
+    Some(Duration::from_secs_f64(secs.clamp(0.0, max)))
 }
 
 /// What an upstream error answer says about the account (CD-1, CD-2, CD-4, CD-5, ERR-1, ERR-2).

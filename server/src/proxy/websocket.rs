@@ -7,14 +7,20 @@
 //! `request_id` added to created / completed / incomplete / failed events and errors. Every
 //! generating turn is one attempt with one record; warm-ups (`generate:false`) create none.
 //! Between turns the connection holds no slot (ADM-4).
+//!
+//! A session obeys the rules of HTTP calls: every turn re-checks the key, the member and their
+//! pool membership (a refusal ends the socket with close code 1008) and the pool's model policy;
+//! a turn sent while one runs gets an error event; sends to a client that stopped reading have a
+//! write deadline; on shutdown the session takes no new turn and closes after the current one
+//! (1001), and the hard stop ends even that. Messages and frames are capped both ways.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use app::model::Provider;
 use axum::{
     extract::{
         State,
-        ws::{Message, WebSocket, WebSocketUpgrade},
+        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
     http::HeaderMap,
     response::{IntoResponse, Response},
@@ -22,28 +28,34 @@ use axum::{
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
 
 use super::{
+    Spec,
+    attempt::{Attempt, Ending, REQUEST_DEADLINE, member_admission, new_request_id, stream_verdict},
     auth::authenticate_request,
-    call::{Attempt, Ending, REQUEST_DEADLINE, Spec, new_request_id},
     directory::Account,
     error::{GatewayError, Protocol},
-    request::RoutingFields,
+    request::{RoutingFields, check_model},
     schedule::{self, Conversation},
+    upstream::HEADER_TIMEOUT,
 };
 use crate::{
     app_state::AppState,
     keys::Principal,
     providers::{self, Grammar, Observer, Operation},
-    records::{Outcome, Usage},
-    scheduler::Verdict,
+    records::Outcome,
 };
 
 type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Recorded operation name of a WebSocket turn.
 const OPERATION: &str = "responses_ws";
+/// Largest WebSocket message accepted, from the client or the upstream (a `response.create` may
+/// carry a whole history, like an HTTP body).
+pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
+/// Largest single WebSocket frame accepted.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
 /// Authenticates before upgrading: a refused key gets a plain 401 and no socket.
 pub async fn upgrade(
@@ -56,7 +68,10 @@ pub async fn upgrade(
         Ok(p) => p,
         Err(e) => return e.render(Protocol::OpenAi, None).into_response(),
     };
-    ws.on_upgrade(move |socket| session(s, principal, headers, only, socket))
+    let tasks = s.tasks.clone();
+    ws.max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| tasks.track_future(session(s, principal, headers, only, socket)))
 }
 
 /// The account and upstream socket a client connection is bound to.
@@ -65,52 +80,77 @@ struct Binding {
     upstream: Upstream,
 }
 
+/// Why a session ends by the gateway's decision, with its close code.
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+}
+
 async fn session(
     s: AppState,
-    principal: Principal,
+    mut principal: Principal,
     headers: HeaderMap,
     only: Option<Provider>,
     mut client: WebSocket,
 ) {
     let mut bound: Option<Binding> = None;
-    while let Some(Ok(msg)) = client.recv().await {
+    let limits = SendLimits::of(&s);
+    loop {
+        // Between turns: a client frame, or shutdown (no new turn is taken).
+        let msg = tokio::select! {
+            msg = client.recv() => msg,
+            () = s.shutdown.cancelled() => {
+                let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
+                break;
+            }
+        };
         let text = match msg {
-            Message::Text(t) => t.to_string(),
-            Message::Close(_) => break,
-            _ => continue,
+            Some(Ok(Message::Text(t))) => t.to_string(),
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+            Some(Ok(_)) => continue,
         };
         let request_id = new_request_id();
         let started = Instant::now();
-        let mut frame: Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
-            Err(_) => {
-                let _ =
-                    send_error(&mut client, &GatewayError::bad_request("frames must be JSON"), &request_id)
-                        .await;
+        // ADM-7 per turn: a key revoked, a member disabled or taken off the pool ends the socket.
+        principal = match turn_principal(&s, &headers, &principal).await {
+            Ok(p) => p,
+            Err((e, end_session)) => {
+                let _ = send_error(&limits, &mut client, &e, &request_id).await;
+                if end_session {
+                    let reason = "the API key is no longer valid";
+                    let _ = limits.send(&mut client, close(close_code::POLICY, reason), None).await;
+                    break;
+                }
                 continue;
             }
         };
-        if frame["type"] != "response.create" {
-            let e = GatewayError::bad_request("expected a response.create frame");
-            let _ = send_error(&mut client, &e, &request_id).await;
-            continue;
-        }
-        let Some(model) = frame["model"].as_str().map(str::to_owned) else {
-            let _ = send_error(
-                &mut client,
-                &GatewayError::bad_request("response.create needs a model"),
-                &request_id,
-            )
-            .await;
-            continue;
+        let mut frame: Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(_) => {
+                let e = GatewayError::bad_request("frames must be JSON");
+                if send_error(&limits, &mut client, &e, &request_id).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let model = match turn_model(&frame) {
+            Ok(m) => m,
+            Err(e) => {
+                if send_error(&limits, &mut client, &e, &request_id).await.is_err() {
+                    break;
+                }
+                continue;
+            }
         };
         let warmup = frame["generate"].as_bool() == Some(false);
         // A turn holds workspace and member slots while it runs; an idle socket holds none (ADM-4).
         let Some(workspace) = s.admission.workspace() else {
-            let _ = send_error(&mut client, &GatewayError::workspace_busy(), &request_id).await;
+            if send_error(&limits, &mut client, &GatewayError::workspace_busy(), &request_id).await.is_err() {
+                break;
+            }
             continue;
         };
-        let member = super::call::member_admission(&s, &principal);
+        let member = member_admission(&s, &principal);
         let mut attempt = Attempt::new(
             &s,
             request_id.clone(),
@@ -123,9 +163,10 @@ async fn session(
         match member {
             Ok(member) => attempt.slots = Some((workspace, member)),
             Err(e) => {
-                let _ = send_error(&mut client, &e, &request_id).await;
-                if !warmup {
-                    attempt.finish(failure(e.code, Outcome::Rejected)).await;
+                let sent = send_error(&limits, &mut client, &e, &request_id).await;
+                end_turn(attempt, warmup, Ending::failed(e.code, Outcome::Rejected)).await;
+                if sent.is_err() {
+                    break;
                 }
                 continue;
             }
@@ -138,9 +179,10 @@ async fn session(
         let upstream_model = match routed {
             Ok(m) => m,
             Err((e, outcome)) => {
-                let _ = send_error(&mut client, &e, &request_id).await;
-                if !warmup {
-                    attempt.finish(failure(e.code, outcome)).await;
+                let sent = send_error(&limits, &mut client, &e, &request_id).await;
+                end_turn(attempt, warmup, Ending::failed(e.code, outcome)).await;
+                if sent.is_err() {
+                    break;
                 }
                 continue;
             }
@@ -153,26 +195,69 @@ async fn session(
         if binding.upstream.send(tungstenite::Message::text(frame.to_string())).await.is_err() {
             bound = None;
             let e = GatewayError::upstream_unavailable();
-            let _ = send_error(&mut client, &e, &request_id).await;
-            if !warmup {
-                attempt.finish(failure(e.code, Outcome::Error)).await;
+            let sent = send_error(&limits, &mut client, &e, &request_id).await;
+            end_turn(attempt, warmup, Ending::failed(e.code, Outcome::Error)).await;
+            if sent.is_err() {
+                break;
             }
             continue;
         }
-        let turn = relay_turn(&mut client, &mut binding.upstream, &request_id, started).await;
+        let turn = relay_turn(&s, &limits, &mut client, &mut binding.upstream, &request_id, started).await;
         if turn.upstream_gone {
             bound = None;
         }
-        if !warmup {
-            attempt.finish(turn.ending).await;
-        }
+        end_turn(attempt, warmup, turn.ending).await;
         if turn.client_gone {
+            break;
+        }
+        if s.shutdown.is_cancelled() {
+            let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
             break;
         }
     }
     if let Some(mut b) = bound {
-        let _ = b.upstream.close(None).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), b.upstream.close(None)).await;
     }
+}
+
+/// Records a generating turn; a warm-up (`generate:false`) leaves no record (REC-1).
+async fn end_turn(attempt: Attempt, warmup: bool, ending: Ending) {
+    if warmup {
+        attempt.discard();
+    } else {
+        attempt.finish(ending).await;
+    }
+}
+
+/// The caller as of this turn: `Err((error, end the session))`. A key that no longer
+/// authenticates (revoked, disabled, expired, its member disabled or off the pool) ends the
+/// session; a lookup failure only fails this turn.
+async fn turn_principal(
+    s: &AppState,
+    headers: &HeaderMap,
+    current: &Principal,
+) -> Result<Principal, (GatewayError, bool)> {
+    match authenticate_request(s, headers).await {
+        Ok(p) if p.key_id == current.key_id => Ok(p),
+        Ok(_) => Err((GatewayError::invalid_api_key(), true)),
+        Err(e) => {
+            let end = e.code == GatewayError::invalid_api_key().code;
+            Err((e, end))
+        }
+    }
+}
+
+/// A turn's `response.create` and its model (bounded like an HTTP call's).
+fn turn_model(frame: &Value) -> Result<String, GatewayError> {
+    if frame["type"] != "response.create" {
+        return Err(GatewayError::bad_request("expected a response.create frame"));
+    }
+    let model = frame["model"]
+        .as_str()
+        .filter(|m| !m.trim().is_empty())
+        .ok_or_else(|| GatewayError::bad_request("response.create needs a model"))?;
+    check_model(model)?;
+    Ok(model.to_owned())
 }
 
 /// Schedules this turn: the first turn chooses the account (and opens its upstream socket),
@@ -215,16 +300,58 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
         _ => return Err(GatewayError::upstream_unavailable()),
     };
     let mut request = url.into_client_request().map_err(|_| GatewayError::upstream_unavailable())?;
+    // One value per header (the handshake's own headers are already there and stay single).
     for (name, value) in &target.headers {
-        if name != "content-type" && name != "accept" {
-            request.headers_mut().append(name.clone(), value.clone());
+        if name != "content-type" && name != "accept" && !request.headers().contains_key(name) {
+            request.headers_mut().insert(name.clone(), value.clone());
         }
     }
-    let connect = tokio_tungstenite::connect_async(request);
-    match tokio::time::timeout(super::call::HEADER_TIMEOUT, connect).await {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_FRAME_BYTES));
+    let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+    match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
         Ok(Ok((socket, _))) => Ok(socket),
         Ok(Err(_)) => Err(GatewayError::upstream_unavailable()),
         Err(_) => Err(GatewayError::upstream_timeout()),
+    }
+}
+
+/// The bounds every send to the client respects.
+struct SendLimits {
+    write_timeout: Duration,
+    hard_stop: tokio_util::sync::CancellationToken,
+}
+
+/// Why a send to the client did not happen.
+#[derive(Debug, PartialEq, Eq)]
+enum Unsent {
+    Gone,
+    Stalled,
+    Deadline,
+    ShutDown,
+}
+
+impl SendLimits {
+    fn of(s: &AppState) -> Self {
+        SendLimits { write_timeout: s.config.client_write_timeout, hard_stop: s.hard_stop.clone() }
+    }
+
+    /// Sends `msg`, giving up at the write deadline, the turn's deadline or the hard stop.
+    async fn send(
+        &self,
+        client: &mut WebSocket,
+        msg: Message,
+        deadline: Option<Instant>,
+    ) -> Result<(), Unsent> {
+        let far = Instant::now() + REQUEST_DEADLINE;
+        tokio::select! {
+            biased;
+            sent = client.send(msg) => sent.map_err(|_| Unsent::Gone),
+            () = self.hard_stop.cancelled() => Err(Unsent::ShutDown),
+            () = tokio::time::sleep_until(deadline.unwrap_or(far)) => Err(Unsent::Deadline),
+            () = tokio::time::sleep(self.write_timeout) => Err(Unsent::Stalled),
+        }
     }
 }
 
@@ -236,6 +363,8 @@ struct Turn {
 
 /// Relays the upstream's event frames for one turn, adding the request id where REC-9 asks.
 async fn relay_turn(
+    s: &AppState,
+    limits: &SendLimits,
     client: &mut WebSocket,
     upstream: &mut Upstream,
     request_id: &str,
@@ -243,7 +372,8 @@ async fn relay_turn(
 ) -> Turn {
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + REQUEST_DEADLINE;
-    let (mut client_gone, mut upstream_gone, mut timed_out) = (false, false, false);
+    let (mut client_gone, mut upstream_gone) = (false, false);
+    let mut ended: Option<&'static str> = None;
     let mut error_code: Option<String> = None;
     loop {
         tokio::select! {
@@ -269,38 +399,61 @@ async fn relay_turn(
                 } else {
                     text
                 };
-                if client.send(Message::Text(out.into())).await.is_err() {
-                    client_gone = true;
-                    break;
+                match limits.send(client, Message::Text(out.into()), Some(deadline)).await {
+                    Ok(()) => {}
+                    Err(Unsent::Gone) => { client_gone = true; break; }
+                    Err(Unsent::Stalled) => { client_gone = true; ended = Some("client_stalled"); break; }
+                    Err(Unsent::Deadline) => { ended = Some("request_timeout"); break; }
+                    Err(Unsent::ShutDown) => { ended = Some("server_shutdown"); break; }
                 }
                 if terminal {
                     break;
                 }
             }
-            msg = client.recv() => {
-                // A client frame mid-turn: a close ends the turn; anything else waits its turn.
-                if matches!(msg, None | Some(Err(_)) | Some(Ok(Message::Close(_)))) {
-                    client_gone = true;
-                    break;
+            msg = client.recv() => match msg {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => { client_gone = true; break; }
+                // One turn at a time (PX-1): a new turn while this one runs is refused, not lost.
+                Some(Ok(Message::Text(_) | Message::Binary(_))) => {
+                    let e = GatewayError::new(
+                        axum::http::StatusCode::CONFLICT,
+                        "response_in_progress",
+                        "a response is still in progress on this connection; send the next response.create after it ends",
+                    );
+                    if send_error(limits, client, &e, request_id).await.is_err() {
+                        client_gone = true;
+                        break;
+                    }
                 }
-            }
-            _ = tokio::time::sleep_until(deadline) => { timed_out = true; break; }
+                Some(Ok(_)) => {}
+            },
+            () = tokio::time::sleep_until(deadline) => { ended = Some("request_timeout"); break; }
+            () = s.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
         }
     }
     let seen = observer.seen;
-    let (outcome, code) = match seen.outcome {
-        Some(o) if client_gone && o == Outcome::Success => (o, None),
-        Some(o) => (o, seen.error_code.or(error_code)),
-        None if client_gone => (Outcome::Cancelled, Some("client_cancelled".into())),
-        None if timed_out => (Outcome::Error, Some("request_timeout".into())),
-        None if upstream_gone => (Outcome::Error, Some("upstream_stream_broken".into())),
-        None => (Outcome::Error, error_code),
+    let (outcome, code) = match (ended, seen.outcome) {
+        (Some("client_stalled"), _) => (Outcome::Cancelled, Some("client_stalled".to_owned())),
+        (_, Some(o)) if client_gone && o == Outcome::Success => (o, None),
+        (_, Some(o)) => (o, seen.error_code.or(error_code)),
+        (Some("server_shutdown"), None) => (Outcome::Cancelled, Some("server_shutdown".into())),
+        (Some(why), None) => (Outcome::Error, Some(why.to_owned())),
+        (None, None) if client_gone => (Outcome::Cancelled, Some("client_cancelled".into())),
+        (None, None) if upstream_gone => (Outcome::Error, Some("upstream_stream_broken".into())),
+        (None, None) => (Outcome::Error, error_code),
     };
-    if upstream_gone && seen.outcome.is_none() && !client_gone {
-        let e = GatewayError::upstream_unavailable();
-        let _ = send_error(client, &e, request_id).await;
+    if ended.is_some() && ended != Some("client_stalled") {
+        // The turn was cut by the gateway: the upstream socket is mid-answer and cannot be reused.
+        upstream_gone = true;
     }
-    let verdict = super::call::stream_verdict(outcome, code.as_deref());
+    if (upstream_gone || ended.is_some()) && seen.outcome.is_none() && !client_gone {
+        let e = match ended {
+            Some("server_shutdown") => GatewayError::shutting_down(),
+            Some("request_timeout") => GatewayError::upstream_timeout(),
+            _ => GatewayError::upstream_unavailable(),
+        };
+        let _ = send_error(limits, client, &e, request_id).await;
+    }
+    let verdict = stream_verdict(outcome, code.as_deref());
     Turn {
         ending: Ending {
             outcome,
@@ -316,19 +469,13 @@ async fn relay_turn(
 }
 
 /// A gateway error as a WebSocket `error` event with the request id (REC-9).
-async fn send_error(client: &mut WebSocket, e: &GatewayError, request_id: &str) -> Result<(), axum::Error> {
+async fn send_error(
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    e: &GatewayError,
+    request_id: &str,
+) -> Result<(), Unsent> {
     let frame = json!({"type": "error", "status": e.status.as_u16(), "request_id": request_id,
         "error": {"type": "invalid_request_error", "code": e.code, "message": e.message}});
-    client.send(Message::Text(frame.to_string().into())).await
-}
-
-fn failure(code: &str, outcome: Outcome) -> Ending {
-    Ending {
-        outcome,
-        error_code: Some(code.to_owned()),
-        upstream_status: None,
-        usage: Usage::default(),
-        first_output: None,
-        verdict: Verdict::Neutral,
-    }
+    limits.send(client, Message::Text(frame.to_string().into()), None).await
 }

@@ -4,6 +4,7 @@
 
 use sqlx::SqlitePool;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{NewRecord, RETENTION_AGE, RETENTION_ROWS};
 use crate::clock::SharedClock;
@@ -19,6 +20,7 @@ const INSERT_ROWS: usize = 128;
 #[derive(Clone, Debug)]
 pub struct RecordSink {
     tx: mpsc::Sender<NewRecord>,
+    closed: CancellationToken,
 }
 
 impl RecordSink {
@@ -29,6 +31,20 @@ impl RecordSink {
         {
             tracing::error!("record writer stopped; a request record was dropped");
         }
+    }
+
+    /// Queues a record without waiting (for places that cannot await, such as a drop). When the
+    /// queue is full the send happens on a task of its own.
+    pub fn send_now(&self, record: NewRecord) {
+        if let Err(mpsc::error::TrySendError::Full(record)) = self.tx.try_send(record) {
+            let sink = self.clone();
+            tokio::spawn(async move { sink.send(record).await });
+        }
+    }
+
+    /// Stops the writer once what is queued is written (shutdown: the senders may outlive it).
+    pub fn close(&self) {
+        self.closed.cancel();
     }
 }
 
@@ -45,17 +61,31 @@ impl Default for Retention {
     }
 }
 
-/// Starts the writer. It ends after every sender is dropped and the queue is drained, so no
-/// record is lost on shutdown.
+/// Starts the writer. It ends after every sender is dropped, or after [`RecordSink::close`], once
+/// the queue is drained, so no record queued before shutdown is lost.
 pub fn spawn_writer(
     db: SqlitePool,
     clock: SharedClock,
     retention: Retention,
 ) -> (RecordSink, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<NewRecord>(QUEUE);
+    let closed = CancellationToken::new();
+    let close = closed.clone();
     let task = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
-        while rx.recv_many(&mut batch, BATCH).await > 0 {
+        loop {
+            let received = tokio::select! {
+                biased;
+                n = rx.recv_many(&mut batch, BATCH) => n,
+                () = close.cancelled(), if !rx.is_closed() => {
+                    // No new records; what is queued is still received below.
+                    rx.close();
+                    continue;
+                }
+            };
+            if received == 0 {
+                break;
+            }
             let now_ms = clock.now().timestamp_millis();
             if let Err(e) = write_batch(&db, &batch, now_ms, retention).await {
                 tracing::error!(error = %e, records = batch.len(), "writing request records failed");
@@ -63,7 +93,7 @@ pub fn spawn_writer(
             batch.clear();
         }
     });
-    (RecordSink { tx }, task)
+    (RecordSink { tx, closed }, task)
 }
 
 async fn write_batch(

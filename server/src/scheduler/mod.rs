@@ -12,6 +12,7 @@
 //! decision again with every policy re-checked (ADM-7) and the reserved slot counted as free.
 
 pub mod admission;
+mod bindings;
 mod queue;
 mod runtime;
 mod select;
@@ -54,10 +55,8 @@ pub struct Settings {
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_QUEUE_CAPACITY: usize = 100;
 pub const DEFAULT_BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Expired bindings are swept from memory whenever the table grows by this many.
-const BINDING_SWEEP: usize = 4096;
-/// A binding only touched is written through at most this often.
-const BINDING_STORE_INTERVAL_MS: i64 = 3_600_000;
+/// Per-model request counters kept per account (API-1); only models the account served count.
+pub const MAX_MODEL_COUNTERS: usize = 64;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -151,14 +150,6 @@ pub enum Verdict {
     Neutral,
 }
 
-struct Binding {
-    account_id: i64,
-    model: String,
-    used_at: i64,
-    /// When `used_at` was last written to the database.
-    stored_at: i64,
-}
-
 /// A binding's scope (RT-1): member, pool, conversation.
 pub type BindingKey = (i64, i64, ConversationKey);
 
@@ -167,12 +158,12 @@ struct Inner {
     runtimes: Vec<Runtime>,
     slots: HashMap<i64, usize>,
     queues: HashMap<i64, VecDeque<Waiter>>,
-    bindings: HashMap<BindingKey, Binding>,
+    bindings: bindings::Bindings,
     next_waiter: u64,
     /// Reused by the eligibility scan (positions in the pool's account list).
     scratch: Vec<u32>,
-    /// A binding write a decision produced, sent after the lock is released.
-    pending_write: Option<store::Write>,
+    /// Writes a decision produced, sent after the lock is released.
+    pending_writes: Vec<store::Write>,
 }
 
 impl Inner {
@@ -236,24 +227,37 @@ impl Scheduler {
             rt.cold.state = state;
             rt.refresh();
         }
+        let mut writes = Vec::new();
         for b in loaded.bindings {
-            let binding = Binding {
-                account_id: b.account_id,
-                model: b.model,
-                used_at: b.used_at,
-                stored_at: b.used_at,
-            };
-            inner.bindings.insert(b.key, binding);
+            inner.bindings.restore(b.key, b.account_id, b.model, b.used_at, &mut writes);
         }
+        drop(inner);
         self.seq.fetch_max(max_seq + 1, Ordering::Relaxed);
+        for w in writes {
+            self.store.send(w);
+        }
     }
 
-    /// Applies what the upstream's answer says about the account (CD-1..CD-5).
-    fn settle(&self, slot: usize, model: &str, seq: u64, verdict: Verdict) {
+    /// Conversation bindings held in memory (tests, benchmarks).
+    pub fn binding_count(&self) -> usize {
+        self.lock().bindings.len()
+    }
+
+    /// Applies what the upstream's answer says about the account (CD-1..CD-5). `counted`: the
+    /// request was already counted for its model when admitted.
+    fn settle(&self, slot: usize, model: &str, seq: u64, verdict: Verdict, counted: bool) {
         let now = self.now();
         let policy = &self.settings.failure;
         let mut inner = self.lock();
         let rt = &mut inner.runtimes[slot];
+        // A model gets a counter once the account has served it, and only a bounded number do:
+        // requests naming junk models never grow the table.
+        if verdict == Verdict::Success
+            && !counted
+            && (rt.cold.requests.len() < MAX_MODEL_COUNTERS || rt.cold.requests.contains_key(model))
+        {
+            *rt.cold.requests.entry(model.to_owned()).or_insert(0) += 1;
+        }
         // The common case, a success or a neutral end on a clean account, changes nothing.
         if matches!(verdict, Verdict::Success | Verdict::Neutral) && !rt.has_models && rt.blocked_until <= now
         {
@@ -378,6 +382,8 @@ pub struct Lease {
     seq: u64,
     model: String,
     settled: bool,
+    /// Counted in the account's per-model requests when admitted (the model had a counter).
+    counted: bool,
 }
 
 impl Lease {
@@ -391,7 +397,7 @@ impl Lease {
             return;
         }
         self.settled = true;
-        self.scheduler.settle(self.slot, &self.model, self.seq, verdict);
+        self.scheduler.settle(self.slot, &self.model, self.seq, verdict, self.counted);
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::{Arc, atomic::Ordering};
 use app::model::Provider;
 
 use super::{
-    Ask, BINDING_STORE_INTERVAL_MS, BINDING_SWEEP, Binding, Excluded, Inner, Lease, Refusal, Reservation,
-    RoutingDecision, Rule, Scheduler, Step, Want, state::Block, store,
+    Ask, Excluded, Inner, Lease, Refusal, Reservation, RoutingDecision, Rule, Scheduler, Step, Want,
+    state::Block,
 };
 use crate::proxy::directory::{Account, Entry, PoolRoutes};
 
@@ -33,9 +33,9 @@ impl Scheduler {
                 self.release_locked(&mut inner, r.slot);
             }
         }
-        let write = inner.pending_write.take();
+        let writes = std::mem::take(&mut inner.pending_writes);
         drop(inner);
-        if let Some(w) = write {
+        for w in writes {
             self.store.send(w);
         }
         (step, decision)
@@ -68,8 +68,7 @@ impl Scheduler {
         // RT-1/RT-2: a bound conversation (or a WebSocket connection) goes to its account.
         let bound_id = ask.pin.or_else(|| {
             let key = (ask.member_id, ask.pool_id, ask.conversation?);
-            let b = inner.bindings.get(&key)?;
-            (now - b.used_at < self.ttl_ms()).then_some(b.account_id)
+            inner.bindings.get(&key, now, self.ttl_ms()).map(|b| b.account_id)
         });
         // RT-3: the bound account left out of this choice, and why.
         let mut skip: Option<(usize, Block)> = None;
@@ -81,7 +80,7 @@ impl Scheduler {
                 Some(b) if b.account_wide() => {
                     return (Step::Refuse(Refusal::AccountCooling(b.retry_after(now))), decision);
                 }
-                Some(b) if !self.model_switch_may_move(inner, ask) => {
+                Some(b) if !self.model_switch_may_move(inner, ask, now) => {
                     return (Step::Refuse(model_refusal(&b, now)), decision);
                 }
                 // RT-3: a client-side model switch with portable history may move.
@@ -100,8 +99,7 @@ impl Scheduler {
         // RT-7: a review/guardian request prefers its parent conversation's account when that
         // account can take it right now; otherwise normal scheduling, parent binding untouched.
         if let Some(parent) = ask.parent
-            && let Some(b) = inner.bindings.get(&(ask.member_id, ask.pool_id, parent))
-            && now - b.used_at < self.ttl_ms()
+            && let Some(b) = inner.bindings.get(&(ask.member_id, ask.pool_id, parent), now, self.ttl_ms())
             && let Some(i) = pool.position(b.account_id).filter(|i| serves(&entries[*i]))
         {
             sync(inner, i);
@@ -195,12 +193,15 @@ impl Scheduler {
 
     /// RT-3: only a request of a conversation, with a model other than the one it is bound for
     /// and no upstream continuation, may leave its account.
-    fn model_switch_may_move(&self, inner: &Inner, ask: &Ask<'_>) -> bool {
+    fn model_switch_may_move(&self, inner: &Inner, ask: &Ask<'_>, now: i64) -> bool {
         if ask.pin.is_some() || ask.continuation {
             return false;
         }
         let Some(conv) = ask.conversation else { return false };
-        inner.bindings.get(&(ask.member_id, ask.pool_id, conv)).is_some_and(|b| b.model != ask.model)
+        inner
+            .bindings
+            .get(&(ask.member_id, ask.pool_id, conv), now, self.ttl_ms())
+            .is_some_and(|b| &*b.model != ask.model)
     }
 
     /// Takes a slot of `a` (or keeps the reserved one, already counted) and returns its lease.
@@ -220,40 +221,19 @@ impl Scheduler {
         if rt.has_models {
             rt.cold.state.admit(ask.model, seq, now);
         }
-        match rt.cold.requests.get_mut(ask.model) {
-            Some(n) => *n += 1,
-            None => {
-                rt.cold.requests.insert(ask.model.to_owned(), 1);
+        let counted = match rt.cold.requests.get_mut(ask.model) {
+            Some(n) => {
+                *n += 1;
+                true
             }
-        }
+            None => false,
+        };
         if ask.pin.is_none()
             && let Some(conv) = ask.conversation
         {
             let key = (ask.member_id, ask.pool_id, conv);
-            if !inner.bindings.contains_key(&key) && inner.bindings.len() % BINDING_SWEEP == BINDING_SWEEP - 1
-            {
-                let ttl = self.ttl_ms();
-                inner.bindings.retain(|_, b| now - b.used_at < ttl);
-            }
-            let b = inner.bindings.entry(key).or_insert_with(|| Binding {
-                account_id: a.id,
-                model: ask.model.to_owned(),
-                used_at: now,
-                stored_at: i64::MIN,
-            });
-            if b.account_id != a.id || b.model != ask.model {
-                b.account_id = a.id;
-                b.model = ask.model.to_owned();
-                b.stored_at = i64::MIN;
-            }
-            b.used_at = now;
-            // Written through when new or moved, else at most hourly; sent once the lock is gone.
-            if now.saturating_sub(b.stored_at) >= BINDING_STORE_INTERVAL_MS {
-                b.stored_at = now;
-                let write =
-                    store::Write::Binding { key, account_id: a.id, model: b.model.clone(), used_at: now };
-                inner.pending_write = Some(write);
-            }
+            let ttl = self.ttl_ms();
+            inner.bindings.touch(key, a.id, ask.model, now, ttl, &mut inner.pending_writes);
         }
         Lease {
             scheduler: Arc::clone(self),
@@ -262,6 +242,7 @@ impl Scheduler {
             seq,
             model: ask.model.to_owned(),
             settled: false,
+            counted,
         }
     }
 }

@@ -345,8 +345,23 @@ impl AccountState {
         for m in self.models.values_mut() {
             m.failures.retain(|t| *t > window_start);
         }
+        // Entries whose failures all left the window remember nothing.
+        self.models.retain(|_, m| !m.is_clear());
+        // Bounded whatever models the upstream fails: past the cap, entries that block nothing
+        // now (cooldowns ended, awaiting a probe that may never come) are forgotten.
+        if self.models.len() > MAX_MODEL_STATES {
+            let mut excess = self.models.len() - MAX_MODEL_STATES;
+            self.models.retain(|_, m| {
+                let drop = excess > 0 && m.block(now).is_none();
+                excess -= usize::from(drop);
+                !drop
+            });
+        }
     }
 }
+
+/// Per-model entries kept per account (the models an upstream failed or limited).
+pub const MAX_MODEL_STATES: usize = 128;
 
 #[cfg(test)]
 mod tests {
@@ -407,6 +422,30 @@ mod tests {
         a.model_succeeded("m", seq, now);
         assert_eq!(a.block("m", now), None);
         assert!(a.models.is_empty());
+    }
+
+    #[test]
+    fn failure_entries_that_left_the_window_are_removed_and_the_table_is_bounded() {
+        let p = policy();
+        let mut a = AccountState::default();
+        a.model_failed("m", 1, 0, &p);
+        assert_eq!(a.models.len(), 1);
+        a.forget_expired(121 * S, &p);
+        assert!(a.models.is_empty(), "one failure long ago proves nothing");
+        // junk models that each cooled once and were never probed again
+        let mut seq = 10;
+        for i in 0..(MAX_MODEL_STATES + 50) {
+            for _ in 0..p.threshold {
+                seq += 1;
+                a.model_failed(&format!("junk-{i}"), seq, 200 * S, &p);
+            }
+        }
+        a.model_failed("hot", seq + 1, 1_000 * S, &p);
+        a.model_failed("hot", seq + 2, 1_000 * S, &p);
+        a.model_failed("hot", seq + 3, 1_000 * S, &p);
+        a.forget_expired(1_000 * S, &p);
+        assert!(a.models.len() <= MAX_MODEL_STATES);
+        assert!(a.block("hot", 1_000 * S).is_some(), "a block in force is never forgotten");
     }
 
     #[test]

@@ -1,0 +1,228 @@
+//! One authenticated model attempt (REC-1, REC-2, REC-9, ADM-8): the request id, who asks, the
+//! slots it holds and the account lease, recorded exactly once by one of its consuming methods.
+//!
+//! Every path of the proxy (HTTP calls, WebSocket turns, retries, account switches) builds an
+//! [`Attempt`] once the caller is authenticated and admitted, and ends it with
+//! [`Attempt::finish`] or [`Attempt::fail`]; the slots go back only after the record is queued.
+//! An attempt dropped unfinished (the client went away, or the shutdown hard stop cut its
+//! request) is still recorded, as `cancelled`; only [`Attempt::discard`] (WebSocket warm-ups,
+//! which REC-1 leaves unrecorded) ends one without a record.
+
+use std::time::Duration;
+
+use app::model::Provider;
+use axum::response::Response;
+use tokio::time::Instant;
+
+use super::error::{GatewayError, Protocol};
+use crate::{
+    app_state::AppState,
+    keys::Principal,
+    records::{NewRecord, Outcome, Usage, bounded_model},
+    scheduler::{
+        Lease, RoutingDecision, Verdict,
+        admission::{MemberSlot, WorkspaceSlot},
+    },
+};
+
+/// CD-6: total request deadline (also of one WebSocket turn).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
+
+/// A server-generated request id (REC-9); client-supplied ids are ignored.
+pub fn new_request_id() -> String {
+    format!("req_{:032x}", rand::random::<u128>())
+}
+
+/// ADM-3: a slot of the member's concurrency (0 = unlimited), and the call counted against
+/// their optional RPM limit. Refusals are recorded as rejected by the caller.
+pub(super) fn member_admission(s: &AppState, p: &Principal) -> Result<MemberSlot, GatewayError> {
+    let slot = s
+        .admission
+        .member(p.member_id, u32::try_from(p.concurrency_limit).unwrap_or(0))
+        .ok_or_else(GatewayError::member_concurrency_exceeded)?;
+    s.admission
+        .member_rpm(p.member_id, p.rpm_limit)
+        .map_err(|wait| GatewayError::member_rpm_exceeded(wait.as_secs().clamp(1, 60)))?;
+    Ok(slot)
+}
+
+/// One authenticated model attempt; recorded exactly once by one of its consuming methods.
+pub(super) struct Attempt {
+    pub records: crate::records::RecordSink,
+    pub request_id: String,
+    pub protocol: Protocol,
+    /// Recorded operation name (`responses`, `responses_ws`, ...).
+    pub operation: &'static str,
+    pub started: Instant,
+    pub started_at_ms: i64,
+    pub principal: Principal,
+    pub model: String,
+    pub account: Option<(i64, Provider)>,
+    /// The account slot, settled with the attempt's verdict and released after its record (ADM-8).
+    /// (Fields drop in order: the account slot goes back before the workspace and member slots.)
+    pub lease: Option<Lease>,
+    /// Workspace and member slots, released when the attempt is recorded (ADM-8).
+    pub slots: Option<(WorkspaceSlot, MemberSlot)>,
+    /// The scheduler's explanation (EXP-1); none when rejected before routing.
+    pub routing: Option<RoutingDecision>,
+    /// Tells a drop why the attempt ended unfinished (shutdown rather than the client).
+    hard_stop: tokio_util::sync::CancellationToken,
+    /// Recorded (or deliberately not): a drop does nothing more.
+    done: bool,
+}
+
+/// The end of an attempt, as recorded.
+pub(super) struct Ending {
+    pub outcome: Outcome,
+    pub error_code: Option<String>,
+    pub upstream_status: Option<u16>,
+    pub usage: Usage,
+    pub first_output: Option<Duration>,
+    /// What the answer says about the account (CD-*); `Neutral` for local failures.
+    pub verdict: Verdict,
+}
+
+impl Ending {
+    /// A local failure before any upstream answer: nothing learned about the account.
+    pub(super) fn failed(code: &str, outcome: Outcome) -> Self {
+        Ending {
+            outcome,
+            error_code: Some(code.to_owned()),
+            upstream_status: None,
+            usage: Usage::default(),
+            first_output: None,
+            verdict: Verdict::Neutral,
+        }
+    }
+}
+
+impl Attempt {
+    pub(super) fn new(
+        s: &AppState,
+        request_id: String,
+        protocol: Protocol,
+        operation: &'static str,
+        started: Instant,
+        principal: Principal,
+        model: String,
+    ) -> Self {
+        Attempt {
+            records: s.records.clone(),
+            request_id,
+            protocol,
+            operation,
+            started,
+            started_at_ms: s.clock.now().timestamp_millis(),
+            principal,
+            model,
+            account: None,
+            lease: None,
+            slots: None,
+            routing: None,
+            hard_stop: s.hard_stop.clone(),
+            done: false,
+        }
+    }
+
+    /// Settles the lease and builds the record; the attempt is done from here on.
+    fn record(&mut self, end: Ending) -> NewRecord {
+        self.done = true;
+        if let Some(lease) = self.lease.as_mut() {
+            lease.settle(end.verdict);
+        }
+        NewRecord {
+            request_id: std::mem::take(&mut self.request_id),
+            member_id: self.principal.member_id,
+            key_id: Some(self.principal.key_id),
+            pool_id: Some(self.principal.pool_id),
+            account_id: self.account.map(|a| a.0),
+            provider: self.account.map(|a| a.1.as_str()),
+            model: bounded_model(&self.model),
+            operation: self.operation,
+            started_at_ms: self.started_at_ms,
+            duration_ms: self.started.elapsed().as_millis() as i64,
+            first_output_ms: end.first_output.map(|d| d.as_millis() as i64),
+            outcome: end.outcome,
+            error_code: end.error_code,
+            upstream_status: end.upstream_status,
+            usage: end.usage,
+            routing: self.routing.take().and_then(|d| serde_json::to_string(&d).ok()),
+        }
+    }
+
+    pub(super) async fn finish(mut self, end: Ending) {
+        let record = self.record(end);
+        self.records.send(record).await;
+        // The slots are released only now (when `self` drops), after the record is queued (ADM-8).
+    }
+
+    /// Ends the attempt without a record (REC-1: WebSocket warm-ups create none).
+    pub(super) fn discard(mut self) {
+        self.done = true;
+    }
+
+    /// Answers with a gateway error and records it.
+    pub(super) async fn fail(
+        self,
+        err: GatewayError,
+        outcome: Outcome,
+        upstream_status: Option<u16>,
+    ) -> Response {
+        self.fail_with(err, outcome, upstream_status, Verdict::Neutral).await
+    }
+
+    /// Answers with a gateway error, records it, and settles the account with `verdict`.
+    pub(super) async fn fail_with(
+        self,
+        err: GatewayError,
+        outcome: Outcome,
+        upstream_status: Option<u16>,
+        verdict: Verdict,
+    ) -> Response {
+        let resp = err.render(self.protocol, Some(&self.request_id));
+        self.finish(Ending {
+            outcome,
+            error_code: Some(err.code.to_owned()),
+            upstream_status,
+            usage: Usage::default(),
+            first_output: None,
+            verdict,
+        })
+        .await;
+        resp
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let code = if self.hard_stop.is_cancelled() { "server_shutdown" } else { "client_cancelled" };
+        let record = self.record(Ending::failed(code, Outcome::Cancelled));
+        self.records.send_now(record);
+    }
+}
+
+/// What a relayed stream's end says about the model on this account (CD-2): a completed stream
+/// is a success; a broken or cut-off one a failure; anything else (cancel, timeout, shutdown, a
+/// stalled client, a model-reported failure) nothing.
+pub(super) fn stream_verdict(outcome: Outcome, error_code: Option<&str>) -> Verdict {
+    match (outcome, error_code) {
+        (Outcome::Success, _) => Verdict::Success,
+        (_, Some("upstream_stream_broken" | "stream_ended_early")) => Verdict::ModelFailure,
+        _ => Verdict::Neutral,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_prefixed_and_unique() {
+        let a = new_request_id();
+        assert!(a.starts_with("req_") && a.len() == 36);
+        assert_ne!(a, new_request_id());
+    }
+}

@@ -1,0 +1,78 @@
+//! Sending a model call upstream: the one place that builds the upstream HTTP request, so every
+//! provider path puts exactly one of each singleton header on the wire (`Content-Type`,
+//! `Content-Length`, `Host`, the account's credential) whatever the client sent, and the CD-3
+//! retry loop around it.
+//!
+//! Strict upstreams (aiohttp-based provider proxies, for one) answer 400 to a duplicate
+//! `Content-Type`; real providers redirect nowhere, and a redirect followed would carry the
+//! account's credential and the body to another host, so a 3xx is an upstream error (the shared
+//! client never follows redirects: see `serve::upstream_client`).
+
+use std::time::Duration;
+
+use axum::{
+    body::Bytes,
+    http::{HeaderMap, HeaderValue, header},
+};
+
+use super::{
+    attempt::Attempt,
+    directory::Account,
+    error::GatewayError,
+    schedule::{self, retry_after_header},
+};
+use crate::{app_state::AppState, providers, records::Outcome};
+
+/// CD-6: longest wait for upstream response headers on inference calls.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The upstream POST for `target`: its headers (the account's credential and the client headers
+/// that may pass, one value each) and exactly one `Content-Type: application/json`, since what
+/// SubLane sends upstream is always the JSON body it decoded.
+pub fn post(http: &reqwest::Client, target: &providers::Target, body: Bytes) -> reqwest::RequestBuilder {
+    let mut headers = target.headers.clone();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    http.post(&target.url).headers(headers).body(body)
+}
+
+/// Sends the upstream request. CD-3: explicit 408/5xx answers are retried on the same account, at
+/// most twice, before any byte is accepted, re-checking policy each time; a long upstream hint
+/// goes back to the client instead of being waited out. Same lease, request id and record.
+pub(super) async fn send_with_retries(
+    s: &AppState,
+    headers: &HeaderMap,
+    attempt: &Attempt,
+    account: &Account,
+    upstream_model: &str,
+    target: providers::Target,
+    body: Bytes,
+) -> Result<reqwest::Response, (GatewayError, Outcome)> {
+    let mut retries = 0;
+    loop {
+        let send = post(&s.http, &target, body.clone()).send();
+        let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
+            Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
+            Ok(Err(_)) => return Err((GatewayError::upstream_unavailable(), Outcome::Error)),
+            Ok(Ok(r)) => r,
+        };
+        if upstream.status().is_redirection() {
+            tracing::warn!(
+                account_id = account.id,
+                status = upstream.status().as_u16(),
+                "upstream answered a redirect; not followed (check the upstream base URL)"
+            );
+            return Err((GatewayError::upstream_redirected(), Outcome::Error));
+        }
+        let hint = retry_after_header(upstream.headers(), s.clock.now());
+        if !schedule::retryable(upstream.status())
+            || retries >= schedule::MAX_RETRIES
+            || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
+        {
+            return Ok(upstream);
+        }
+        drop(upstream);
+        retries += 1;
+        tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
+        schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
+    }
+}
