@@ -2,6 +2,10 @@
 //! at their real paths. Tests, benchmarks and the demo point SubLane's upstream URLs at it;
 //! production code never knows it exists (base URLs are plain configuration).
 //!
+//! Every request first passes [`strict::check`]: the mock refuses what strict upstreams refuse
+//! (a repeated singleton header, a body that disagrees with its length), so a wire bug of the
+//! gateway fails the tests instead of reaching real providers.
+//!
 //! Each credential is a simulated account whose behaviour is scripted through the control API:
 //! - `PUT  /__mock/accounts/{credential}`        set its [`Script`] (JSON)
 //! - `GET  /__mock/accounts/{credential}/calls`  the calls it received, with headers
@@ -13,9 +17,10 @@ mod openai;
 mod openai_ws;
 mod play;
 pub mod script;
+pub mod strict;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     net::SocketAddr,
     sync::{Arc, Mutex},
 };
@@ -35,10 +40,14 @@ pub struct MockState {
     inner: Arc<Mutex<Inner>>,
 }
 
+/// Calls remembered per credential (the oldest are forgotten), so a long demo or benchmark run
+/// does not grow the mock without bound.
+pub const MAX_CALLS_KEPT: usize = 10_000;
+
 #[derive(Default)]
 struct Inner {
     scripts: HashMap<String, Script>,
-    calls: HashMap<String, Vec<Call>>,
+    calls: HashMap<String, VecDeque<Call>>,
     next_id: u64,
     /// Calls of a credential inside their scripted header delay now, and the most ever at once.
     waiting: HashMap<String, (u32, u32)>,
@@ -72,7 +81,11 @@ impl MockState {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.next_id += 1;
         let id = inner.next_id;
-        inner.calls.entry(credential.to_owned()).or_default().push(call);
+        let calls = inner.calls.entry(credential.to_owned()).or_default();
+        if calls.len() >= MAX_CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(call);
         let script = inner.scripts.entry(credential.to_owned()).or_default();
         let step = script.steps.pop_front().unwrap_or(Step::Ok);
         Turn { script: script.clone(), step, id }
@@ -100,7 +113,7 @@ impl MockState {
 
     pub fn calls(&self, credential: &str) -> Vec<Call> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.calls.get(credential).cloned().unwrap_or_default()
+        inner.calls.get(credential).map(|c| c.iter().cloned().collect()).unwrap_or_default()
     }
 
     pub fn reset(&self) {
@@ -173,6 +186,7 @@ pub fn router(state: MockState) -> Router {
         .route("/v1internal:fetchAvailableModels", post(google::fetch_available_models))
         .route("/v1internal:loadCodeAssist", post(google::load_code_assist))
         .route("/token", post(google::google_token))
+        .layer(axum::middleware::from_fn(strict::check))
         .with_state(state)
 }
 
@@ -245,6 +259,13 @@ impl axum::extract::FromRequest<MockState> for Played {
         let turn = state.begin(&credential, call(&parts.method, &parts.uri, &parts.headers, &body));
         if turn.script.delay_ms > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(turn.script.delay_ms)).await;
+        }
+        if let Step::Redirect { location } = &turn.step {
+            let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
+            if let Ok(v) = axum::http::HeaderValue::from_str(location) {
+                resp.headers_mut().insert(axum::http::header::LOCATION, v);
+            }
+            return Err(resp);
         }
         Ok(Played { turn, body })
     }

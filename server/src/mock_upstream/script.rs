@@ -81,6 +81,8 @@ pub enum Step {
     Incomplete { reason: String },
     /// Token endpoints: 400 `invalid_grant`.
     InvalidGrant,
+    /// 307 to `location` (real providers never redirect a model call; the gateway must not follow).
+    Redirect { location: String },
 }
 
 /// What the mock saw of one call, for tests to assert on.

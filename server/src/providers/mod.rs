@@ -1,11 +1,16 @@
 //! Upstream providers (a closed set): where each model operation goes, how it authenticates, which
 //! client headers pass through, and the few body edits a provider requires.
 //!
-//! Header policy: an allow-list. Client credentials (`authorization`, `x-api-key`,
-//! `x-goog-api-key`), cookies, hop-by-hop headers (RFC 9110 §7.6.1), forwarding headers that
-//! would reveal client IPs, and `content-length`/`content-encoding` (the body may be re-encoded)
-//! never pass. Session and client metadata headers do (`session-id`/`session_id`, `thread-id`,
-//! `x-codex-*`, `x-openai-*`, `anthropic-beta`, `anthropic-version`, ...).
+//! Header policy: an allow-list, one value per header. Client credentials (`authorization`,
+//! `x-api-key`, `x-goog-api-key`), cookies, hop-by-hop headers (RFC 9110 §7.6.1), forwarding
+//! headers that would reveal client IPs, `content-type`/`content-length`/`content-encoding` (the
+//! gateway sends its own JSON body and sets them once), and every header that selects a billing
+//! entity upstream (`OpenAI-Organization`, `OpenAI-Project`: with them a member could bill another
+//! organization, or make an account answer 401 and get it paused for everyone) never pass.
+//! Session and client metadata headers do (`session-id`/`session_id`, `thread-id`, `x-codex-*`,
+//! `x-openai-*`, `anthropic-beta`, `anthropic-version`, ...); a client's repeated list header
+//! (`anthropic-beta`) is joined into one line. Query parameters pass only where the upstream route
+//! defines them (`beta` on Anthropic's Messages).
 
 pub mod observe;
 pub mod sse;
@@ -145,7 +150,7 @@ pub fn target(
                 Operation::CountTokens => "/v1/messages/count_tokens",
                 _ => return Err(TargetError::Unsupported),
             };
-            let url = match query.filter(|q| !q.is_empty()) {
+            let url = match defined_query(query, &["beta"]) {
                 Some(q) => format!("{}?{q}", join(&urls.anthropic_base_url, path)),
                 None => join(&urls.anthropic_base_url, path),
             };
@@ -202,10 +207,18 @@ pub fn unwrap_envelope(data: &str) -> Option<String> {
     }
 }
 
-/// Client headers that may travel upstream.
+/// The client's query parameters that the upstream route defines (`allowed`), in their order.
+fn defined_query(query: Option<&str>, allowed: &[&str]) -> Option<String> {
+    let kept: Vec<&str> = query?
+        .split('&')
+        .filter(|pair| allowed.contains(&pair.split_once('=').map_or(*pair, |(k, _)| k)))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join("&"))
+}
+
+/// Client headers that may travel upstream, one value each.
 fn pass_through(client: &HeaderMap) -> HeaderMap {
     const EXACT: &[&str] = &[
-        "content-type",
         "accept",
         "user-agent",
         "originator",
@@ -216,8 +229,6 @@ fn pass_through(client: &HeaderMap) -> HeaderMap {
         "conversation_id",
         "x-client-request-id",
         "openai-beta",
-        "openai-organization",
-        "openai-project",
         "anthropic-beta",
         "anthropic-version",
         "anthropic-dangerous-direct-browser-access",
@@ -225,11 +236,28 @@ fn pass_through(client: &HeaderMap) -> HeaderMap {
         "x-claude-code-session-id",
     ];
     const PREFIXES: &[&str] = &["x-codex-", "x-openai-", "x-stainless-"];
+    /// Comma-separated lists (RFC 9110 §5.3): repeated lines are joined into one.
+    const LISTS: &[&str] = &["anthropic-beta", "openai-beta"];
     let mut out = HeaderMap::new();
     for (name, value) in client {
         let n = name.as_str();
-        if EXACT.contains(&n) || PREFIXES.iter().any(|p| n.starts_with(p)) {
-            out.append(name.clone(), value.clone());
+        if !(EXACT.contains(&n) || PREFIXES.iter().any(|p| n.starts_with(p))) {
+            continue;
+        }
+        match out.get(name) {
+            None => {
+                out.insert(name.clone(), value.clone());
+            }
+            Some(first) if LISTS.contains(&n) => {
+                let mut joined = first.as_bytes().to_vec();
+                joined.extend_from_slice(b",");
+                joined.extend_from_slice(value.as_bytes());
+                if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                    out.insert(name.clone(), v);
+                }
+            }
+            // Anything else is one value: the first wins.
+            Some(_) => {}
         }
     }
     out
@@ -310,6 +338,85 @@ mod tests {
             assert!(!t.headers.contains_key(gone), "{gone} must not pass");
         }
         assert!(t.force_stream && t.force_no_store);
+    }
+
+    #[test]
+    fn billing_selectors_and_body_headers_never_pass_and_each_header_passes_once() {
+        let mut h = client();
+        for (k, v) in [
+            ("openai-organization", "org-other"),
+            ("openai-project", "proj-other"),
+            ("content-type", "application/json"),
+            ("content-encoding", "zstd"),
+            ("x-goog-user-project", "someone-elses"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        h.append("user-agent", HeaderValue::from_static("first/1"));
+        h.append("user-agent", HeaderValue::from_static("second/2"));
+        h.append("anthropic-beta", HeaderValue::from_static("oauth-2025-04-20"));
+        let key = CredentialInput::ApiKey { api_key: "sk-proj".into() };
+        let t = target(Provider::OpenaiApi, &key, &urls(), Operation::Responses, &h, None).unwrap();
+        for gone in [
+            "openai-organization",
+            "openai-project",
+            "content-type",
+            "content-encoding",
+            "x-goog-user-project",
+        ] {
+            assert!(!t.headers.contains_key(gone), "{gone} must not pass");
+        }
+        assert_eq!(t.headers.get_all("user-agent").iter().count(), 1);
+        assert_eq!(t.headers["user-agent"], "first/1");
+        assert_eq!(t.headers.get_all("authorization").iter().count(), 1);
+        let claude = CredentialInput::OAuth {
+            access_token: "sk-ant-oat".into(),
+            refresh_token: None,
+            expires_at: None,
+            provider_account_id: None,
+        };
+        let t = target(Provider::Claude, &claude, &urls(), Operation::Messages, &h, None).unwrap();
+        assert_eq!(t.headers.get_all("anthropic-beta").iter().count(), 1);
+        assert_eq!(
+            t.headers["anthropic-beta"], "claude-code-20250219,oauth-2025-04-20",
+            "joined, not doubled"
+        );
+    }
+
+    #[test]
+    fn only_query_parameters_the_route_defines_pass() {
+        let key = CredentialInput::ApiKey { api_key: "sk-ant-api".into() };
+        let t = target(
+            Provider::AnthropicApi,
+            &key,
+            &urls(),
+            Operation::Messages,
+            &HeaderMap::new(),
+            Some("beta=true&organization=other&key=sk-sl-secret"),
+        )
+        .unwrap();
+        assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
+        let t = target(
+            Provider::AnthropicApi,
+            &key,
+            &urls(),
+            Operation::Messages,
+            &HeaderMap::new(),
+            Some("x=1"),
+        )
+        .unwrap();
+        assert_eq!(t.url, "https://api.anthropic.com/v1/messages");
+        let openai = CredentialInput::ApiKey { api_key: "sk-proj".into() };
+        let t = target(
+            Provider::OpenaiApi,
+            &openai,
+            &urls(),
+            Operation::Responses,
+            &HeaderMap::new(),
+            Some("beta=true"),
+        )
+        .unwrap();
+        assert_eq!(t.url, "https://api.openai.com/v1/responses");
     }
 
     #[test]
