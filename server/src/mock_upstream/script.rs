@@ -83,6 +83,8 @@ pub enum Step {
     InvalidGrant,
     /// 307 to `location` (real providers never redirect a model call; the gateway must not follow).
     Redirect { location: String },
+    /// A 200 JSON answer padded to about `bytes` bytes (OpenAI Responses, non-streaming).
+    LargeBody { bytes: usize },
 }
 
 /// What the mock saw of one call, for tests to assert on.

@@ -1,6 +1,10 @@
 //! The accounts and pools the proxy routes over, held in memory so that a request never waits on
-//! SQLite. A snapshot is rebuilt when the configuration [`Generation`] moves (any change through
-//! the JSON API or the web app) and otherwise reused.
+//! SQLite. A snapshot is rebuilt when the configuration [`Generation`] moves (a real change
+//! through the JSON API or the web app) and otherwise reused.
+//!
+//! A rebuild is cheap: an account whose row is unchanged keeps its `Arc<Account>` from the last
+//! snapshot (its credentials are not opened again), and each pool keeps its rotation position, so
+//! a reload never skews rotation onto the first account (RT-5).
 //!
 //! A pool's accounts are kept sorted by priority (highest first) so the scheduler's eligibility
 //! scan finds the top tier as a prefix. Each account carries its scheduler slot, so the scan reads
@@ -130,6 +134,8 @@ impl PoolRoutes {
 pub struct Snapshot {
     generation: u64,
     pools: HashMap<i64, PoolRoutes>,
+    /// Each account with the sealed credential it was opened from, for the next rebuild.
+    accounts: HashMap<i64, (Vec<u8>, Arc<Account>)>,
 }
 
 impl Snapshot {
@@ -173,13 +179,20 @@ impl Directory {
         if let Some(s) = self.current.read().await.as_ref().filter(|s| s.generation == generation) {
             return Ok(Arc::clone(s));
         }
-        let snapshot = Arc::new(load(db, sealer, &self.scheduler, generation).await?);
+        let previous = self.current.read().await.clone();
+        let snapshot = Arc::new(load(db, sealer, &self.scheduler, generation, previous.as_deref()).await?);
         *self.current.write().await = Some(Arc::clone(&snapshot));
         Ok(snapshot)
     }
 }
 
-async fn load(db: &SqlitePool, sealer: &Sealer, scheduler: &Scheduler, generation: u64) -> Result<Snapshot> {
+async fn load(
+    db: &SqlitePool,
+    sealer: &Sealer,
+    scheduler: &Scheduler,
+    generation: u64,
+    previous: Option<&Snapshot>,
+) -> Result<Snapshot> {
     let policies: Vec<(i64, String, String, String)> =
         sqlx::query_as("SELECT id, policy_mode, policy_models, model_aliases FROM pools")
             .fetch_all(db)
@@ -199,41 +212,70 @@ async fn load(db: &SqlitePool, sealer: &Sealer, scheduler: &Scheduler, generatio
     )
     .fetch_all(db)
     .await?;
+    let mut opened = HashMap::new();
     for row in rows {
         let Some(provider) = Provider::parse(&row.provider) else { continue };
         let Some(sealed) = row.sealed_credential else { continue };
-        let credentials = match sealer
-            .open(SEAL_PURPOSE, &sealed)
-            .ok()
-            .and_then(|plain| serde_json::from_slice::<CredentialInput>(&plain).ok())
-        {
-            Some(c) => c,
+        let account_pools = crate::validate::id_list(row.pool_ids);
+        let max_concurrency = u32::try_from(row.max_concurrency).unwrap_or(1);
+        // Unchanged since the last snapshot: the same account, credentials not opened again.
+        let kept = previous.and_then(|p| p.accounts.get(&row.id)).filter(|(was_sealed, a)| {
+            *was_sealed == sealed
+                && a.provider == provider
+                && a.priority == row.priority
+                && a.max_concurrency == max_concurrency
+                && a.revision == row.lifecycle_revision
+                && a.pools == account_pools
+        });
+        let account = match kept {
+            Some((_, a)) => Arc::clone(a),
             None => {
-                tracing::error!(account_id = row.id, "account credentials cannot be opened; account skipped");
-                continue;
+                let credentials = match sealer
+                    .open(SEAL_PURPOSE, &sealed)
+                    .ok()
+                    .and_then(|plain| serde_json::from_slice::<CredentialInput>(&plain).ok())
+                {
+                    Some(c) => c,
+                    None => {
+                        tracing::error!(
+                            account_id = row.id,
+                            "account credentials cannot be opened; account skipped"
+                        );
+                        continue;
+                    }
+                };
+                Arc::new(Account {
+                    id: row.id,
+                    provider,
+                    priority: row.priority,
+                    max_concurrency,
+                    revision: row.lifecycle_revision,
+                    slot: scheduler.register(row.id),
+                    generation,
+                    pools: account_pools.clone(),
+                    credentials,
+                })
             }
         };
-        let account_pools = crate::validate::id_list(row.pool_ids);
-        let account = Arc::new(Account {
-            id: row.id,
-            provider,
-            priority: row.priority,
-            max_concurrency: u32::try_from(row.max_concurrency).unwrap_or(1),
-            revision: row.lifecycle_revision,
-            slot: scheduler.register(row.id),
-            generation,
-            pools: account_pools.clone(),
-            credentials,
-        });
-        for pool_id in account_pools {
-            if let Some((_, accounts)) = members.get_mut(&pool_id) {
+        for pool_id in &account_pools {
+            if let Some((_, accounts)) = members.get_mut(pool_id) {
                 accounts.push(Arc::clone(&account));
             }
         }
+        opened.insert(row.id, (sealed, account));
     }
-    let pools =
-        members.into_iter().map(|(id, (policy, accounts))| (id, PoolRoutes::new(policy, accounts))).collect();
-    Ok(Snapshot { generation, pools })
+    let pools = members
+        .into_iter()
+        .map(|(id, (policy, accounts))| {
+            let routes = PoolRoutes::new(policy, accounts);
+            // RT-5: rotation goes on where it was.
+            if let Some(was) = previous.and_then(|p| p.pool(id)) {
+                routes.next.store(was.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            (id, routes)
+        })
+        .collect();
+    Ok(Snapshot { generation, pools, accounts: opened })
 }
 
 #[cfg(test)]

@@ -487,4 +487,58 @@ mod tests {
         let end = ended.lock().unwrap().take().unwrap();
         assert_eq!(end.observation.outcome, None, "no terminal event seen");
     }
+
+    /// A relay whose client never reads: `stop` ends it by one of the three deadlines while its
+    /// send to the client is blocked.
+    async fn blocked_send_then(stop: impl FnOnce(&HardStop) -> Duration, deadline: Duration) -> End {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let hard_stop = HardStop::new();
+        let mut t = timing(None);
+        t.deadline = t.started + deadline;
+        t.write_timeout = Duration::from_secs(60);
+        let body = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            t,
+            hard_stop.clone(),
+            &TaskTracker::new(),
+            None,
+            on_end,
+        );
+        // The body is kept but never read: the relay's queue fills and its next send blocks.
+        for _ in 0..40 {
+            let _ = up.try_send(Ok(Bytes::from_static(b"data: {}\n\n")));
+            tokio::task::yield_now().await;
+        }
+        assert!(ended.lock().unwrap().is_none(), "blocked, not ended");
+        let wait = stop(&hard_stop);
+        tokio::time::advance(wait).await;
+        tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("the upstream is dropped");
+        tokio::task::yield_now().await;
+        drop(body);
+        ended.lock().unwrap().take().expect("the end is reported")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_ends_the_stream_at_the_write_deadline() {
+        let end = blocked_send_then(|_| Duration::from_secs(61), Duration::from_secs(1800)).await;
+        assert!(end.stalled && !end.timed_out && !end.shut_down);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hard_stop_and_the_total_deadline_fire_while_a_send_is_blocked() {
+        let end = blocked_send_then(
+            |stop| {
+                stop.cancel();
+                Duration::ZERO
+            },
+            Duration::from_secs(1800),
+        )
+        .await;
+        assert!(end.shut_down && !end.stalled);
+        let end = blocked_send_then(|_| Duration::from_secs(11), Duration::from_secs(10)).await;
+        assert!(end.timed_out && !end.stalled);
+    }
 }

@@ -334,6 +334,27 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_headers_are_clamped_whatever_they_say() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z").unwrap().to_utc();
+        let parse = |v: &str| {
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert(reqwest::header::RETRY_AFTER, v.parse().unwrap());
+            retry_after_header(&h, now)
+        };
+        let max = Some(RETRY_AFTER_MAX);
+        assert_eq!(parse("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse("1e20"), max);
+        assert_eq!(parse("1e400"), None, "infinity is unreadable");
+        assert_eq!(parse("-5"), Some(Duration::ZERO));
+        assert_eq!(parse("NaN"), None);
+        assert_eq!(parse("Mon, 30 Nov 2026 12:00:30 GMT"), Some(Duration::from_secs(30)));
+        assert_eq!(parse("Fri, 31 Dec 9999 23:59:59 GMT"), max);
+        assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+        assert_eq!(parse("soon"), None);
+    }
+
+    #[test]
     fn retries_back_off_and_respect_short_hints() {
         assert_eq!(retry_backoff(1, None), Duration::from_millis(200));
         assert_eq!(retry_backoff(2, None), Duration::from_millis(400));

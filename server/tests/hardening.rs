@@ -1,0 +1,573 @@
+//! The request path against strict upstreams and hostile clients (the hardening issue): one of
+//! each singleton header on every provider path, no redirects followed, no billing selectors or
+//! undefined query parameters forwarded, absurd upstream numbers clamped, bodies and messages
+//! bounded before any work, junk model ids refused, WebSocket sessions held to the HTTP rules,
+//! sign-in throttled, rotation kept while people browse, and cookies `Secure` behind an https proxy.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{collections::HashMap, time::Duration};
+
+use common::{Client, TestServer};
+use futures_util::{SinkExt, StreamExt};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sublane::mock_upstream::MockUpstream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+
+/// Upstream credentials, one simulated account per provider.
+const CODEX: &str = "codex-at-h";
+const OPENAI: &str = "sk-proj-h";
+const CLAUDE: &str = "sk-ant-oat-h";
+const ANTHROPIC: &str = "sk-ant-api-h";
+const ANTIGRAVITY: &str = "ya29.h";
+
+/// SubLane in front of the strict mock, with one pool (and one key) per provider.
+struct Rig {
+    t: TestServer,
+    mock: MockUpstream,
+    admin: Client,
+    http: reqwest::Client,
+    /// Gateway key per provider name.
+    keys: HashMap<&'static str, String>,
+    /// Account id per provider name.
+    accounts: HashMap<&'static str, i64>,
+}
+
+impl Rig {
+    async fn start(extra_env: &[(&str, &str)]) -> Rig {
+        let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let m = mock.url();
+        let (codex, openai) = (format!("{m}/backend-api/codex"), format!("{m}/v1"));
+        let mut env = vec![
+            ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
+            ("SUBLANE_CODEX_BASE_URL", codex.as_str()),
+            ("SUBLANE_OPENAI_BASE_URL", openai.as_str()),
+            ("SUBLANE_CLAUDE_BASE_URL", m.as_str()),
+            ("SUBLANE_ANTHROPIC_BASE_URL", m.as_str()),
+            ("SUBLANE_ANTIGRAVITY_BASE_URL", m.as_str()),
+        ];
+        env.extend_from_slice(extra_env);
+        let t = TestServer::start_with(&env).await;
+        let mut admin = t.admin().await;
+        let mut keys = HashMap::new();
+        let mut accounts = HashMap::new();
+        for (provider, credentials) in [
+            ("codex", json!({"kind": "oauth", "access_token": CODEX, "provider_account_id": "acct-h"})),
+            ("openai_api", json!({"kind": "api_key", "api_key": OPENAI})),
+            ("claude", json!({"kind": "oauth", "access_token": CLAUDE})),
+            ("anthropic_api", json!({"kind": "api_key", "api_key": ANTHROPIC})),
+            (
+                "antigravity",
+                json!({"kind": "oauth", "access_token": ANTIGRAVITY, "provider_account_id": "proj-h"}),
+            ),
+        ] {
+            let (status, pool) = admin
+                .call(Method::POST, "/api/pools", Some(json!({"name": provider, "member_ids": [1]})))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{pool}");
+            let pool_id = pool["id"].as_i64().unwrap();
+            let (status, account) = admin
+                .call(
+                    Method::POST,
+                    "/api/accounts",
+                    Some(json!({"provider": provider, "name": provider, "pool_ids": [pool_id], "credentials": credentials})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{account}");
+            accounts.insert(provider, account["id"].as_i64().unwrap());
+            let (status, key) = admin
+                .call(Method::POST, "/api/me/keys", Some(json!({"name": provider, "pool_id": pool_id})))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{key}");
+            keys.insert(provider, key["secret"].as_str().unwrap().to_owned());
+        }
+        Rig { t, mock, admin, http: reqwest::Client::new(), keys, accounts }
+    }
+
+    fn post(&self, provider: &str, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{path}", self.t.base)).bearer_auth(&self.keys[provider])
+    }
+
+    async fn script(&self, credential: &str, script: Value) {
+        let url = format!("{}/__mock/accounts/{credential}", self.mock.url());
+        let r = self.http.put(url).json(&script).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
+
+    fn ws_request(&self, provider: &str) -> tungstenite::handshake::client::Request {
+        let url = format!("{}/v1/responses", self.t.base.replace("http://", "ws://"));
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut().insert("authorization", format!("Bearer {}", self.keys[provider]).parse().unwrap());
+        req
+    }
+}
+
+fn responses(stream: bool) -> Value {
+    json!({"model": "gpt-5.1-codex", "stream": stream, "store": false, "input": "hi"})
+}
+
+fn messages(stream: bool) -> Value {
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": stream,
+           "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn gemini() -> Value {
+    json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+}
+
+/// The next text frame of a WebSocket, as JSON.
+async fn next_event(
+    ws: &mut tokio_tungstenite::WebSocketStream<impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>,
+) -> Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
+        if let tungstenite::Message::Text(t) = msg {
+            return serde_json::from_str(t.as_str()).unwrap();
+        }
+    }
+}
+
+/// A client sends what real clients (and hostile ones) send: its own Content-Type, twice; a user
+/// agent, twice; billing selectors. Every provider path still puts exactly one of each singleton
+/// header on the wire (the strict mock refuses anything else with a 400), and neither billing
+/// selector nor an undefined query parameter reaches the upstream.
+#[tokio::test]
+async fn every_provider_path_passes_a_strict_upstream_whatever_the_client_sends() {
+    let r = Rig::start(&[]).await;
+    let calls: &[(&str, &str, Value)] = &[
+        ("codex", "/v1/responses", responses(true)),
+        ("codex", "/v1/responses", responses(false)),
+        ("codex", "/v1/responses/compact", json!({"model": "gpt-5.1-codex", "input": []})),
+        ("openai_api", "/v1/responses", responses(false)),
+        ("openai_api", "/v1/responses", responses(true)),
+        ("claude", "/v1/messages?beta=true", messages(true)),
+        ("claude", "/v1/messages/count_tokens", messages(false)),
+        ("anthropic_api", "/v1/messages?beta=true&organization=evil", messages(false)),
+        ("anthropic_api", "/v1/messages", messages(true)),
+        ("antigravity", "/v1beta/models/gemini-3.1-pro-low:generateContent", gemini()),
+        ("antigravity", "/v1beta/models/gemini-3.1-pro-low:streamGenerateContent?alt=sse", gemini()),
+    ];
+    for (provider, path, body) in calls {
+        let resp = r
+            .post(provider, path)
+            .header("content-type", "application/json")
+            .header("content-type", "application/json; charset=utf-8")
+            .header("user-agent", "client/1")
+            .header("user-agent", "client/2")
+            .header("openai-organization", "org-someone-else")
+            .header("openai-project", "proj-someone-else")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{provider} {path}: {text}");
+    }
+    for credential in [CODEX, OPENAI, CLAUDE, ANTHROPIC, ANTIGRAVITY] {
+        let seen = r.mock.state.calls(credential);
+        assert!(!seen.is_empty(), "{credential} was called");
+        for call in seen {
+            assert_eq!(call.headers.get("content-type").map(String::as_str), Some("application/json"));
+            assert_eq!(
+                call.headers.get("user-agent").map(String::as_str).filter(|ua| ua.starts_with("client/")),
+                match credential {
+                    ANTIGRAVITY => None, // Antigravity always gets SubLane's own agent
+                    _ => Some("client/1"),
+                }
+            );
+            for gone in ["openai-organization", "openai-project"] {
+                assert!(!call.headers.contains_key(gone), "{gone} reached {credential}");
+            }
+        }
+    }
+    let anthropic = r.mock.state.calls(ANTHROPIC);
+    assert_eq!(anthropic[0].query.as_deref(), Some("beta=true"), "only the route's own parameter");
+    assert_eq!(anthropic[1].query, None);
+
+    // The WebSocket handshake is held to the same wire.
+    let mut req = r.ws_request("codex");
+    req.headers_mut().append("user-agent", "client/1".parse().unwrap());
+    req.headers_mut().append("user-agent", "client/2".parse().unwrap());
+    req.headers_mut().insert("openai-organization", "org-someone-else".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    loop {
+        let e = next_event(&mut ws).await;
+        assert_ne!(e["type"], "error", "{e}");
+        if e["type"] == "response.completed" {
+            break;
+        }
+    }
+    let upgrade = r.mock.state.calls(CODEX).pop().unwrap();
+    assert_eq!(upgrade.method, "GET");
+    assert!(!upgrade.headers.contains_key("openai-organization"));
+}
+
+/// A redirect would carry the account's credential and the body to another host: it is an
+/// upstream error, and the upstream is called once.
+#[tokio::test]
+async fn an_upstream_redirect_is_an_error_and_never_followed() {
+    let r = Rig::start(&[]).await;
+    let elsewhere = format!("{}/v1/responses", r.mock.url());
+    r.script(OPENAI, json!({"steps": [{"kind": "redirect", "location": elsewhere}]})).await;
+    let resp = r.post("openai_api", "/v1/responses").json(&responses(false)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_redirected");
+    assert_eq!(r.mock.state.calls(OPENAI).len(), 1);
+    assert_eq!(r.mock.state.calls("anonymous").len(), 0, "nothing reached the redirect target");
+}
+
+/// Upstream numbers never crash a request: any Retry-After is clamped (1..=3600 s), forwarded as
+/// SubLane enforces it, or dropped when unreadable.
+#[tokio::test]
+async fn absurd_retry_after_values_are_clamped_never_a_crash() {
+    let mut r = Rig::start(&[]).await;
+    let id = r.accounts["openai_api"];
+    for (sent, forwarded) in [
+        ("1e20", Some("3600")),
+        ("-5", Some("1")),
+        ("NaN", None),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", Some("3600")),
+        ("Sun, 06 Nov 1994 08:49:37 GMT", Some("1")),
+        ("soon", None),
+        ("2.5", Some("3")),
+    ] {
+        r.script(OPENAI, json!({"steps": [{"kind": "status", "status": 429, "retry_after": sent}]})).await;
+        let resp = r.post("openai_api", "/v1/responses").json(&responses(false)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "Retry-After {sent:?}");
+        let got = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(got.as_deref(), forwarded, "Retry-After {sent:?}");
+        let (status, _) =
+            r.admin.call(Method::POST, &format!("/api/accounts/{id}/clear-cooldown"), Some(json!({}))).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+}
+
+/// Writes raw request bytes and returns the status line of the answer, or `None` if none came
+/// within `wait`.
+async fn raw_status(base: &str, head: String, wait: Duration) -> Option<String> {
+    let addr = base.trim_start_matches("http://");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(wait, tcp.read(&mut buf)).await.ok()?.ok()?;
+    String::from_utf8_lossy(&buf[..n]).lines().next().map(str::to_owned)
+}
+
+/// Limits before any work: the proxy checks the key from the headers before reading a body (a
+/// bad key is refused while the body has not even been sent), refuses a declared body over its
+/// limit at once, and the API and the web app's server functions accept only small bodies, also
+/// before signing in.
+#[tokio::test]
+async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
+    let r = Rig::start(&[]).await;
+    let host = r.t.base.trim_start_matches("http://").to_owned();
+    let head = |key: &str, length: usize| {
+        format!(
+            "POST /v1/responses HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {key}\r\n\
+             content-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+        )
+    };
+    let status = raw_status(&r.t.base, head("sk-sl-wrong", 10_000_000), Duration::from_secs(5)).await;
+    assert!(status.as_deref().is_some_and(|s| s.contains(" 401 ")), "refused before the body: {status:?}");
+    let status =
+        raw_status(&r.t.base, head(&r.keys["codex"], 40 * 1024 * 1024), Duration::from_secs(5)).await;
+    assert!(status.as_deref().is_some_and(|s| s.contains(" 413 ")), "over the limit at once: {status:?}");
+
+    let big = "x".repeat(1024 * 1024);
+    let form = format!("username=admin&password={big}");
+    let resp = r
+        .http
+        .post(format!("{}/rpc/login", r.t.base))
+        .header("origin", &r.t.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE, "anonymous server-function calls are small");
+    let resp = r
+        .http
+        .post(format!("{}/api/session", r.t.base))
+        .header("origin", &r.t.base)
+        .json(&json!({"username": "admin", "password": big}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // a body streamed without a length is cut at the same limit
+    let chunks = futures_util::stream::iter((0..64).map(|_| Ok::<_, std::io::Error>(vec![b' '; 32 * 1024])));
+    let resp = r
+        .http
+        .post(format!("{}/rpc/login", r.t.base))
+        .header("origin", &r.t.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await;
+    assert!(resp.is_err() || !resp.unwrap().status().is_success());
+    // and the small one still works
+    let resp = r
+        .http
+        .post(format!("{}/api/session", r.t.base))
+        .header("origin", &r.t.base)
+        .json(&json!({"username": "admin", "password": common::ADMIN_PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+/// A non-streaming upstream answer is read up to a cap: a larger one is a 502, not a buffer.
+#[tokio::test]
+async fn an_oversized_upstream_answer_is_refused() {
+    let r = Rig::start(&[]).await;
+    r.script(OPENAI, json!({"steps": [{"kind": "large_body", "bytes": 65 * 1024 * 1024}]})).await;
+    let resp = r.post("openai_api", "/v1/responses").json(&responses(false)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_response_too_large");
+}
+
+/// A WebSocket message over the cap ends the socket before anything is sent upstream.
+#[tokio::test]
+async fn websocket_messages_over_the_cap_are_refused() {
+    let r = Rig::start(&[]).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    let padding = "x".repeat(sublane::proxy::websocket::MAX_MESSAGE_BYTES);
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": padding});
+    let _ = ws.send(tungstenite::Message::text(turn.to_string())).await;
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match ws.next().await {
+                None | Some(Err(_)) | Some(Ok(tungstenite::Message::Close(_))) => return true,
+                Some(Ok(tungstenite::Message::Text(t))) => panic!("the oversized turn was served: {t}"),
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(end, Ok(true));
+    assert!(r.mock.state.calls(CODEX).is_empty(), "nothing went upstream");
+}
+
+/// Model ids over 256 bytes are refused before scheduling; junk models never get a per-model
+/// counter, models the account served do.
+#[tokio::test]
+async fn junk_model_ids_are_refused_or_never_counted() {
+    let mut r = Rig::start(&[]).await;
+    let long = "m".repeat(257);
+    let resp = r
+        .post("openai_api", "/v1/responses")
+        .json(&json!({"model": long, "stream": false, "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(r.mock.state.calls(OPENAI).is_empty());
+
+    r.script(
+        OPENAI,
+        json!({"steps": [{"kind": "status", "status": 400}, {"kind": "status", "status": 404}]}),
+    )
+    .await;
+    for junk in ["junk-a", "junk-b"] {
+        let resp = r
+            .post("openai_api", "/v1/responses")
+            .json(&json!({"model": junk, "stream": false, "input": "hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_client_error());
+    }
+    for _ in 0..2 {
+        let resp = r.post("openai_api", "/v1/responses").json(&responses(false)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let (_, runtime) = r.admin.call(Method::GET, "/api/accounts/runtime", None).await;
+    let account = runtime.as_array().unwrap().iter().find(|a| a["provider"] == "openai_api").unwrap();
+    let models: Vec<(&str, u64)> = account["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["model"].as_str().unwrap(), m["requests"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(models, [("gpt-5.1-codex", 2)]);
+    let rows = r.t.records(4).await;
+    assert_eq!(rows.len(), 4, "the over-long id left no record");
+    assert!(rows.iter().all(|row| row["model"].as_str().unwrap().len() < 100));
+}
+
+/// WebSocket sessions obey the HTTP rules: a turn while one runs is refused with an error event
+/// (the running turn goes on), and a revoked key is refused on its next turn and the socket is
+/// closed with the policy code.
+#[tokio::test]
+async fn websocket_turns_are_checked_one_at_a_time() {
+    let mut r = Rig::start(&[]).await;
+    r.script(CODEX, json!({"deltas": 5, "delta_delay_ms": 100})).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    assert_eq!(next_event(&mut ws).await["type"], "response.created");
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    let mut refused = None;
+    loop {
+        let e = next_event(&mut ws).await;
+        if e["type"] == "error" {
+            refused = Some(e);
+        } else if e["type"] == "response.completed" {
+            break;
+        }
+    }
+    let refused = refused.expect("the second turn got an answer");
+    assert_eq!(refused["error"]["code"], "response_in_progress");
+    assert_eq!(r.mock.state.calls(CODEX).len(), 1, "the refused turn went nowhere");
+
+    let (_, keys) = r.admin.call(Method::GET, "/api/me/keys", None).await;
+    let key_id =
+        keys.as_array().unwrap().iter().find(|k| k["name"] == "codex").unwrap()["id"].as_i64().unwrap();
+    let (status, _) = r.admin.call(Method::DELETE, &format!("/api/me/keys/{key_id}"), None).await;
+    assert!(status.is_success());
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    let e = next_event(&mut ws).await;
+    assert_eq!(e["error"]["code"], "invalid_api_key", "{e}");
+    let close = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.unwrap();
+    match close {
+        Some(Ok(tungstenite::Message::Close(Some(frame)))) => {
+            assert_eq!(u16::from(frame.code), 1008, "policy violation");
+        }
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    assert_eq!(r.mock.state.calls(CODEX).len(), 1);
+}
+
+/// Failed sign-ins back off per username (and address): after a few, even the right password
+/// gets 429 with Retry-After until the block passes; an over-long password is never hashed.
+#[tokio::test]
+async fn sign_in_is_throttled_per_username() {
+    let t = TestServer::start().await;
+    let mut c = t.client();
+    let attempt = |c: &mut Client, password: String| {
+        let body = json!({"username": "admin", "password": password});
+        let req = c.request(Method::POST, "/api/session").json(&body);
+        async move { req.send().await.unwrap() }
+    };
+    let long = "p".repeat(10_000);
+    assert_eq!(attempt(&mut c, long).await.status(), StatusCode::UNAUTHORIZED);
+    for _ in 0..4 {
+        assert_eq!(attempt(&mut c, "wrong-password".into()).await.status(), StatusCode::UNAUTHORIZED);
+    }
+    let blocked = attempt(&mut c, common::ADMIN_PASSWORD.into()).await;
+    assert_eq!(blocked.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = blocked.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=900).contains(&wait), "{wait}");
+    let body: Value = blocked.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_login_attempts");
+    // the web app's sign-in form is held to the same rule
+    let resp = c
+        .request(Method::POST, "/rpc/login")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("username=admin&password={}", common::ADMIN_PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(resp.headers().contains_key("retry-after"));
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    assert_eq!(attempt(&mut c, common::ADMIN_PASSWORD.into()).await.status(), StatusCode::OK);
+}
+
+/// Browsing the web app (server functions are POSTs, reads included) changes no configuration:
+/// the account directory is not rebuilt and rotation goes on evenly.
+#[tokio::test]
+async fn browsing_the_web_app_keeps_rotation_even() {
+    let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let openai = format!("{}/v1", mock.url());
+    let env =
+        [("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD), ("SUBLANE_OPENAI_BASE_URL", openai.as_str())];
+    let t = TestServer::start_with(&env).await;
+    let mut admin = t.admin().await;
+    for key in ["sk-rot-a", "sk-rot-b"] {
+        let (status, body) = admin
+            .call(
+                Method::POST,
+                "/api/accounts",
+                Some(json!({"provider": "openai_api", "name": key, "pool_ids": [1],
+                            "credentials": {"kind": "api_key", "api_key": key}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "rot"}))).await;
+    let key = key["secret"].as_str().unwrap().to_owned();
+    let http = reqwest::Client::new();
+    for _ in 0..6 {
+        let resp = http
+            .post(format!("{}/v1/responses", t.base))
+            .bearer_auth(&key)
+            .json(&responses(false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        for rpc in ["/rpc/me", "/rpc/requests"] {
+            let resp = admin
+                .request(Method::POST, rpc)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{rpc}");
+        }
+    }
+    let served = [mock.state.calls("sk-rot-a").len(), mock.state.calls("sk-rot-b").len()];
+    assert_eq!(served, [3, 3], "rotation is not reset by reads");
+}
+
+/// The session cookie is `Secure` whenever the browser came over HTTPS through a trusted proxy,
+/// and forwarding headers from anyone else are ignored.
+#[tokio::test]
+async fn session_cookies_are_secure_behind_a_trusted_https_proxy() {
+    async fn cookie(t: &TestServer, proto: Option<&str>, path: &str) -> String {
+        let mut req = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+            .post(format!("{}{path}", t.base))
+            .header("origin", &t.base);
+        if let Some(p) = proto {
+            req = req.header("x-forwarded-proto", p).header("x-forwarded-for", "203.0.113.7");
+        }
+        let req = if path == "/api/session" {
+            req.json(&json!({"username": "admin", "password": common::ADMIN_PASSWORD}))
+        } else {
+            req.header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("username=admin&password={}", common::ADMIN_PASSWORD))
+        };
+        let resp = req.send().await.unwrap();
+        assert!(resp.status().is_success() || resp.status().is_redirection(), "{}", resp.status());
+        resp.headers()["set-cookie"].to_str().unwrap().to_owned()
+    }
+    let behind = TestServer::start_with(&[
+        ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
+        ("SUBLANE_TRUSTED_PROXIES", "127.0.0.1"),
+    ])
+    .await;
+    for path in ["/api/session", "/rpc/login"] {
+        assert!(cookie(&behind, Some("https"), path).await.contains("Secure"), "{path}");
+        assert!(!cookie(&behind, Some("http"), path).await.contains("Secure"), "{path}");
+        assert!(!cookie(&behind, None, path).await.contains("Secure"), "{path}");
+    }
+    let exposed = TestServer::start().await;
+    assert!(
+        !cookie(&exposed, Some("https"), "/api/session").await.contains("Secure"),
+        "an untrusted peer's header is ignored"
+    );
+}
