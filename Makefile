@@ -86,6 +86,7 @@ fmt:
 bench:
 	$(CARGO) bench -p server --bench proxy
 	$(CARGO) bench -p server --bench scheduler
+	$(CARGO) bench -p server --bench memory
 
 clean-data:
 	rm -rf ./data
