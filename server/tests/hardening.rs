@@ -571,3 +571,55 @@ async fn session_cookies_are_secure_behind_a_trusted_https_proxy() {
         "an untrusted peer's header is ignored"
     );
 }
+
+/// A client that gives up before the upstream answers still leaves a record (REC-1), and its
+/// slot comes back.
+#[tokio::test]
+async fn a_client_that_leaves_before_the_answer_is_recorded_as_cancelled() {
+    let mut r = Rig::start(&[]).await;
+    r.script(OPENAI, json!({"delay_ms": 3000})).await;
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let gone = impatient
+        .post(format!("{}/v1/responses", r.t.base))
+        .bearer_auth(&r.keys["openai_api"])
+        .json(&responses(false))
+        .send()
+        .await;
+    assert!(gone.is_err());
+    let rows = r.t.records(1).await;
+    assert_eq!(
+        (&rows[0]["outcome"], &rows[0]["error_code"]),
+        (&json!("cancelled"), &json!("client_cancelled"))
+    );
+    let (_, runtime) = r.admin.call(Method::GET, "/api/accounts/runtime", None).await;
+    let held: u64 = runtime.as_array().unwrap().iter().map(|a| a["in_flight"].as_u64().unwrap()).sum();
+    assert_eq!(held, 0);
+}
+
+/// A burst of guesses sent together cannot slip past the throttle while they wait for a hashing
+/// slot: the block is checked again when each one's turn to hash comes.
+#[tokio::test]
+async fn a_burst_of_guesses_gets_no_more_than_a_few_hashes() {
+    let t = TestServer::start().await;
+    let c = t.client();
+    let guesses: Vec<_> = (0..30)
+        .map(|i| {
+            let body = json!({"username": "admin", "password": format!("guess-{i}-wrong")});
+            let req = c.request(Method::POST, "/api/session").json(&body);
+            tokio::spawn(async move { req.send().await.unwrap().status() })
+        })
+        .collect();
+    let mut refused_unhashed = 0;
+    let mut checked = 0;
+    for g in guesses {
+        match g.await.unwrap() {
+            StatusCode::TOO_MANY_REQUESTS => refused_unhashed += 1,
+            StatusCode::UNAUTHORIZED => checked += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let allowed = sublane::auth::throttle::FREE_USERNAME_FAILURES as usize
+        + sublane::auth::password::HASHING_CONCURRENCY;
+    assert!(checked <= allowed, "{checked} passwords were checked in one burst");
+    assert_eq!(checked + refused_unhashed, 30);
+}

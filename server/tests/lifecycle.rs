@@ -185,14 +185,25 @@ async fn a_client_that_stops_reading_frees_its_slot_after_the_write_deadline() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
-/// OPS-3 on the real binary: SIGTERM stops admitting (503 with `Connection: close`), closes an
-/// idle WebSocket at once, lets a stream run for the grace period, then cuts everything (a
-/// stalled reader included), records what was cut, and exits within grace + 5 s.
+/// OPS-3 on the real binary: SIGTERM stops admitting (503 with `Connection: close`), ends a
+/// queued request with 503, closes an idle WebSocket at once, lets a stream and a WebSocket turn
+/// run for the grace period, then cuts everything (a stalled reader included), records what was
+/// cut, and exits within grace + 5 s.
 #[tokio::test]
 async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
     let grace = Duration::from_secs(2);
     let mut p = Process::start(&[("SUBLANE_SHUTDOWN_GRACE", "2s")]).await;
-    // Every stream is long: 200 deltas, 100 ms apart (20 s), each delta 4 KiB.
+    let mut admin = common::Client::new(&p.base);
+    admin.sign_in("admin", common::ADMIN_PASSWORD).await;
+    let (status, _) = admin
+        .call(
+            Method::PATCH,
+            &format!("/api/accounts/{}/limits", p.account_id),
+            Some(json!({"max_concurrency": 3})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Every answer is long: 200 deltas, 100 ms apart (20 s), each delta 4 KiB.
     p.script(json!({"deltas": 200, "delta_delay_ms": 100, "delta_text": "y".repeat(4096)})).await;
     let http = reqwest::Client::new();
     let call = || {
@@ -212,34 +223,49 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
         n
     });
     let _stalled = p.stalled_reader().await;
-    let mut req =
-        format!("{}/v1/responses", p.base.replace("http://", "ws://")).into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {}", p.key).parse().unwrap());
-    let (mut idle_ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    assert!(eventually(Duration::from_secs(5), || async { p.runtime_in_flight().await == 2 }).await);
+    let ws = || {
+        let mut req =
+            format!("{}/v1/responses", p.base.replace("http://", "ws://")).into_client_request().unwrap();
+        req.headers_mut().insert("authorization", format!("Bearer {}", p.key).parse().unwrap());
+        tokio_tungstenite::connect_async(req)
+    };
+    let (mut idle_ws, _) = ws().await.unwrap();
+    let (mut busy_ws, _) = ws().await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    busy_ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || async { p.runtime_in_flight().await == 3 }).await);
+    // The account is full: the next call waits in the queue.
+    let queued = tokio::spawn(call());
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let signalled = Instant::now();
     p.terminate();
+    let queued = tokio::time::timeout(Duration::from_secs(2), queued).await.expect("the waiter ends at once");
+    let queued = queued.unwrap().unwrap();
+    assert_eq!(queued.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = queued.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "server_shutting_down");
     // New calls are refused with 503 and the connection closes.
-    let refused = eventually(Duration::from_secs(2), || async {
-        match http.get(format!("{}/healthz", p.base)).send().await {
-            Ok(r) => {
-                r.status() == StatusCode::SERVICE_UNAVAILABLE
-                    && r.headers().get("connection").is_some_and(|v| v == "close")
-            }
-            Err(_) => false,
-        }
-    })
-    .await;
-    assert!(refused, "new calls are refused while draining");
     let resp = call().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["connection"], "close");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "server_shutting_down");
+    let health = http.get(format!("{}/healthz", p.base)).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::SERVICE_UNAVAILABLE);
     // The idle WebSocket is closed at once with "going away".
-    let closed = tokio::time::timeout(Duration::from_secs(2), async {
+    assert_eq!(close_code(&mut idle_ws, Duration::from_secs(2)).await, Some(1001));
+    // The busy one runs its turn until the hard stop, is told so, then closed.
+    let mut cut_event = None;
+    let code = tokio::time::timeout(grace + Duration::from_secs(3), async {
         loop {
-            match idle_ws.next().await {
+            match busy_ws.next().await {
+                Some(Ok(tungstenite::Message::Text(t))) => {
+                    let e: Value = serde_json::from_str(t.as_str()).unwrap();
+                    if e["type"] == "error" {
+                        cut_event = Some(e);
+                    }
+                }
                 Some(Ok(tungstenite::Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
                 None | Some(Err(_)) => return None,
                 Some(Ok(_)) => {}
@@ -247,9 +273,10 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
         }
     })
     .await
-    .expect("the idle WebSocket is closed during the drain");
-    assert_eq!(closed, Some(1001));
-    let _ = idle_ws.send(tungstenite::Message::Close(None)).await;
+    .expect("the busy WebSocket is closed after the hard stop");
+    assert!(signalled.elapsed() >= grace, "the turn ran for the grace period");
+    assert_eq!(cut_event.expect("an error event")["error"]["code"], "server_shutting_down");
+    assert_eq!(code, Some(1001));
 
     let status = tokio::time::timeout(grace + Duration::from_secs(5), p.child.wait())
         .await
@@ -265,5 +292,24 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
         .iter()
         .filter(|r| r["outcome"] == "cancelled" && r["error_code"] == "server_shutdown")
         .count();
-    assert_eq!(cut, 2, "both streams recorded as cut by the shutdown: {records:?}");
+    assert_eq!(cut, 3, "both streams and the WebSocket turn recorded as cut by the shutdown: {records:?}");
+    assert!(records.iter().any(|r| r["outcome"] == "rejected" && r["error_code"] == "server_shutting_down"));
+}
+
+/// The close code a WebSocket receives within `within` (`None`: closed without one).
+async fn close_code<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, within: Duration) -> Option<u16>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    tokio::time::timeout(within, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(tungstenite::Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                None | Some(Err(_)) => return None,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await
+    .expect("the WebSocket is closed in time")
 }

@@ -41,16 +41,44 @@ impl ClientInfo {
             return ClientInfo { ip: peer_ip, https: https_configured };
         }
         // The rightmost hop that is not one of our proxies is the client as far as we can tell.
-        let hops: Vec<IpAddr> = headers
+        let mut hops: Vec<IpAddr> = headers
             .get_all("x-forwarded-for")
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .filter_map(|hop| hop.trim().parse().ok())
             .collect();
+        if hops.is_empty() {
+            hops = forwarded_for(headers);
+        }
         let ip = hops.iter().rev().find(|ip| !trusted(ip)).or(hops.first()).copied().unwrap_or(peer_ip);
         ClientInfo { ip, https: https_configured || forwarded_https(headers) }
     }
+}
+
+/// The `for=` addresses of `Forwarded` (RFC 7239), in order: `for=192.0.2.1`,
+/// `for="[2001:db8::1]:4711"`; obfuscated or unknown identifiers are skipped.
+fn forwarded_for(headers: &HeaderMap) -> Vec<IpAddr> {
+    headers
+        .get_all("forwarded")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|hop| {
+            hop.split(';').find_map(|pair| {
+                let (k, v) = pair.trim().split_once('=')?;
+                if !k.trim().eq_ignore_ascii_case("for") {
+                    return None;
+                }
+                let v = v.trim().trim_matches('"');
+                let host = match v.strip_prefix('[') {
+                    Some(rest) => rest.split(']').next()?,
+                    None => v.split(':').next().filter(|_| v.matches(':').count() <= 1).unwrap_or(v),
+                };
+                host.parse().ok()
+            })
+        })
+        .collect()
 }
 
 /// `X-Forwarded-Proto: https` or `Forwarded: proto=https` (the first hop's value).
@@ -120,6 +148,15 @@ mod tests {
         let c = config("10.0.0.0/8", None);
         // a client-forged first entry, then the real client, then our own second proxy
         let h = headers(&[("x-forwarded-for", "1.1.1.1, 203.0.113.9, 10.0.0.2")]);
+        assert_eq!(ClientInfo::of(peer("10.0.0.1"), &h, &c).ip, "203.0.113.9".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn forwarded_for_names_the_client_when_x_forwarded_for_is_absent() {
+        let c = config("10.0.0.0/8", None);
+        let h = headers(&[("forwarded", "for=\"[2001:db8::7]:4711\";proto=https, for=10.0.0.2")]);
+        assert_eq!(ClientInfo::of(peer("10.0.0.1"), &h, &c).ip, "2001:db8::7".parse::<IpAddr>().unwrap());
+        let h = headers(&[("forwarded", "for=203.0.113.9:1234")]);
         assert_eq!(ClientInfo::of(peer("10.0.0.1"), &h, &c).ip, "203.0.113.9".parse::<IpAddr>().unwrap());
     }
 

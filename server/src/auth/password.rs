@@ -6,7 +6,10 @@
 //! login for an unknown user still verifies against a fixed hash so that timing does not reveal
 //! which usernames exist.
 
-use std::{sync::LazyLock, time::Duration};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use tokio::sync::Semaphore;
 
@@ -27,15 +30,28 @@ pub const HASHING_CONCURRENCY: usize = 2;
 /// Longest a sign-in or password change waits for a hashing slot before answering 503.
 pub const HASHING_QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
 
-static HASHING: Semaphore = Semaphore::const_new(HASHING_CONCURRENCY);
+static HASHING: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(HASHING_CONCURRENCY)));
 
-/// Runs `work` on the blocking pool under the hashing semaphore.
-async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    let _permit = tokio::time::timeout(HASHING_QUEUE_TIMEOUT, HASHING.acquire())
+/// Runs `work` on the blocking pool under the hashing semaphore. `gate` runs once the permit is
+/// held, before any hashing: a check that must see the results of the hashes queued before it
+/// (the sign-in throttle). The permit moves into the blocking task, so a caller that goes away
+/// while the hash runs does not free its slot early.
+async fn hashing<T: Send + 'static>(
+    gate: impl FnOnce() -> Result<()>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    let permit = tokio::time::timeout(HASHING_QUEUE_TIMEOUT, Arc::clone(&HASHING).acquire_owned())
         .await
         .map_err(|_| Error::Busy)?
         .map_err(|_| Error::Internal("hashing semaphore closed".into()))?;
-    tokio::task::spawn_blocking(work).await.map_err(|e| Error::Internal(format!("hashing task failed: {e}")))
+    gate()?;
+    tokio::task::spawn_blocking(move || {
+        let out = work();
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))
 }
 
 /// Rejects passwords that are too short or too long.
@@ -74,16 +90,22 @@ static DECOY: LazyLock<String> = LazyLock::new(|| {
 });
 
 pub async fn hash_async(password: String) -> Result<String> {
-    hashing(move || hash(&password)).await?
+    hashing(|| Ok(()), move || hash(&password)).await?
 }
 
 /// Verifies on the blocking pool; with `None` it burns the same time on the decoy hash. A
-/// password longer than [`MAX_PASSWORD_LEN`] never verifies and is not hashed.
-pub async fn verify_async(password: String, phc: Option<String>) -> Result<bool> {
+/// password longer than [`MAX_PASSWORD_LEN`] never verifies and is not hashed. `gate` runs
+/// when a hashing slot is free, before hashing (see [`hashing`]).
+pub async fn verify_async(
+    password: String,
+    phc: Option<String>,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<bool> {
     if password.chars().count() > MAX_PASSWORD_LEN {
+        gate()?;
         return Ok(false);
     }
-    hashing(move || match phc {
+    hashing(gate, move || match phc {
         Some(phc) => verify(&password, &phc),
         None => {
             let _ = verify(&password, &DECOY);
@@ -127,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_user_path_rejects() {
-        assert!(!verify_async("whatever1".into(), None).await.unwrap());
+        assert!(!verify_async("whatever1".into(), None, || Ok(())).await.unwrap());
     }
 
     #[tokio::test]
@@ -135,7 +157,13 @@ mod tests {
         let long = "x".repeat(MAX_PASSWORD_LEN + 1);
         let h = hash(&long).unwrap();
         assert!(verify(&long, &h), "the plain check would accept it");
-        assert!(!verify_async(long, Some(h)).await.unwrap());
+        assert!(!verify_async(long, Some(h), || Ok(())).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_gate_runs_before_hashing_and_can_refuse() {
+        let refused = verify_async("whatever1".into(), None, || Err(Error::TooManyAttempts(3))).await;
+        assert!(matches!(refused, Err(Error::TooManyAttempts(3))));
     }
 
     #[tokio::test]
@@ -145,13 +173,16 @@ mod tests {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let (running, peak) = (running.clone(), peak.clone());
-                tokio::spawn(hashing(move || {
-                    use std::sync::atomic::Ordering::SeqCst;
-                    let now = running.fetch_add(1, SeqCst) + 1;
-                    peak.fetch_max(now, SeqCst);
-                    std::thread::sleep(Duration::from_millis(20));
-                    running.fetch_sub(1, SeqCst);
-                }))
+                tokio::spawn(hashing(
+                    || Ok(()),
+                    move || {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        let now = running.fetch_add(1, SeqCst) + 1;
+                        peak.fetch_max(now, SeqCst);
+                        std::thread::sleep(Duration::from_millis(20));
+                        running.fetch_sub(1, SeqCst);
+                    },
+                ))
             })
             .collect();
         for t in tasks {

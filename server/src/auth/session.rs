@@ -75,12 +75,17 @@ pub async fn sign_in(
     password: &str,
     ttl: Duration,
 ) -> Result<(MemberView, String)> {
-    if let Err(wait) = from.throttle.check(username, from.ip) {
-        return Err(Error::TooManyAttempts(wait.as_secs_f64().ceil().max(1.0) as u64));
-    }
+    let gate = || {
+        from.throttle
+            .check(username, from.ip)
+            .map_err(|wait| Error::TooManyAttempts(wait.as_secs_f64().ceil().max(1.0) as u64))
+    };
+    gate()?;
     let row = members::find_by_username(db, username).await?;
-    let ok =
-        password::verify_async(password.to_owned(), row.as_ref().map(|r| r.password_hash.clone())).await?;
+    // Checked again once a hashing slot is free: guesses queued together see each other's
+    // failures, so a burst cannot get more than a few past a block.
+    let hash = row.as_ref().map(|r| r.password_hash.clone());
+    let ok = password::verify_async(password.to_owned(), hash, gate).await?;
     match row {
         Some(row) if ok && row.enabled => {
             from.throttle.succeeded(username);

@@ -53,6 +53,18 @@ fn username_key(username: &str) -> String {
     username.trim().chars().take(MAX_KEY_CHARS).collect::<String>().to_lowercase()
 }
 
+/// One client, as far as an address tells: an IPv6 host commonly holds a whole /64, so its
+/// failures count together.
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
 impl LoginThrottle {
     /// `Err(wait)` while the username or the address is blocked.
     pub fn check(&self, username: &str, ip: IpAddr) -> Result<(), Duration> {
@@ -60,7 +72,7 @@ impl LoginThrottle {
         let wait =
             |f: Option<&Failures>| f.and_then(|f| f.blocked_until).filter(|u| *u > now).map(|u| u - now);
         let by_name = wait(lock(&self.usernames).peek(&username_key(username)));
-        let by_address = wait(lock(&self.addresses).peek(&ip));
+        let by_address = wait(lock(&self.addresses).peek(&address_key(ip)));
         match by_name.max(by_address) {
             Some(w) => Err(w),
             None => Ok(()),
@@ -71,7 +83,7 @@ impl LoginThrottle {
     pub fn failed(&self, username: &str, ip: IpAddr) {
         let now = Instant::now();
         bump(&mut lock(&self.usernames), username_key(username), FREE_USERNAME_FAILURES, now);
-        bump(&mut lock(&self.addresses), ip, FREE_ADDRESS_FAILURES, now);
+        bump(&mut lock(&self.addresses), address_key(ip), FREE_ADDRESS_FAILURES, now);
     }
 
     /// A successful sign-in clears its username (the address keeps its count, so one valid
@@ -137,6 +149,17 @@ mod tests {
         tokio::time::advance(FORGET_AFTER).await;
         t.failed("user0", IP);
         assert!(t.check("someone-else", IP).is_ok(), "old failures were forgotten");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ipv6_client_counts_as_its_slash_64() {
+        let t = LoginThrottle::default();
+        for i in 0..FREE_ADDRESS_FAILURES {
+            let ip: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().unwrap();
+            t.failed(&format!("user{i}"), ip);
+        }
+        assert!(t.check("x", "2001:db8:1:2:ffff::1".parse().unwrap()).is_err());
+        assert!(t.check("x", "2001:db8:1:3::1".parse().unwrap()).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -124,14 +124,13 @@ impl Attempt {
         }
     }
 
-    /// Settles the lease and builds the record; the attempt is done from here on.
+    /// Settles the lease and builds the record.
     fn record(&mut self, end: Ending) -> NewRecord {
-        self.done = true;
         if let Some(lease) = self.lease.as_mut() {
             lease.settle(end.verdict);
         }
         NewRecord {
-            request_id: std::mem::take(&mut self.request_id),
+            request_id: self.request_id.clone(),
             member_id: self.principal.member_id,
             key_id: Some(self.principal.key_id),
             pool_id: Some(self.principal.pool_id),
@@ -146,13 +145,16 @@ impl Attempt {
             error_code: end.error_code,
             upstream_status: end.upstream_status,
             usage: end.usage,
-            routing: self.routing.take().and_then(|d| serde_json::to_string(&d).ok()),
+            routing: self.routing.as_ref().and_then(|d| serde_json::to_string(d).ok()),
         }
     }
 
     pub(super) async fn finish(mut self, end: Ending) {
         let record = self.record(end);
+        // Done only once queued: if this is cut short while the queue is full, the drop records
+        // the attempt as cut instead.
         self.records.send(record).await;
+        self.done = true;
         // The slots are released only now (when `self` drops), after the record is queued (ADM-8).
     }
 
@@ -198,6 +200,7 @@ impl Drop for Attempt {
         if self.done {
             return;
         }
+        self.done = true;
         let code = if self.hard_stop.is_cancelled() { "server_shutdown" } else { "client_cancelled" };
         let record = self.record(Ending::failed(code, Outcome::Cancelled));
         self.records.send_now(record);

@@ -33,7 +33,10 @@ use crate::{
     keys::Principal,
     providers::{self, Observer, Operation, TargetError},
     records::Outcome,
-    scheduler::{Verdict, admission::WorkspaceSlot},
+    scheduler::{
+        Verdict,
+        admission::{MemberSlot, WorkspaceSlot},
+    },
 };
 
 /// CD-6: SSE heartbeat period while the upstream is silent.
@@ -52,14 +55,13 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
     let headers = parts.headers;
     let query = parts.uri.query();
     let mut resp = match admit(&s, &headers, path_model, body).await {
-        Ok((principal, body, fields, model, workspace)) => {
-            let member = member_admission(&s, &principal);
+        Ok(Admitted { principal, slots, body, fields, model }) => {
             let operation = spec.op.record_name();
             let mut attempt =
                 Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model);
-            match member {
-                Ok(member) => {
-                    attempt.slots = Some((workspace, member));
+            match slots {
+                Ok(slots) => {
+                    attempt.slots = Some(slots);
                     // The hard stop cuts a call still waiting on its upstream (the dropped attempt
                     // records itself); a stream already relaying ends in its relay.
                     tokio::select! {
@@ -87,16 +89,30 @@ fn random_session_id() -> String {
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
-/// Authentication, workspace admission, then the body (bounded, decoded) and its routing fields:
-/// failures here create no record (REC-1). The body is read only for an admitted caller.
+/// A caller let in, with their request read.
+struct Admitted {
+    principal: Principal,
+    /// The workspace and member slots, or the member's refusal (ADM-3, recorded as rejected).
+    slots: Result<(WorkspaceSlot, MemberSlot), GatewayError>,
+    body: Bytes,
+    fields: RoutingFields,
+    model: String,
+}
+
+/// Authentication, workspace and member admission, then the body (bounded, decoded) and its
+/// routing fields. Errors here create no record (REC-1). The body is read only for an
+/// authenticated caller, and while it arrives the caller holds a member slot, so one member
+/// uploading slowly cannot pin more of the workspace than their own concurrency. A member over
+/// their limit holds nothing while their body is read for the record of the refusal.
 async fn admit(
     s: &AppState,
     headers: &HeaderMap,
     path_model: Option<String>,
     body: Body,
-) -> Result<(Principal, Bytes, RoutingFields, String, WorkspaceSlot), GatewayError> {
+) -> Result<Admitted, GatewayError> {
     let principal = authenticate_request(s, headers).await?;
     let workspace = s.admission.workspace().ok_or_else(GatewayError::workspace_busy)?;
+    let slots = member_admission(s, &principal).map(|member| (workspace, member));
     let raw = request::read_body(headers, body).await?;
     let body = request::decode(headers, raw).await?;
     let fields = RoutingFields::parse(&body)?;
@@ -105,7 +121,7 @@ async fn admit(
         .filter(|m| !m.trim().is_empty())
         .ok_or_else(|| GatewayError::bad_request("the request has no model"))?;
     request::check_model(&model)?;
-    Ok((principal, body, fields, model, workspace))
+    Ok(Admitted { principal, slots, body, fields, model })
 }
 
 async fn dispatch(
@@ -388,8 +404,8 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
         None if end.timed_out => (Outcome::Error, Some("request_timeout".into())),
         None if end.shut_down => (Outcome::Cancelled, Some("server_shutdown".into())),
         None if end.idle_timed_out => (Outcome::Error, Some("stream_idle_timeout".into())),
-        None if end.unreadable => (Outcome::Error, Some("upstream_event_too_large".into())),
         None if end.broken => (Outcome::Error, Some("upstream_stream_broken".into())),
+        None if end.unreadable => (Outcome::Error, Some("upstream_event_too_large".into())),
         None => (Outcome::Incomplete, Some("stream_ended_early".into())),
     }
 }

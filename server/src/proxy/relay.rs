@@ -91,7 +91,7 @@ pub struct End {
     pub shut_down: bool,
     /// The client stopped reading: a send waited longer than the write deadline.
     pub stalled: bool,
-    /// The stream could not be watched any further (an event over the size cap) and had to end.
+    /// An event over the size cap went by unwatched (a rewritten stream had to end there).
     pub unreadable: bool,
 }
 
@@ -212,6 +212,9 @@ where
         // Dropping the upstream stream here closes (cancels) the upstream request.
         drop(upstream);
         end.cancelled = client_gone.is_some();
+        // An event too large to watch may have been the terminal one: say so rather than
+        // calling the stream cut short (which would count against the model, CD-2).
+        end.unreadable |= splitter.overflowed();
         end.observation = observer.seen;
         on_end(end).await;
     });

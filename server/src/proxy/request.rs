@@ -2,7 +2,11 @@
 //! itself is forwarded as bytes (decompressed when the client compressed it, since upstream
 //! edits and usage parsing need plain JSON).
 
-use std::{io::Read, sync::LazyLock, time::Duration};
+use std::{
+    io::Read,
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use axum::{
     body::{Body, Bytes},
@@ -26,7 +30,7 @@ pub const MAX_ZSTD_WINDOW_LOG: u32 = 24;
 /// Decompressions running at once (each holds a window and up to the body limit of output).
 const DECODE_CONCURRENCY: usize = 4;
 
-static DECODERS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(DECODE_CONCURRENCY));
+static DECODERS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(DECODE_CONCURRENCY)));
 
 /// Fields of a model request that routing and recording need.
 #[derive(Debug, Default, Deserialize)]
@@ -104,10 +108,16 @@ pub async fn decode(headers: &HeaderMap, body: Bytes) -> Result<Bytes, GatewayEr
     if !matches!(encoding.as_str(), "zstd" | "gzip" | "x-gzip" | "deflate") {
         return Err(GatewayError::bad_request(format!("unsupported Content-Encoding {encoding:?}")));
     }
-    let _permit = DECODERS.acquire().await.map_err(|_| GatewayError::internal())?;
-    tokio::task::spawn_blocking(move || decode_blocking(&encoding, &body))
-        .await
-        .map_err(|_| GatewayError::internal())?
+    // The permit goes with the work: a caller that leaves does not free the slot while its
+    // decompression still runs.
+    let permit = Arc::clone(&DECODERS).acquire_owned().await.map_err(|_| GatewayError::internal())?;
+    tokio::task::spawn_blocking(move || {
+        let out = decode_blocking(&encoding, &body);
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|_| GatewayError::internal())?
 }
 
 fn decode_blocking(encoding: &str, body: &[u8]) -> Result<Bytes, GatewayError> {

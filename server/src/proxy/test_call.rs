@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use app::model::{CredentialInput, Provider};
 use axum::body::Bytes;
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
@@ -72,13 +72,7 @@ pub async fn run(s: &AppState, provider: Provider, credentials: &CredentialInput
         }
         None => Bytes::from(body.to_string()),
     };
-    let send = s
-        .http
-        .post(&target.url)
-        .headers(target.headers)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send();
+    let send = super::upstream::post(&s.http, &target, body).send();
     let result = tokio::time::timeout(TEST_TIMEOUT, async {
         let resp = send.await.map_err(|_| ("upstream_unavailable".to_owned(), None))?;
         let status = resp.status();

@@ -175,10 +175,17 @@ async fn session(
         // Policy is checked every turn; the account is chosen once per connection, and every
         // turn takes one of its slots (ADM-4).
         let fields = RoutingFields::parse(text.as_bytes()).unwrap_or_default();
-        let routed = route(&s, &mut attempt, only, &headers, &fields, &mut bound).await;
+        let routing = route(&s, &mut attempt, only, &headers, &fields, &mut bound);
+        let routed = watch(routing, &limits, &mut client, &request_id).await;
         let upstream_model = match routed {
-            Ok(m) => m,
-            Err((e, outcome)) => {
+            Ok(Ok(m)) => m,
+            Err(cut) => {
+                // Queued or connecting when the client left or the hard stop came: no slot is
+                // kept for it, and the turn is recorded as cut.
+                end_turn(attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
+                break;
+            }
+            Ok(Err((e, outcome))) => {
                 let sent = send_error(&limits, &mut client, &e, &request_id).await;
                 end_turn(attempt, warmup, Ending::failed(e.code, outcome)).await;
                 if sent.is_err() {
@@ -187,12 +194,27 @@ async fn session(
                 continue;
             }
         };
-        let Some(binding) = bound.as_mut() else { continue };
+        let Some(binding) = bound.as_mut() else {
+            end_turn(attempt, warmup, Ending::failed("upstream_unavailable", Outcome::Error)).await;
+            continue;
+        };
         attempt.account = Some((binding.account.id, binding.account.provider));
         if upstream_model != model {
             frame["model"] = Value::String(upstream_model);
         }
-        if binding.upstream.send(tungstenite::Message::text(frame.to_string())).await.is_err() {
+        // An upstream that stops reading gets the same write deadline as a client.
+        let forward = tokio::time::timeout(
+            limits.write_timeout,
+            binding.upstream.send(tungstenite::Message::text(frame.to_string())),
+        );
+        let forwarded = match watch(forward, &limits, &mut client, &request_id).await {
+            Ok(sent) => matches!(sent, Ok(Ok(()))),
+            Err(cut) => {
+                end_turn(attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
+                break;
+            }
+        };
+        if !forwarded {
             bound = None;
             let e = GatewayError::upstream_unavailable();
             let sent = send_error(&limits, &mut client, &e, &request_id).await;
@@ -229,16 +251,67 @@ async fn end_turn(attempt: Attempt, warmup: bool, ending: Ending) {
     }
 }
 
+/// Why a turn was cut before its upstream answered.
+enum Cut {
+    ClientGone,
+    ShutDown,
+}
+
+impl Cut {
+    fn code(&self) -> &'static str {
+        match self {
+            Cut::ClientGone => "client_cancelled",
+            Cut::ShutDown => "server_shutdown",
+        }
+    }
+}
+
+/// Runs a turn's setup (waiting for an account, connecting, forwarding the frame) while watching
+/// the client and the hard stop: a client that leaves or a shutdown that cuts ends the wait at
+/// once (ADM-7), and a frame the client sends meanwhile is refused as a turn in progress.
+async fn watch<F: std::future::Future>(
+    work: F,
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    request_id: &str,
+) -> Result<F::Output, Cut> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return Ok(out),
+            () = limits.hard_stop.cancelled() => return Err(Cut::ShutDown),
+            msg = client.recv() => match msg {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(Cut::ClientGone),
+                Some(Ok(Message::Text(_) | Message::Binary(_))) => {
+                    if send_error(limits, client, &in_progress(), request_id).await.is_err() {
+                        return Err(Cut::ClientGone);
+                    }
+                }
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+/// PX-1: one turn at a time on a connection.
+fn in_progress() -> GatewayError {
+    GatewayError::new(
+        axum::http::StatusCode::CONFLICT,
+        "response_in_progress",
+        "a response is still in progress on this connection; send the next response.create after it ends",
+    )
+}
+
 /// The caller as of this turn: `Err((error, end the session))`. A key that no longer
-/// authenticates (revoked, disabled, expired, its member disabled or off the pool) ends the
-/// session; a lookup failure only fails this turn.
+/// authenticates (revoked, disabled, expired, its member disabled or off the pool) or that now
+/// targets another pool ends the session; a lookup failure only fails this turn.
 async fn turn_principal(
     s: &AppState,
     headers: &HeaderMap,
     current: &Principal,
 ) -> Result<Principal, (GatewayError, bool)> {
     match authenticate_request(s, headers).await {
-        Ok(p) if p.key_id == current.key_id => Ok(p),
+        Ok(p) if p.key_id == current.key_id && p.pool_id == current.pool_id => Ok(p),
         Ok(_) => Err((GatewayError::invalid_api_key(), true)),
         Err(e) => {
             let end = e.code == GatewayError::invalid_api_key().code;
@@ -414,12 +487,7 @@ async fn relay_turn(
                 None | Some(Err(_)) | Some(Ok(Message::Close(_))) => { client_gone = true; break; }
                 // One turn at a time (PX-1): a new turn while this one runs is refused, not lost.
                 Some(Ok(Message::Text(_) | Message::Binary(_))) => {
-                    let e = GatewayError::new(
-                        axum::http::StatusCode::CONFLICT,
-                        "response_in_progress",
-                        "a response is still in progress on this connection; send the next response.create after it ends",
-                    );
-                    if send_error(limits, client, &e, request_id).await.is_err() {
+                    if send_error(limits, client, &in_progress(), request_id).await.is_err() {
                         client_gone = true;
                         break;
                     }

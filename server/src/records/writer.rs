@@ -26,9 +26,12 @@ pub struct RecordSink {
 impl RecordSink {
     /// Queues a record. Waits only when the writer is thousands of records behind.
     pub async fn send(&self, record: NewRecord) {
-        if let Err(mpsc::error::TrySendError::Full(record)) = self.tx.try_send(record)
-            && self.tx.send(record).await.is_err()
-        {
+        let stopped = match self.tx.try_send(record) {
+            Ok(()) => false,
+            Err(mpsc::error::TrySendError::Full(record)) => self.tx.send(record).await.is_err(),
+            Err(mpsc::error::TrySendError::Closed(_)) => true,
+        };
+        if stopped {
             tracing::error!("record writer stopped; a request record was dropped");
         }
     }
@@ -36,9 +39,15 @@ impl RecordSink {
     /// Queues a record without waiting (for places that cannot await, such as a drop). When the
     /// queue is full the send happens on a task of its own.
     pub fn send_now(&self, record: NewRecord) {
-        if let Err(mpsc::error::TrySendError::Full(record)) = self.tx.try_send(record) {
-            let sink = self.clone();
-            tokio::spawn(async move { sink.send(record).await });
+        match self.tx.try_send(record) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(record)) => {
+                let sink = self.clone();
+                tokio::spawn(async move { sink.send(record).await });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::error!("record writer stopped; a request record was dropped");
+            }
         }
     }
 
