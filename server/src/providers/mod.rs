@@ -385,38 +385,20 @@ mod tests {
 
     #[test]
     fn only_query_parameters_the_route_defines_pass() {
-        let key = CredentialInput::ApiKey { api_key: "sk-ant-api".into() };
-        let t = target(
-            Provider::AnthropicApi,
-            &key,
-            &urls(),
-            Operation::Messages,
-            &HeaderMap::new(),
-            Some("beta=true&organization=other&key=sk-sl-secret"),
-        )
-        .unwrap();
-        assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
-        let t = target(
-            Provider::AnthropicApi,
-            &key,
-            &urls(),
-            Operation::Messages,
-            &HeaderMap::new(),
-            Some("x=1"),
-        )
-        .unwrap();
-        assert_eq!(t.url, "https://api.anthropic.com/v1/messages");
-        let openai = CredentialInput::ApiKey { api_key: "sk-proj".into() };
-        let t = target(
-            Provider::OpenaiApi,
-            &openai,
-            &urls(),
-            Operation::Responses,
-            &HeaderMap::new(),
-            Some("beta=true"),
-        )
-        .unwrap();
-        assert_eq!(t.url, "https://api.openai.com/v1/responses");
+        let url = |provider, api_key: &str, op, query| {
+            let key = CredentialInput::ApiKey { api_key: api_key.into() };
+            target(provider, &key, &urls(), op, &HeaderMap::new(), Some(query)).unwrap().url
+        };
+        let (anthropic, messages) = (Provider::AnthropicApi, Operation::Messages);
+        assert_eq!(
+            url(anthropic, "sk-ant-api", messages, "beta=true&organization=other&key=sk-sl-secret"),
+            "https://api.anthropic.com/v1/messages?beta=true"
+        );
+        assert_eq!(url(anthropic, "sk-ant-api", messages, "x=1"), "https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            url(Provider::OpenaiApi, "sk-proj", Operation::Responses, "beta=true"),
+            "https://api.openai.com/v1/responses"
+        );
     }
 
     #[test]

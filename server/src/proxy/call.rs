@@ -266,13 +266,12 @@ async fn dispatch(
                     .await;
             }
         };
-        let body = relay::relay(
+        let (body, relaying) = relay::relay(
             stream,
             first,
             observer,
             timing,
             s.hard_stop.clone(),
-            &s.tasks,
             rewrite,
             move |end| async move {
                 let (outcome, error_code) = stream_outcome(&end);
@@ -290,6 +289,7 @@ async fn dispatch(
                     .await;
             },
         );
+        s.tasks.spawn(relaying);
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {

@@ -18,7 +18,6 @@ use tokio::{
     sync::mpsc,
     time::{Instant, MissedTickBehavior, interval_at, sleep_until},
 };
-use tokio_util::task::TaskTracker;
 
 use crate::providers::{Observation, Observer, sse::Splitter};
 
@@ -126,20 +125,19 @@ async fn deliver(
     }
 }
 
-/// Starts relaying `upstream` and returns the client's response body. `first` is a chunk already
-/// read from the upstream (it is queued at once, so it leaves with the response headers).
-/// `on_end` runs once when the relay stops, whoever stopped it.
-#[allow(clippy::too_many_arguments)]
+/// Prepares relaying `upstream`: returns the client's response body and the relay task, which
+/// the caller spawns (on the tracker a shutdown waits for). `first` is a chunk already read from
+/// the upstream (it is queued at once, so it leaves with the response headers). `on_end` runs
+/// once when the relay stops, whoever stopped it.
 pub fn relay<S, F, Fut>(
     upstream: S,
     first: Option<Bytes>,
     mut observer: Observer,
     timing: Timing,
     hard_stop: HardStop,
-    tasks: &TaskTracker,
     rewrite: Option<Rewrite>,
     on_end: F,
-) -> Body
+) -> (Body, impl Future<Output = ()> + Send + 'static)
 where
     S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
     F: FnOnce(End) -> Fut + Send + 'static,
@@ -152,7 +150,7 @@ where
     {
         let _ = tx.try_send(Ok(out)); // a fresh channel always has room
     }
-    tasks.spawn(async move {
+    let task = async move {
         let mut upstream = upstream;
         let mut end = End::default();
         let mut client_gone: Option<Instant> = None;
@@ -199,9 +197,18 @@ where
                 Delivery::ClientGone => {
                     client_gone.get_or_insert_with(Instant::now);
                 }
-                Delivery::Stalled => { end.stalled = true; break; }
-                Delivery::TimedOut => { end.timed_out = true; break; }
-                Delivery::ShutDown => { end.shut_down = true; break; }
+                Delivery::Stalled => {
+                    end.stalled = true;
+                    break;
+                }
+                Delivery::TimedOut => {
+                    end.timed_out = true;
+                    break;
+                }
+                Delivery::ShutDown => {
+                    end.shut_down = true;
+                    break;
+                }
             }
             if client_gone.is_some()
                 && (timing.drain_after_cancel.is_none() || observer.seen.outcome.is_some())
@@ -217,11 +224,11 @@ where
         end.unreadable |= splitter.overflowed();
         end.observation = observer.seen;
         on_end(end).await;
-    });
-    Body::from_stream(futures_util::stream::unfold(
-        rx,
-        |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
-    ))
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|x| (x, rx))
+    }));
+    (body, task)
 }
 
 #[cfg(test)]
@@ -269,6 +276,17 @@ mod tests {
         )
     }
 
+    /// Starts a relay without a first chunk or rewrite, its task on the runtime.
+    fn start<S, F>(upstream: S, grammar: Grammar, timing: Timing, stop: HardStop, on_end: F) -> Body
+    where
+        S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+        F: FnOnce(End) -> std::future::Ready<()> + Send + 'static,
+    {
+        let (body, task) = relay(upstream, None, Observer::new(grammar), timing, stop, None, on_end);
+        tokio::spawn(task);
+        body
+    }
+
     async fn next(body: &mut axum::body::BodyDataStream) -> Bytes {
         body.next().await.unwrap().unwrap()
     }
@@ -277,17 +295,8 @@ mod tests {
     async fn bytes_pass_unchanged_and_heartbeats_fill_silence_between_events() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let mut body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            timing(None),
-            HardStop::new(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        )
-        .into_data_stream();
+        let mut body =
+            start(stream, Grammar::Responses, timing(None), HardStop::new(), on_end).into_data_stream();
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -324,16 +333,7 @@ mod tests {
     async fn client_disconnect_cancels_upstream_at_once_without_drain() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            timing(None),
-            HardStop::new(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        );
+        let body = start(stream, Grammar::Responses, timing(None), HardStop::new(), on_end);
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         drop(body);
         tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped promptly");
@@ -345,16 +345,8 @@ mod tests {
     async fn codex_drain_keeps_reading_for_usage_up_to_its_window() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            timing(Some(Duration::from_secs(3))),
-            HardStop::new(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        );
+        let body =
+            start(stream, Grammar::Responses, timing(Some(Duration::from_secs(3))), HardStop::new(), on_end);
         drop(body);
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -374,14 +366,11 @@ mod tests {
         // nothing arrives: the drain window closes after 3 s
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        drop(relay(
+        drop(start(
             stream,
-            None,
-            Observer::new(Grammar::Responses),
+            Grammar::Responses,
             timing(Some(Duration::from_secs(3))),
             HardStop::new(),
-            &TaskTracker::new(),
-            None,
             on_end,
         ));
         tokio::task::yield_now().await; // the relay notices the client is gone at t = 0
@@ -400,17 +389,7 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.idle_timeout = Some(Duration::from_secs(25));
-        let mut body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            t,
-            HardStop::new(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        )
-        .into_data_stream();
+        let mut body = start(stream, Grammar::Responses, t, HardStop::new(), on_end).into_data_stream();
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -428,17 +407,8 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let stop = HardStop::new();
-        let mut body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            timing(None),
-            stop.clone(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        )
-        .into_data_stream();
+        let mut body =
+            start(stream, Grammar::Responses, timing(None), stop.clone(), on_end).into_data_stream();
         stop.cancel();
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -452,17 +422,7 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.deadline = t.started + Duration::from_secs(60);
-        let mut body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            t,
-            HardStop::new(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        )
-        .into_data_stream();
+        let mut body = start(stream, Grammar::Responses, t, HardStop::new(), on_end).into_data_stream();
         tokio::time::advance(Duration::from_secs(61)).await;
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -471,17 +431,8 @@ mod tests {
 
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let mut body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Messages),
-            timing(None),
-            HardStop::new(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        )
-        .into_data_stream();
+        let mut body =
+            start(stream, Grammar::Messages, timing(None), HardStop::new(), on_end).into_data_stream();
         // the upstream closes after a partial answer: no terminal event, so not a success
         up.send(Ok(Bytes::from_static(b"event: message_start\ndata: {}\n\n"))).await.unwrap();
         drop(up);
@@ -500,16 +451,7 @@ mod tests {
         let mut t = timing(None);
         t.deadline = t.started + deadline;
         t.write_timeout = Duration::from_secs(60);
-        let body = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            t,
-            hard_stop.clone(),
-            &TaskTracker::new(),
-            None,
-            on_end,
-        );
+        let body = start(stream, Grammar::Responses, t, hard_stop.clone(), on_end);
         // The body is kept but never read: the relay's queue fills and its next send blocks.
         for _ in 0..40 {
             let _ = up.try_send(Ok(Bytes::from_static(b"data: {}\n\n")));
