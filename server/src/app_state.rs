@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::SqlitePool;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     clock::SharedClock,
@@ -42,14 +43,22 @@ pub struct AppState {
     pub admission: Arc<Admission>,
     /// Account selection, leases, queues and account state (ADM, RT, ACC, CD).
     pub scheduler: Arc<Scheduler>,
-    /// Cancelled when shutdown starts: queued requests leave at once (ADM-7).
-    pub shutdown: tokio_util::sync::CancellationToken,
-    /// Cancelled when the shutdown grace period is over: open streams end (OPS-3).
-    pub hard_stop: tokio_util::sync::CancellationToken,
-    /// Work a shutdown waits for: requests in flight, relayed streams, WebSocket sessions.
-    pub tasks: tokio_util::task::TaskTracker,
+    /// Shutdown, hard stop, and the work a shutdown waits for (OPS-3).
+    pub lifecycle: Arc<Lifecycle>,
     /// Failed sign-ins per username and address (ID-2).
     pub logins: Arc<crate::auth::throttle::LoginThrottle>,
+}
+
+/// The server's shutdown (OPS-3) as the request path sees it. Shared behind one `Arc`: cloning a
+/// `CancellationToken` takes a lock, which the hot path does not need to pay per request.
+#[derive(Debug, Default)]
+pub struct Lifecycle {
+    /// Cancelled when shutdown starts: nothing new is admitted, queued requests leave (ADM-7).
+    pub shutdown: CancellationToken,
+    /// Cancelled when the shutdown grace period is over: open streams end.
+    pub hard_stop: CancellationToken,
+    /// Work a shutdown waits for: requests in flight, relayed streams, WebSocket sessions.
+    pub tasks: TaskTracker,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -29,7 +29,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 use crate::{
-    app_state::AppState,
+    app_state::{AppState, Lifecycle},
     auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
     clock::SharedClock,
     config::Config,
@@ -182,7 +182,12 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .await
         .map_err(|e| StartError::Bootstrap(format!("scheduler state: {e}")))?;
     scheduler.restore(loaded);
-    let tasks = TaskTracker::new();
+    let lifecycle = Arc::new(Lifecycle {
+        shutdown: shutdown.clone(),
+        hard_stop: hard_stop.clone(),
+        tasks: TaskTracker::new(),
+    });
+    let tasks = lifecycle.tasks.clone();
     // The connection write deadline outlasts the relay's, so a stalled stream is ended (and
     // recorded) by its relay first; the connection goes after.
     let connections = Connections { tcp: listener, write_timeout: config.client_write_timeout * 2 };
@@ -198,11 +203,9 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         principals: Arc::new(Principals::new(generation.clone())),
         directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler))),
         generation,
-        hard_stop: hard_stop.clone(),
-        shutdown: shutdown.clone(),
+        lifecycle,
         admission,
         scheduler,
-        tasks: tasks.clone(),
         logins: Arc::new(LoginThrottle::default()),
     };
     let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
@@ -250,8 +253,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
-/// The whole application with its layer stack, outermost last: panic -> trace -> in-flight
-/// tracking -> drain (503 while shutting down) -> `HEAD /` probe -> routes. People's routes (the
+/// The whole application with its layer stack, outermost last: panic -> trace -> front door
+/// (503 while shutting down, `HEAD /` probe, in-flight tracking) -> routes. People's routes (the
 /// JSON API and the web app) add: body limit -> client address -> same-origin check -> change
 /// tracking. The model proxy reads its own bodies after authenticating the key (see
 /// `proxy::call`), so it has no body limit layer and stays lean.
@@ -267,9 +270,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .merge(crate::proxy::router())
         .merge(people)
-        .layer(middleware::from_fn(head_probe))
-        .layer(middleware::from_fn_with_state(state.clone(), refuse_while_draining))
-        .layer(middleware::from_fn_with_state(state.clone(), track_in_flight))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state.lifecycle), front_door))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             // Path only: query strings may carry keys (`?key=`), and headers carry secrets.
             tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
@@ -280,18 +281,23 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Every request in flight is work a shutdown waits for (up to the grace period).
-async fn track_in_flight(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    s.tasks.track_future(next.run(req)).await
+/// What every request passes first (its state is only the lifecycle, so no `AppState` is
+/// cloned here):
+/// - OPS-3: once shutdown starts nothing new is admitted: 503 with `Connection: close`, in the
+///   caller's protocol shape (the model paths) or the API's;
+/// - Claude Code probes `HEAD /` before its first call: answered without rendering a page;
+/// - every request in flight is work a shutdown waits for (up to the grace period).
+async fn front_door(State(lifecycle): State<Arc<Lifecycle>>, req: Request, next: Next) -> Response {
+    if lifecycle.shutdown.is_cancelled() {
+        return draining(req.uri().path());
+    }
+    if req.method() == Method::HEAD && req.uri().path() == "/" {
+        return StatusCode::OK.into_response();
+    }
+    lifecycle.tasks.track_future(next.run(req)).await
 }
 
-/// OPS-3: once shutdown starts nothing new is admitted: 503 with `Connection: close`, in the
-/// caller's protocol shape (the model paths) or the API's.
-async fn refuse_while_draining(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    if !s.shutdown.is_cancelled() {
-        return next.run(req).await;
-    }
-    let path = req.uri().path();
+fn draining(path: &str) -> Response {
     let mut resp = if path.starts_with("/api/") || path.starts_with("/rpc/") || path == "/healthz" {
         let body = app::model::ErrorBody {
             error: app::model::ErrorDetail {
@@ -327,14 +333,6 @@ fn changes_configuration(method: &Method, path: &str) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
         && path.starts_with("/api/")
         && path != "/api/session"
-}
-
-/// Claude Code probes `HEAD /` before its first call; answer it without rendering a page.
-async fn head_probe(req: Request, next: Next) -> Response {
-    if req.method() == Method::HEAD && req.uri().path() == "/" {
-        return StatusCode::OK.into_response();
-    }
-    next.run(req).await
 }
 
 /// `GET /healthz`: 200 when the database answers, 503 otherwise (OPS-4).

@@ -66,7 +66,7 @@ pub(super) struct Attempt {
     /// The scheduler's explanation (EXP-1); none when rejected before routing.
     pub routing: Option<RoutingDecision>,
     /// Tells a drop why the attempt ended unfinished (shutdown rather than the client).
-    hard_stop: tokio_util::sync::CancellationToken,
+    lifecycle: std::sync::Arc<crate::app_state::Lifecycle>,
     /// Recorded (or deliberately not): a drop does nothing more.
     done: bool,
 }
@@ -119,7 +119,7 @@ impl Attempt {
             lease: None,
             slots: None,
             routing: None,
-            hard_stop: s.hard_stop.clone(),
+            lifecycle: std::sync::Arc::clone(&s.lifecycle),
             done: false,
         }
     }
@@ -201,7 +201,8 @@ impl Drop for Attempt {
             return;
         }
         self.done = true;
-        let code = if self.hard_stop.is_cancelled() { "server_shutdown" } else { "client_cancelled" };
+        let code =
+            if self.lifecycle.hard_stop.is_cancelled() { "server_shutdown" } else { "client_cancelled" };
         let record = self.record(Ending::failed(code, Outcome::Cancelled));
         self.records.send_now(record);
     }

@@ -66,7 +66,7 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
                     // records itself); a stream already relaying ends in its relay.
                     tokio::select! {
                         resp = dispatch(&s, spec, attempt, &headers, query, body, fields) => resp,
-                        () = s.hard_stop.cancelled() => {
+                        () = s.lifecycle.hard_stop.cancelled() => {
                             GatewayError::shutting_down().render(spec.protocol, Some(&request_id))
                         }
                     }
@@ -271,7 +271,7 @@ async fn dispatch(
             first,
             observer,
             timing,
-            s.hard_stop.clone(),
+            std::sync::Arc::clone(&s.lifecycle),
             rewrite,
             move |end| async move {
                 let (outcome, error_code) = stream_outcome(&end);
@@ -289,7 +289,7 @@ async fn dispatch(
                     .await;
             },
         );
-        s.tasks.spawn(relaying);
+        s.lifecycle.tasks.spawn(relaying);
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {

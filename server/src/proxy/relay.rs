@@ -41,8 +41,8 @@ pub struct Timing {
     pub write_timeout: Duration,
 }
 
-/// OPS-3: the process is stopping and the grace period is over.
-pub type HardStop = tokio_util::sync::CancellationToken;
+/// OPS-3: the server's shutdown; the relay ends when its hard stop comes.
+pub type HardStop = std::sync::Arc<crate::app_state::Lifecycle>;
 
 /// Rewrites each event's data before it reaches the client (`None` drops the event). Used where
 /// the protocol needs translating (Antigravity's envelope); without it bytes pass unchanged.
@@ -119,7 +119,7 @@ async fn deliver(
     tokio::select! {
         biased;
         sent = tx.send(bytes) => if sent.is_ok() { Delivery::Sent } else { Delivery::ClientGone },
-        () = hard_stop.cancelled() => Delivery::ShutDown,
+        () = hard_stop.hard_stop.cancelled() => Delivery::ShutDown,
         () = sleep_until(timing.deadline) => Delivery::TimedOut,
         () = tokio::time::sleep(timing.write_timeout) => Delivery::Stalled,
     }
@@ -188,7 +188,7 @@ where
                     deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
                 }
                 _ = sleep_until(timing.deadline) => { end.timed_out = true; break; }
-                _ = hard_stop.cancelled() => { end.shut_down = true; break; }
+                _ = hard_stop.hard_stop.cancelled() => { end.shut_down = true; break; }
                 _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break,
                 _ = sleep_until(idle_until.unwrap_or(far)), if idle_until.is_some() => { end.idle_timed_out = true; break; }
             };
@@ -296,7 +296,7 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut body =
-            start(stream, Grammar::Responses, timing(None), HardStop::new(), on_end).into_data_stream();
+            start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end).into_data_stream();
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -333,7 +333,7 @@ mod tests {
     async fn client_disconnect_cancels_upstream_at_once_without_drain() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body = start(stream, Grammar::Responses, timing(None), HardStop::new(), on_end);
+        let body = start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end);
         up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
         drop(body);
         tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("upstream dropped promptly");
@@ -345,8 +345,13 @@ mod tests {
     async fn codex_drain_keeps_reading_for_usage_up_to_its_window() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let body =
-            start(stream, Grammar::Responses, timing(Some(Duration::from_secs(3))), HardStop::new(), on_end);
+        let body = start(
+            stream,
+            Grammar::Responses,
+            timing(Some(Duration::from_secs(3))),
+            HardStop::default(),
+            on_end,
+        );
         drop(body);
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -370,7 +375,7 @@ mod tests {
             stream,
             Grammar::Responses,
             timing(Some(Duration::from_secs(3))),
-            HardStop::new(),
+            HardStop::default(),
             on_end,
         ));
         tokio::task::yield_now().await; // the relay notices the client is gone at t = 0
@@ -389,7 +394,7 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.idle_timeout = Some(Duration::from_secs(25));
-        let mut body = start(stream, Grammar::Responses, t, HardStop::new(), on_end).into_data_stream();
+        let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -406,10 +411,10 @@ mod tests {
     async fn shutdown_after_grace_ends_the_stream_and_reports_it() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let stop = HardStop::new();
+        let stop = HardStop::default();
         let mut body =
             start(stream, Grammar::Responses, timing(None), stop.clone(), on_end).into_data_stream();
-        stop.cancel();
+        stop.hard_stop.cancel();
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
         assert!(ended.lock().unwrap().take().unwrap().shut_down);
@@ -422,7 +427,7 @@ mod tests {
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.deadline = t.started + Duration::from_secs(60);
-        let mut body = start(stream, Grammar::Responses, t, HardStop::new(), on_end).into_data_stream();
+        let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
         tokio::time::advance(Duration::from_secs(61)).await;
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
@@ -432,7 +437,7 @@ mod tests {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut body =
-            start(stream, Grammar::Messages, timing(None), HardStop::new(), on_end).into_data_stream();
+            start(stream, Grammar::Messages, timing(None), HardStop::default(), on_end).into_data_stream();
         // the upstream closes after a partial answer: no terminal event, so not a success
         up.send(Ok(Bytes::from_static(b"event: message_start\ndata: {}\n\n"))).await.unwrap();
         drop(up);
@@ -447,7 +452,7 @@ mod tests {
     async fn blocked_send_then(stop: impl FnOnce(&HardStop) -> Duration, deadline: Duration) -> End {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let hard_stop = HardStop::new();
+        let hard_stop = HardStop::default();
         let mut t = timing(None);
         t.deadline = t.started + deadline;
         t.write_timeout = Duration::from_secs(60);
@@ -476,7 +481,7 @@ mod tests {
     async fn the_hard_stop_and_the_total_deadline_fire_while_a_send_is_blocked() {
         let end = blocked_send_then(
             |stop| {
-                stop.cancel();
+                stop.hard_stop.cancel();
                 Duration::ZERO
             },
             Duration::from_secs(1800),

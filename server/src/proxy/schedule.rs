@@ -106,7 +106,7 @@ pub(super) async fn schedule(
         drop(snapshot);
         let until = *deadline
             .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
-        match ticket.wait(until, &s.shutdown).await {
+        match ticket.wait(until, &s.lifecycle.shutdown).await {
             Ok(r) => reserved = r,
             Err(r) => return Err((refusal(r, &attempt.model), Outcome::Rejected)),
         }

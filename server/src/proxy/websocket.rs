@@ -68,7 +68,7 @@ pub async fn upgrade(
         Ok(p) => p,
         Err(e) => return e.render(Protocol::OpenAi, None).into_response(),
     };
-    let tasks = s.tasks.clone();
+    let tasks = s.lifecycle.tasks.clone();
     ws.max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| tasks.track_future(session(s, principal, headers, only, socket)))
@@ -98,7 +98,7 @@ async fn session(
         // Between turns: a client frame, or shutdown (no new turn is taken).
         let msg = tokio::select! {
             msg = client.recv() => msg,
-            () = s.shutdown.cancelled() => {
+            () = s.lifecycle.shutdown.cancelled() => {
                 let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
                 break;
             }
@@ -232,7 +232,7 @@ async fn session(
         if turn.client_gone {
             break;
         }
-        if s.shutdown.is_cancelled() {
+        if s.lifecycle.shutdown.is_cancelled() {
             let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
             break;
         }
@@ -279,7 +279,7 @@ async fn watch<F: std::future::Future>(
     loop {
         tokio::select! {
             out = &mut work => return Ok(out),
-            () = limits.hard_stop.cancelled() => return Err(Cut::ShutDown),
+            () = limits.lifecycle.hard_stop.cancelled() => return Err(Cut::ShutDown),
             msg = client.recv() => match msg {
                 None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Err(Cut::ClientGone),
                 Some(Ok(Message::Text(_) | Message::Binary(_))) => {
@@ -393,7 +393,7 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
 /// The bounds every send to the client respects.
 struct SendLimits {
     write_timeout: Duration,
-    hard_stop: tokio_util::sync::CancellationToken,
+    lifecycle: Arc<crate::app_state::Lifecycle>,
 }
 
 /// Why a send to the client did not happen.
@@ -407,7 +407,7 @@ enum Unsent {
 
 impl SendLimits {
     fn of(s: &AppState) -> Self {
-        SendLimits { write_timeout: s.config.client_write_timeout, hard_stop: s.hard_stop.clone() }
+        SendLimits { write_timeout: s.config.client_write_timeout, lifecycle: Arc::clone(&s.lifecycle) }
     }
 
     /// Sends `msg`, giving up at the write deadline, the turn's deadline or the hard stop.
@@ -421,7 +421,7 @@ impl SendLimits {
         tokio::select! {
             biased;
             sent = client.send(msg) => sent.map_err(|_| Unsent::Gone),
-            () = self.hard_stop.cancelled() => Err(Unsent::ShutDown),
+            () = self.lifecycle.hard_stop.cancelled() => Err(Unsent::ShutDown),
             () = tokio::time::sleep_until(deadline.unwrap_or(far)) => Err(Unsent::Deadline),
             () = tokio::time::sleep(self.write_timeout) => Err(Unsent::Stalled),
         }
@@ -495,7 +495,7 @@ async fn relay_turn(
                 Some(Ok(_)) => {}
             },
             () = tokio::time::sleep_until(deadline) => { ended = Some("request_timeout"); break; }
-            () = s.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
+            () = s.lifecycle.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
         }
     }
     let seen = observer.seen;
