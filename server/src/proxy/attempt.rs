@@ -36,14 +36,23 @@ pub fn new_request_id() -> String {
 /// ADM-3: a slot of the member's concurrency (0 = unlimited), and the call counted against
 /// their optional RPM limit. Refusals are recorded as rejected by the caller.
 pub(super) fn member_admission(s: &AppState, p: &Principal) -> Result<MemberSlot, GatewayError> {
-    let slot = s
-        .admission
+    let slot = member_slot(s, p)?;
+    member_rpm(s, p)?;
+    Ok(slot)
+}
+
+/// ADM-3: a slot of the member's concurrency (0 = unlimited).
+pub(super) fn member_slot(s: &AppState, p: &Principal) -> Result<MemberSlot, GatewayError> {
+    s.admission
         .member(p.member_id, u32::try_from(p.concurrency_limit).unwrap_or(0))
-        .ok_or_else(GatewayError::member_concurrency_exceeded)?;
+        .ok_or_else(GatewayError::member_concurrency_exceeded)
+}
+
+/// ADM-3: the call counted against the member's optional RPM limit (Retry-After rounded up).
+pub(super) fn member_rpm(s: &AppState, p: &Principal) -> Result<(), GatewayError> {
     s.admission
         .member_rpm(p.member_id, p.rpm_limit)
-        .map_err(|wait| GatewayError::member_rpm_exceeded(wait.as_secs().clamp(1, 60)))?;
-    Ok(slot)
+        .map_err(|wait| GatewayError::member_rpm_exceeded(wait.as_secs_f64().ceil().clamp(1.0, 60.0) as u64))
 }
 
 /// One authenticated model attempt; recorded exactly once by one of its consuming methods.
@@ -69,6 +78,8 @@ pub(super) struct Attempt {
     lifecycle: std::sync::Arc<crate::app_state::Lifecycle>,
     /// Recorded (or deliberately not): a drop does nothing more.
     done: bool,
+    /// The record being queued: if queueing is cut short, the drop queues this one.
+    pending: Option<NewRecord>,
 }
 
 /// The end of an attempt, as recorded.
@@ -121,6 +132,7 @@ impl Attempt {
             routing: None,
             lifecycle: std::sync::Arc::clone(&s.lifecycle),
             done: false,
+            pending: None,
         }
     }
 
@@ -150,10 +162,9 @@ impl Attempt {
     }
 
     pub(super) async fn finish(mut self, end: Ending) {
-        let record = self.record(end);
-        // Done only once queued: if this is cut short while the queue is full, the drop records
-        // the attempt as cut instead.
-        self.records.send(record).await;
+        self.pending = Some(self.record(end));
+        // If this is cut short while the queue is full, the drop queues the pending record.
+        self.records.send_from(&mut self.pending).await;
         self.done = true;
         // The slots are released only now (when `self` drops), after the record is queued (ADM-8).
     }
@@ -201,10 +212,19 @@ impl Drop for Attempt {
             return;
         }
         self.done = true;
-        let code =
-            if self.lifecycle.hard_stop.is_cancelled() { "server_shutdown" } else { "client_cancelled" };
-        let record = self.record(Ending::failed(code, Outcome::Cancelled));
-        self.records.send_now(record);
+        let record = match self.pending.take() {
+            Some(r) => r,
+            None => {
+                let stopped = self.lifecycle.hard_stop.is_cancelled();
+                let code = if stopped { "server_shutdown" } else { "client_cancelled" };
+                self.record(Ending::failed(code, Outcome::Cancelled))
+            }
+        };
+        // Queued now, or by a task the shutdown waits for when the queue is full.
+        if let Err(record) = self.records.try_send(record) {
+            let sink = self.records.clone();
+            self.lifecycle.tasks.spawn(async move { sink.send(record).await });
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::{
     Spec,
-    attempt::{Attempt, Ending, REQUEST_DEADLINE, member_admission, new_request_id, stream_verdict},
+    attempt::{Attempt, Ending, REQUEST_DEADLINE, member_rpm, member_slot, new_request_id, stream_verdict},
     auth::authenticate_request,
     error::GatewayError,
     failure::UpstreamFailure,
@@ -54,27 +54,31 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     let query = parts.uri.query();
-    let mut resp = match admit(&s, &headers, path_model, body).await {
+    let stop = &s.lifecycle.hard_stop;
+    let admitted = tokio::select! {
+        admitted = admit(&s, &headers, path_model, body) => admitted,
+        () = stop.cancelled() => Err(Refused::Silently(GatewayError::shutting_down())),
+    };
+    let mut resp = match admitted {
         Ok(Admitted { principal, slots, body, fields, model }) => {
             let operation = spec.op.record_name();
             let mut attempt =
                 Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model);
-            match slots {
-                Ok(slots) => {
-                    attempt.slots = Some(slots);
-                    // The hard stop cuts a call still waiting on its upstream (the dropped attempt
-                    // records itself); a stream already relaying ends in its relay.
-                    tokio::select! {
-                        resp = dispatch(&s, spec, attempt, &headers, query, body, fields) => resp,
-                        () = s.lifecycle.hard_stop.cancelled() => {
-                            GatewayError::shutting_down().render(spec.protocol, Some(&request_id))
-                        }
-                    }
-                }
-                Err(e) => attempt.fail(e, Outcome::Rejected, None).await,
+            attempt.slots = Some(slots);
+            // The hard stop cuts a call still waiting on its upstream (the dropped attempt
+            // records itself); a stream already relaying ends in its relay.
+            tokio::select! {
+                resp = dispatch(&s, spec, attempt, &headers, query, body, fields) => resp,
+                () = stop.cancelled() => GatewayError::shutting_down().render(spec.protocol, Some(&request_id)),
             }
         }
-        Err(e) => e.render(spec.protocol, Some(&request_id)),
+        Err(Refused::Silently(e)) => e.render(spec.protocol, Some(&request_id)),
+        Err(Refused::Recorded(e, principal, model)) => {
+            let operation = spec.op.record_name();
+            Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model)
+                .fail(e, Outcome::Rejected, None)
+                .await
+        }
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert("x-request-id", v);
@@ -92,27 +96,45 @@ fn random_session_id() -> String {
 /// A caller let in, with their request read.
 struct Admitted {
     principal: Principal,
-    /// The workspace and member slots, or the member's refusal (ADM-3, recorded as rejected).
-    slots: Result<(WorkspaceSlot, MemberSlot), GatewayError>,
+    /// The workspace and member slots (ADM-2, ADM-3).
+    slots: (WorkspaceSlot, MemberSlot),
     body: Bytes,
     fields: RoutingFields,
     model: String,
 }
 
+/// Why a caller was not let in.
+enum Refused {
+    /// No record (REC-1): a bad key, a full workspace, a bad body.
+    Silently(GatewayError),
+    /// The member's own limits (ADM-3), recorded as rejected with what is known of the model.
+    Recorded(GatewayError, Principal, String),
+}
+
+impl From<GatewayError> for Refused {
+    fn from(e: GatewayError) -> Self {
+        Refused::Silently(e)
+    }
+}
+
 /// Authentication, workspace and member admission, then the body (bounded, decoded) and its
-/// routing fields. Errors here create no record (REC-1). The body is read only for an
-/// authenticated caller, and while it arrives the caller holds a member slot, so one member
-/// uploading slowly cannot pin more of the workspace than their own concurrency. A member over
-/// their limit holds nothing while their body is read for the record of the refusal.
+/// routing fields, then the member's RPM. The body is read only for an authenticated caller who
+/// holds a workspace and a member slot, so one member uploading slowly cannot pin more of the
+/// workspace than their own concurrency. A member over their concurrency is refused before the
+/// body is read (their record has the model only when the path names it); the RPM is counted
+/// only for a request that could be read.
 async fn admit(
     s: &AppState,
     headers: &HeaderMap,
     path_model: Option<String>,
     body: Body,
-) -> Result<Admitted, GatewayError> {
+) -> Result<Admitted, Refused> {
     let principal = authenticate_request(s, headers).await?;
     let workspace = s.admission.workspace().ok_or_else(GatewayError::workspace_busy)?;
-    let slots = member_admission(s, &principal).map(|member| (workspace, member));
+    let member = match member_slot(s, &principal) {
+        Ok(m) => m,
+        Err(e) => return Err(Refused::Recorded(e, principal, path_model.unwrap_or_default())),
+    };
     let raw = request::read_body(headers, body).await?;
     let body = request::decode(headers, raw).await?;
     let fields = RoutingFields::parse(&body)?;
@@ -121,7 +143,10 @@ async fn admit(
         .filter(|m| !m.trim().is_empty())
         .ok_or_else(|| GatewayError::bad_request("the request has no model"))?;
     request::check_model(&model)?;
-    Ok(Admitted { principal, slots, body, fields, model })
+    if let Err(e) = member_rpm(s, &principal) {
+        return Err(Refused::Recorded(e, principal, model));
+    }
+    Ok(Admitted { principal, slots: (workspace, member), body, fields, model })
 }
 
 async fn dispatch(

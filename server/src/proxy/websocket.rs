@@ -68,10 +68,15 @@ pub async fn upgrade(
         Ok(p) => p,
         Err(e) => return e.render(Protocol::OpenAi, None).into_response(),
     };
-    let tasks = s.lifecycle.tasks.clone();
-    ws.max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| tasks.track_future(session(s, principal, headers, only, socket)))
+    // Tracked from now: between this answer and the upgraded socket, a shutdown must not find
+    // the session missing.
+    let tracked = s.lifecycle.tasks.token();
+    ws.max_message_size(MAX_MESSAGE_BYTES).max_frame_size(MAX_FRAME_BYTES).on_upgrade(
+        move |socket| async move {
+            session(s, principal, headers, only, socket).await;
+            drop(tracked);
+        },
+    )
 }
 
 /// The account and upstream socket a client connection is bound to.
@@ -97,11 +102,12 @@ async fn session(
     loop {
         // Between turns: a client frame, or shutdown (no new turn is taken).
         let msg = tokio::select! {
-            msg = client.recv() => msg,
+            biased;
             () = s.lifecycle.shutdown.cancelled() => {
                 let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
                 break;
             }
+            msg = client.recv() => msg,
         };
         let text = match msg {
             Some(Ok(Message::Text(t))) => t.to_string(),
@@ -195,7 +201,12 @@ async fn session(
             }
         };
         let Some(binding) = bound.as_mut() else {
-            end_turn(attempt, warmup, Ending::failed("upstream_unavailable", Outcome::Error)).await;
+            let e = GatewayError::upstream_unavailable();
+            let sent = send_error(&limits, &mut client, &e, &request_id).await;
+            end_turn(attempt, warmup, Ending::failed(e.code, Outcome::Error)).await;
+            if sent.is_err() {
+                break;
+            }
             continue;
         };
         attempt.account = Some((binding.account.id, binding.account.provider));

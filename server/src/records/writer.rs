@@ -36,17 +36,41 @@ impl RecordSink {
         }
     }
 
-    /// Queues a record without waiting (for places that cannot await, such as a drop). When the
-    /// queue is full the send happens on a task of its own.
-    pub fn send_now(&self, record: NewRecord) {
-        match self.tx.try_send(record) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(record)) => {
-                let sink = self.clone();
-                tokio::spawn(async move { sink.send(record).await });
-            }
+    /// Queues the record in `slot`, waiting only when the writer is thousands behind. The record
+    /// leaves `slot` only when it is queued: if this is cancelled while waiting, it is still there.
+    pub async fn send_from(&self, slot: &mut Option<NewRecord>) {
+        let Some(record) = slot.take() else { return };
+        let record = match self.tx.try_send(record) {
+            Ok(()) => return,
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 tracing::error!("record writer stopped; a request record was dropped");
+                return;
+            }
+            Err(mpsc::error::TrySendError::Full(record)) => record,
+        };
+        *slot = Some(record);
+        match self.tx.reserve().await {
+            Ok(permit) => {
+                if let Some(record) = slot.take() {
+                    permit.send(record);
+                }
+            }
+            Err(_) => {
+                slot.take();
+                tracing::error!("record writer stopped; a request record was dropped");
+            }
+        }
+    }
+
+    /// Queues a record without waiting (for places that cannot await, such as a drop); a full
+    /// queue hands it back.
+    pub fn try_send(&self, record: NewRecord) -> Result<(), NewRecord> {
+        match self.tx.try_send(record) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(record)) => Err(record),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::error!("record writer stopped; a request record was dropped");
+                Ok(())
             }
         }
     }
