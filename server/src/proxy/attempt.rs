@@ -221,7 +221,7 @@ impl Drop for Attempt {
             }
         };
         // Queued now, or by a task the shutdown waits for when the queue is full.
-        if let Err(record) = self.records.try_send(record) {
+        if let Some(record) = self.records.try_send(record) {
             let sink = self.records.clone();
             self.lifecycle.tasks.spawn(async move { sink.send(record).await });
         }

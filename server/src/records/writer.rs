@@ -64,13 +64,13 @@ impl RecordSink {
 
     /// Queues a record without waiting (for places that cannot await, such as a drop); a full
     /// queue hands it back.
-    pub fn try_send(&self, record: NewRecord) -> Result<(), NewRecord> {
+    pub fn try_send(&self, record: NewRecord) -> Option<NewRecord> {
         match self.tx.try_send(record) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(record)) => Err(record),
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(record)) => Some(record),
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 tracing::error!("record writer stopped; a request record was dropped");
-                Ok(())
+                None
             }
         }
     }
