@@ -64,6 +64,8 @@ fn ask(conversation: Option<ConversationKey>) -> Ask<'static> {
         parent: None,
         continuation: false,
         pin: None,
+        avoid: &[],
+        queued: None,
     }
 }
 
@@ -185,7 +187,7 @@ async fn handoff_scheduler() -> Vec<Duration> {
             loop {
                 match scheduler.decide(&pool, &a, reserved.take()).0 {
                     Step::Go(lease) => break (lease.account().id as usize, lease),
-                    Step::Wait(t) => {
+                    Step::Wait(mut t) => {
                         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
                         reserved = t.wait(deadline, &stop).await.unwrap();
                     }

@@ -132,6 +132,18 @@ pub struct Settings {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub model_cooldown: Option<Duration>,
+    /// Account cooldown after an upstream 429 without a usable Retry-After (CD-1) [env: SUBLANE_RATE_LIMIT_FALLBACK] [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub rate_limit_fallback: Option<Duration>,
+    /// Pause after an upstream 529 / overload without a usable Retry-After (CD-5) [env: SUBLANE_OVERLOAD_PAUSE] [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub overload_pause: Option<Duration>,
+    /// A conversation binding unused this long is forgotten (RT-1) [env: SUBLANE_BINDING_TTL] [default: 24h]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub binding_ttl: Option<Duration>,
     #[command(flatten)]
     #[serde(default)]
     pub upstream: UpstreamSettings,
@@ -286,6 +298,9 @@ impl Settings {
             failure_threshold: parsed("SUBLANE_FAILURE_THRESHOLD", var("SUBLANE_FAILURE_THRESHOLD"))?,
             failure_window: duration("SUBLANE_FAILURE_WINDOW")?,
             model_cooldown: duration("SUBLANE_MODEL_COOLDOWN")?,
+            rate_limit_fallback: duration("SUBLANE_RATE_LIMIT_FALLBACK")?,
+            overload_pause: duration("SUBLANE_OVERLOAD_PAUSE")?,
+            binding_ttl: duration("SUBLANE_BINDING_TTL")?,
             upstream: UpstreamSettings {
                 codex_base_url: parse("SUBLANE_CODEX_BASE_URL")?,
                 codex_usage_url: parse("SUBLANE_CODEX_USAGE_URL")?,
@@ -328,6 +343,9 @@ impl Settings {
             failure_threshold: over.failure_threshold.or(self.failure_threshold),
             failure_window: over.failure_window.or(self.failure_window),
             model_cooldown: over.model_cooldown.or(self.model_cooldown),
+            rate_limit_fallback: over.rate_limit_fallback.or(self.rate_limit_fallback),
+            overload_pause: over.overload_pause.or(self.overload_pause),
+            binding_ttl: over.binding_ttl.or(self.binding_ttl),
             upstream: UpstreamSettings {
                 codex_base_url: o.codex_base_url.or(u.codex_base_url),
                 codex_usage_url: o.codex_usage_url.or(u.codex_usage_url),
@@ -366,8 +384,11 @@ impl Settings {
                 threshold: self.failure_threshold.unwrap_or(defaults.failure.threshold),
                 window: self.failure_window.unwrap_or(defaults.failure.window),
                 cooldown: self.model_cooldown.unwrap_or(defaults.failure.cooldown),
+                fallback_429: self.rate_limit_fallback.unwrap_or(defaults.failure.fallback_429),
+                overload: self.overload_pause.unwrap_or(defaults.failure.overload),
                 ..defaults.failure
             },
+            binding_ttl: self.binding_ttl.filter(|d| !d.is_zero()).unwrap_or(defaults.binding_ttl),
             ..defaults
         };
         let u = self.upstream;
@@ -539,6 +560,22 @@ mod tests {
         assert!(err.to_string().contains("SUBLANE_ADDR"), "{err}");
         let err = Config::load(cli(&[]), env(&[("SUBLANE_DATABASE_URL", "postgres://x")])).unwrap_err();
         assert!(err.to_string().contains("sqlite"), "{err}");
+    }
+
+    #[test]
+    fn scheduling_numbers_are_configurable_with_the_seed_defaults() {
+        let c = Config::load(cli(&[]), env(&[])).unwrap();
+        assert_eq!(c.scheduler.failure.fallback_429, Duration::from_secs(5));
+        assert_eq!(c.scheduler.failure.overload, Duration::from_secs(30));
+        assert_eq!(c.scheduler.binding_ttl, Duration::from_secs(24 * 3600));
+        let c = Config::load(
+            cli(&["--overload-pause", "1m"]),
+            env(&[("SUBLANE_RATE_LIMIT_FALLBACK", "9s"), ("SUBLANE_BINDING_TTL", "2h")]),
+        )
+        .unwrap();
+        assert_eq!(c.scheduler.failure.fallback_429, Duration::from_secs(9));
+        assert_eq!(c.scheduler.failure.overload, Duration::from_secs(60));
+        assert_eq!(c.scheduler.binding_ttl, Duration::from_secs(7200));
     }
 
     #[test]

@@ -313,8 +313,12 @@ async fn model_policy_refusals_are_recorded_as_rejected() {
 #[tokio::test]
 async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
     let r = Rig::start().await;
-    r.script(CODEX_TOKEN, json!({"steps": [{"kind": "status", "status": 429, "retry_after": "17"}, {"kind": "usage_limit_reached", "resets_in_secs": 600}]}))
+    r.script(CODEX_TOKEN, json!({"steps": [{"kind": "ok"}, {"kind": "status", "status": 429, "retry_after": "17"}, {"kind": "usage_limit_reached", "resets_in_secs": 600}]}))
         .await;
+    // The conversation's first request is accepted: it is bound to this account (RT-1).
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.text().await.unwrap();
     let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(resp.headers()["retry-after"], "17");
@@ -328,7 +332,7 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
     assert!((16..=17).contains(&wait), "bounded by the upstream's 17 s: {wait}");
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "account_cooling");
-    assert_eq!(r.calls(CODEX_TOKEN).len(), 1);
+    assert_eq!(r.calls(CODEX_TOKEN).len(), 2);
     // ACC-3: resume clears the cooldown; the next call reaches the upstream again.
     let mut admin = r.t.admin().await;
     let (status, runtime) = admin.call(Method::GET, "/api/accounts/runtime", None).await;
@@ -342,12 +346,12 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["type"], "usage_limit_reached", "Codex needs the type to explain the limit");
     assert!(v["error"]["resets_at"].is_u64());
-    let recs = r.records(3).await;
-    assert_eq!(recs[0]["outcome"], "error");
-    assert_eq!(recs[0]["upstream_status"], 429);
-    assert_eq!(recs[1]["outcome"], "rejected");
-    assert_eq!(recs[1]["error_code"], "account_cooling");
-    assert_eq!(recs[2]["error_code"], "usage_limit_reached");
+    let recs = r.records(4).await;
+    assert_eq!(recs[1]["outcome"], "error");
+    assert_eq!(recs[1]["upstream_status"], 429);
+    assert_eq!(recs[2]["outcome"], "rejected");
+    assert_eq!(recs[2]["error_code"], "account_cooling");
+    assert_eq!(recs[3]["error_code"], "usage_limit_reached");
 }
 
 #[tokio::test]

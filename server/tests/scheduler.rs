@@ -438,9 +438,9 @@ async fn a_bound_conversation_waits_for_its_account_while_unbound_requests_move_
 }
 
 #[tokio::test]
-async fn a_model_switch_with_portable_history_may_move_but_a_continuation_stays() {
+async fn a_conversation_moves_only_off_an_account_that_does_not_support_its_new_model() {
     let tokens = ["switch-a", "switch-b"];
-    let rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[("SUBLANE_FAILURE_THRESHOLD", "1")]).await;
+    let mut rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[("SUBLANE_FAILURE_THRESHOLD", "1")]).await;
     let (m1, m2) = ("gpt-5.1-codex", "gpt-5.1-codex-mini");
     let before = counts(&rig, &tokens);
     assert_eq!(rig.send(Some("conv-s"), m1).await.status, StatusCode::OK);
@@ -450,22 +450,30 @@ async fn a_model_switch_with_portable_history_may_move_but_a_continuation_stays(
         {"kind": "status", "status": 500}, {"kind": "status", "status": 500}, {"kind": "status", "status": 500}]}))
     .await;
     assert_eq!(rig.send(Some("conv-s"), m2).await.status, StatusCode::INTERNAL_SERVER_ERROR);
-    // same model: the conversation stays and is told the model is cooling (RT-2)
-    assert_eq!(rig.send(Some("conv-s"), m2).await.code(), "model_cooling");
-    // back to m1 on the same account
+    // Cooling never moves a conversation (RT-2, seed 000), not even a model switch with its
+    // whole history: it is told the model is cooling.
     let before = counts(&rig, &tokens);
-    assert_eq!(rig.send(Some("conv-s"), m1).await.status, StatusCode::OK);
-    assert_eq!(served(&rig, &tokens, &before), mine);
-    // an upstream continuation never moves (RT-3)
+    assert_eq!(rig.send(Some("conv-s"), m2).await.code(), "model_cooling");
+    assert_eq!(counts(&rig, &tokens), before);
+    rig.action(rig.ids[mine], "clear-cooldown").await;
+    // The bound account does not support m2. A continuation never moves: the upstream's answer
+    // comes back as it came.
+    rig.script(
+        tokens[mine],
+        json!({"steps": [{"kind": "status", "status": 404}, {"kind": "status", "status": 404}]}),
+    )
+    .await;
     let mut cont = body(m2);
     cont["previous_response_id"] = json!("resp_123");
+    let before = counts(&rig, &tokens);
     let a = Answer::read(rig.responses(Some("conv-s"), cont).send().await.unwrap()).await;
-    assert_eq!(a.code(), "model_cooling");
-    assert!(a.retry_after.is_some_and(|s| (1..=10).contains(&s)));
-    // a client-side switch with its whole history may move, and the binding follows
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert_eq!(served(&rig, &tokens, &before), mine);
+    // A client-side switch with its whole history moves off it (RT-3), and the binding follows.
     let before = counts(&rig, &tokens);
     assert_eq!(rig.send(Some("conv-s"), m2).await.status, StatusCode::OK);
-    assert_eq!(served(&rig, &tokens, &before), 1 - mine);
+    assert_eq!(rig.calls(tokens[mine]), before[mine] + 1, "asked once, answered model_not_found");
+    assert_eq!(rig.calls(tokens[1 - mine]), before[1 - mine] + 1, "then served elsewhere");
     let before = counts(&rig, &tokens);
     assert_eq!(rig.send(Some("conv-s"), m1).await.status, StatusCode::OK);
     assert_eq!(served(&rig, &tokens, &before), 1 - mine);
@@ -606,8 +614,15 @@ async fn forbidden_and_overloaded_accounts_pause_and_recover_clears_them() {
             .header("anthropic-version", "2023-06-01")
             .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
     };
-    // CD-5: 403 is upstream_forbidden (not "invalid key"); the account pauses
+    // ERR-1: a 403 that may be about this request only is upstream_forbidden but pauses nothing
     rig.script("sk-ant-oat-pause", json!({"steps": [{"kind": "status", "status": 403}]})).await;
+    let a = Answer::read(messages().send().await.unwrap()).await;
+    assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "upstream_forbidden"));
+    assert!(rig.account_runtime(claude).await["temp_unschedulable_until"].is_null());
+    assert_eq!(Answer::read(messages().send().await.unwrap()).await.status, StatusCode::OK);
+    // CD-5: a 403 about the credentials is upstream_forbidden (not "invalid key") and pauses
+    let revoked = json!({"kind": "status", "status": 403, "code": "authentication_error"});
+    rig.script("sk-ant-oat-pause", json!({"steps": [revoked]})).await;
     let a = Answer::read(messages().send().await.unwrap()).await;
     assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "upstream_forbidden"));
     let rt = rig.account_runtime(claude).await;
@@ -721,7 +736,7 @@ async fn the_test_action_recovers_on_success_but_never_turns_scheduling_back_on(
     };
     rig.script(
         "sk-ant-oat-test",
-        json!({"steps": [{"kind": "status", "status": 403}, {"kind": "status", "status": 500}]}),
+        json!({"steps": [{"kind": "status", "status": 403, "code": "authentication_error"}, {"kind": "status", "status": 500}]}),
     )
     .await;
     assert_eq!(Answer::read(messages().send().await.unwrap()).await.code(), "upstream_forbidden");
@@ -779,11 +794,18 @@ async fn switching_an_account_on_serves_waiting_requests_at_once() {
 async fn unbound_requests_move_past_refusing_accounts_at_most_twice_then_get_the_upstream_answer() {
     let tokens = ["move-a", "move-b", "move-c", "move-d"];
     let mut rig = Rig::start(&[(tokens[0], 3), (tokens[1], 2), (tokens[2], 1), (tokens[3], 0)], &[]).await;
-    // a credential refusal on the first account: the next one serves, the refused one pauses
+    // a 403 that may be about this request: no move, no pause (ERR-1)
     rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 403}]})).await;
     let a = rig.send(None, MODEL).await;
+    assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "upstream_forbidden"));
+    assert_eq!(counts(&rig, &tokens), vec![1, 0, 0, 0]);
+    assert!(rig.account_runtime(rig.ids[0]).await["temp_unschedulable_until"].is_null());
+    // a credential refusal on the first account: the next one serves, the refused one pauses
+    let deactivated = json!({"kind": "status", "status": 403, "code": "account_deactivated"});
+    rig.script(tokens[0], json!({"steps": [deactivated]})).await;
+    let a = rig.send(None, MODEL).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?} {:?}", counts(&rig, &tokens));
-    assert_eq!(counts(&rig, &tokens), vec![1, 1, 0, 0]);
+    assert_eq!(counts(&rig, &tokens), vec![2, 1, 0, 0]);
     assert_eq!(rig.account_runtime(rig.ids[0]).await["temp_unschedulable_reason"], "upstream_403");
     rig.action(rig.ids[0], "recover").await;
     // three accounts rate limited: all three tried (two moves), then the last upstream 429
@@ -793,11 +815,11 @@ async fn unbound_requests_move_past_refusing_accounts_at_most_twice_then_get_the
     }
     let a = rig.send(None, MODEL).await;
     assert_eq!((a.status, a.retry_after), (StatusCode::TOO_MANY_REQUESTS, Some(40)));
-    assert_eq!(counts(&rig, &tokens), vec![2, 2, 1, 0], "at most two moves");
-    let recs = rig.t.records(2).await;
-    assert_eq!(recs.len(), 2, "one record per request, however many accounts it tried");
-    assert_eq!((&recs[1]["upstream_status"], &recs[1]["outcome"]), (&json!(429), &json!("error")));
+    assert_eq!(counts(&rig, &tokens), vec![3, 2, 1, 0], "at most two moves");
+    let recs = rig.t.records(3).await;
+    assert_eq!(recs.len(), 3, "one record per request, however many accounts it tried");
+    assert_eq!((&recs[2]["upstream_status"], &recs[2]["outcome"]), (&json!(429), &json!("error")));
     // the untried account serves the next request; the three that answered 429 are cooling
     assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
-    assert_eq!(counts(&rig, &tokens), vec![2, 2, 1, 1]);
+    assert_eq!(counts(&rig, &tokens), vec![3, 2, 1, 1]);
 }

@@ -69,7 +69,7 @@ pub async fn claude_token(
             StatusCode::BAD_REQUEST,
             json!({"error": "invalid_grant", "error_description": "Refresh token not found or invalid"}),
         ),
-        Step::Status { status, retry_after } => {
+        Step::Status { status, retry_after, .. } => {
             let mut r = json(
                 StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 json!({"error": "server_error"}),
@@ -94,7 +94,17 @@ pub async fn claude_token(
 
 /// An Anthropic error body: `{"type":"error","error":{"type","message"},"request_id"}`.
 fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Response {
-    let kind = match status.as_u16() {
+    error_typed(status, retry_after, message, None)
+}
+
+/// [`error`] with an explicit `error.type`.
+fn error_typed(
+    status: StatusCode,
+    retry_after: Option<&str>,
+    message: &str,
+    typed: Option<&str>,
+) -> Response {
+    let kind = typed.unwrap_or(match status.as_u16() {
         400 => "invalid_request_error",
         401 => "authentication_error",
         403 => "permission_error",
@@ -103,7 +113,7 @@ fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Respon
         429 => "rate_limit_error",
         529 => "overloaded_error",
         _ => "api_error",
-    };
+    });
     let mut resp = json(
         status,
         json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_mock_error"}),
@@ -116,10 +126,11 @@ fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Respon
 
 fn scripted_error(turn: &Turn) -> Option<Response> {
     match &turn.step {
-        Step::Status { status, retry_after } => Some(error(
+        Step::Status { status, retry_after, code } => Some(error_typed(
             StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             retry_after.as_deref(),
             &format!("scripted {status}"),
+            code.as_deref(),
         )),
         Step::UsageLimitReached { .. } | Step::ResourceExhausted { .. } | Step::InvalidGrant => {
             Some(error(StatusCode::TOO_MANY_REQUESTS, None, "scripted rate limit"))

@@ -109,8 +109,11 @@ fn error(status: StatusCode, grpc: &str, message: &str, details: Option<Value>) 
 
 fn scripted_error(turn: &Turn) -> Option<Response> {
     match &turn.step {
-        Step::Status { status, retry_after } => {
+        Step::Status { status, retry_after, code: reason } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let details = reason.as_ref().map(|r| {
+                json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": r, "domain": "googleapis.com"}])
+            });
             let grpc = match status {
                 400 => "INVALID_ARGUMENT",
                 401 => "UNAUTHENTICATED",
@@ -119,7 +122,7 @@ fn scripted_error(turn: &Turn) -> Option<Response> {
                 503 => "UNAVAILABLE",
                 _ => "INTERNAL",
             };
-            let mut r = error(code, grpc, &format!("scripted {status}"), None);
+            let mut r = error(code, grpc, &format!("scripted {status}"), details);
             if let Some(ra) = retry_after.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
                 r.headers_mut().insert(header::RETRY_AFTER, ra);
             }

@@ -154,11 +154,26 @@ fn error(status: StatusCode, retry_after: Option<&str>, message: &str) -> Respon
     resp
 }
 
+/// An OpenAI error answer whose `error.code` is `scripted`.
+fn coded_error(status: u16, retry_after: Option<&str>, scripted: &str) -> Response {
+    let mut resp = json(
+        code(status),
+        json!({"error": {"message": format!("scripted {status}"), "type": "invalid_request_error", "param": null, "code": scripted}}),
+    );
+    if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(v).ok()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, ra);
+    }
+    resp
+}
+
 /// HTTP-level failures a script can ask for; `None` when the call gets a 200.
 fn scripted_error(turn: &Turn) -> Option<Response> {
     match &turn.step {
-        Step::Status { status, retry_after } => {
+        Step::Status { status, retry_after, code: None } => {
             Some(error(code(*status), retry_after.as_deref(), &format!("scripted {status}")))
+        }
+        Step::Status { status, retry_after, code: Some(scripted) } => {
+            Some(coded_error(*status, retry_after.as_deref(), scripted))
         }
         Step::UsageLimitReached { resets_in_secs } => {
             let resets_at = chrono_now_secs() + resets_in_secs;

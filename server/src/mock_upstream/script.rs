@@ -61,11 +61,15 @@ impl Default for MockUsage {
 pub enum Step {
     /// A normal answer.
     Ok,
-    /// An HTTP error in the provider's own error shape, optionally with `Retry-After`.
+    /// An HTTP error in the provider's own error shape, optionally with `Retry-After` and an
+    /// error code of the provider's (OpenAI `error.code`, Anthropic `error.type`, Google's
+    /// ErrorInfo `reason`), e.g. `account_deactivated` for a 403 about the credentials.
     Status {
         status: u16,
         #[serde(default)]
         retry_after: Option<String>,
+        #[serde(default)]
+        code: Option<String>,
     },
     /// Codex 429 `usage_limit_reached` with `resets_at` this many seconds ahead.
     UsageLimitReached { resets_in_secs: u64 },

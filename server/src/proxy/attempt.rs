@@ -229,19 +229,49 @@ impl Drop for Attempt {
 }
 
 /// What a relayed stream's end says about the model on this account (CD-2): a completed stream
-/// is a success; a broken or cut-off one a failure; anything else (cancel, timeout, shutdown, a
-/// stalled client, a model-reported failure) nothing.
+/// is a success; a broken or cut-off one a failure, and so is an error the upstream reports
+/// inside a 200 stream when it is the upstream's own fault (`response.failed` with
+/// `server_error`, Anthropic `overloaded_error` / `api_error`: the seeds' invalid or abnormally
+/// ended streams). Anything else (cancel, timeout, shutdown, a stalled client, a refusal,
+/// `max_tokens`, a content filter) says nothing.
 pub(super) fn stream_verdict(outcome: Outcome, error_code: Option<&str>) -> Verdict {
     match (outcome, error_code) {
         (Outcome::Success, _) => Verdict::Success,
         (_, Some("upstream_stream_broken" | "stream_ended_early")) => Verdict::ModelFailure,
+        (Outcome::Error, Some(code)) if upstream_fault(code) => Verdict::ModelFailure,
         _ => Verdict::Neutral,
     }
+}
+
+/// Error codes by which an upstream reports a fault of its own in a stream.
+fn upstream_fault(code: &str) -> bool {
+    matches!(
+        code,
+        "server_error"
+            | "internal_error"
+            | "internal_server_error"
+            | "api_error"
+            | "overloaded_error"
+            | "service_unavailable"
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstream_faults_inside_a_stream_count_and_refusals_do_not() {
+        for code in ["server_error", "overloaded_error", "api_error"] {
+            assert_eq!(stream_verdict(Outcome::Error, Some(code)), Verdict::ModelFailure, "{code}");
+        }
+        for code in ["content_filter", "refusal", "invalid_prompt", "safety", "rate_limit_exceeded"] {
+            assert_eq!(stream_verdict(Outcome::Error, Some(code)), Verdict::Neutral, "{code}");
+        }
+        assert_eq!(stream_verdict(Outcome::Incomplete, Some("max_output_tokens")), Verdict::Neutral);
+        assert_eq!(stream_verdict(Outcome::Cancelled, Some("client_stalled")), Verdict::Neutral);
+        assert_eq!(stream_verdict(Outcome::Error, Some("upstream_stream_broken")), Verdict::ModelFailure);
+    }
 
     #[test]
     fn request_ids_are_prefixed_and_unique() {

@@ -34,7 +34,7 @@ use crate::{
     providers::{self, Observer, Operation, TargetError},
     records::Outcome,
     scheduler::{
-        Verdict,
+        Rule, Verdict,
         admission::{MemberSlot, WorkspaceSlot},
     },
 };
@@ -161,15 +161,19 @@ async fn dispatch(
     let model = attempt.model.clone();
     let conversation = Conversation::of(headers, &fields);
     let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
-    // ACC-2: before any byte is accepted, a request outside a conversation whose account cannot
-    // serve it now (rate limited, overloaded, refused, model limited) moves to another account,
-    // at most MAX_SWITCHES times; a conversation never moves (RT-2). When no other account can
-    // take it, the last upstream answer goes back as it came (BUD-5).
+    // ACC-2: before any byte is accepted, a request whose account cannot serve it now (rate
+    // limited, overloaded, credentials refused, model limited, model unsupported) moves to
+    // another account, at most MAX_SWITCHES times. A bound conversation never moves for that
+    // (RT-2), except off an account that does not support its new model (RT-3); the first
+    // request of a new conversation moves like an unbound one, since the binding is made only
+    // with the account that accepts it. When no other account can take it, the last upstream
+    // answer goes back as it came (BUD-5).
     let mut switches = 0;
+    let mut tried: Vec<i64> = Vec::new();
     let mut last_failure: Option<UpstreamFailure> = None;
     let (upstream, account, force_stream, rewrite) = loop {
         let (lease, upstream_model) =
-            match schedule::schedule(s, spec, &mut attempt, headers, conversation, None).await {
+            match schedule::schedule(s, spec, &mut attempt, headers, conversation, None, &tried).await {
                 Ok(chosen) => chosen,
                 Err((e, outcome)) => {
                     return match last_failure {
@@ -238,12 +242,24 @@ async fn dispatch(
                 Err((e, outcome)) => return attempt.fail(e, outcome, None).await,
             };
         if upstream.status().is_success() {
+            if let Some(lease) = attempt.lease.as_mut() {
+                lease.accepted();
+            }
             break (upstream, account, force_stream, rewrite);
         }
         let failure = UpstreamFailure::read(upstream, account.provider, &upstream_model, s.clock.now()).await;
-        if conversation.key.is_some() || !failure.account_cannot_serve() || switches >= MAX_SWITCHES {
+        let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
+        let may_move = if bound {
+            // RT-3: only off an account that does not support the (new) model; the scheduler
+            // decides whether this conversation may move (a model switch, no continuation).
+            failure.model_unsupported()
+        } else {
+            failure.account_cannot_serve() || failure.model_unsupported()
+        };
+        if !may_move || switches >= MAX_SWITCHES {
             return failure.respond(attempt).await;
         }
+        tried.push(account.id);
         // This account learns the verdict and its slot goes back; the next decision skips it.
         if let Some(mut lease) = attempt.lease.take() {
             lease.settle(failure.verdict);

@@ -61,8 +61,12 @@ pub struct PoolRoutes {
     entries: Vec<Entry>,
     /// Account id -> position in `accounts`.
     index: HashMap<i64, usize>,
-    next: AtomicUsize,
+    /// Rotation positions (RT-5), one per set of providers a request may use (a bit set).
+    next: [AtomicUsize; PROVIDER_SETS],
 }
+
+/// Provider sets, as bit sets over the five providers.
+const PROVIDER_SETS: usize = 32;
 
 /// Why a model is refused by a pool's policy.
 #[derive(Debug, PartialEq, Eq)]
@@ -97,9 +101,9 @@ impl PoolRoutes {
         &self.accounts
     }
 
-    /// The rotation counter's next turn (RT-5).
-    pub fn next_turn(&self) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed)
+    /// The next turn of the rotation among accounts of the provider set `set` (RT-5).
+    pub fn next_turn(&self, set: usize) -> usize {
+        self.next[set % PROVIDER_SETS].fetch_add(1, Ordering::Relaxed)
     }
 
     /// The scan view of `accounts()`, position for position.
@@ -126,7 +130,7 @@ impl PoolRoutes {
             })
             .collect();
         let index = accounts.iter().enumerate().map(|(i, a)| (a.id, i)).collect();
-        PoolRoutes { policy, accounts, entries, index, next: AtomicUsize::new(0) }
+        PoolRoutes { policy, accounts, entries, index, next: std::array::from_fn(|_| AtomicUsize::new(0)) }
     }
 }
 
@@ -181,6 +185,9 @@ impl Directory {
         }
         let previous = self.current.read().await.clone();
         let snapshot = Arc::new(load(db, sealer, &self.scheduler, generation, previous.as_deref()).await?);
+        // Membership, limits and lifecycle reach the live state at once, not only where a
+        // decision happens to look; accounts left out serve no pool any more.
+        self.scheduler.sync_directory(snapshot.accounts.values().map(|(_, a)| a));
         *self.current.write().await = Some(Arc::clone(&snapshot));
         Ok(snapshot)
     }
@@ -270,7 +277,9 @@ async fn load(
             let routes = PoolRoutes::new(policy, accounts);
             // RT-5: rotation goes on where it was.
             if let Some(was) = previous.and_then(|p| p.pool(id)) {
-                routes.next.store(was.next.load(Ordering::Relaxed), Ordering::Relaxed);
+                for (now, before) in routes.next.iter().zip(&was.next) {
+                    now.store(before.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
             }
             (id, routes)
         })

@@ -79,6 +79,11 @@ impl UpstreamFailure {
         )
     }
 
+    /// The account answered that it does not serve this model (RT-3).
+    pub(super) fn model_unsupported(&self) -> bool {
+        schedule::model_unsupported(self.status, &self.body)
+    }
+
     /// Re-rendered for the client: status and Retry-After kept, the body rebuilt in the client's
     /// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). 403
     /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
@@ -88,9 +93,13 @@ impl UpstreamFailure {
         let UpstreamFailure { status, retry_after, body: v, verdict } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
-                Some(GatewayError::model_rate_limited(clamp_retry(d, RETRY_AFTER_MIN).as_secs().max(1)))
+                // Rounded up, as every Retry-After SubLane gives.
+                let secs = clamp_retry(d, RETRY_AFTER_MIN).as_secs_f64().ceil() as u64;
+                Some(GatewayError::model_rate_limited(secs.max(1)))
             }
-            Verdict::CredentialsRejected(403) => Some(GatewayError::upstream_forbidden()),
+            Verdict::CredentialsRejected(403) | Verdict::Forbidden => {
+                Some(GatewayError::upstream_forbidden())
+            }
             Verdict::CredentialsRejected(_) => Some(GatewayError::upstream_unauthorized()),
             _ => None,
         };

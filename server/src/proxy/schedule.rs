@@ -17,7 +17,7 @@ use super::{
 use crate::{
     app_state::AppState,
     records::Outcome,
-    scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Verdict, state::RETRY_AFTER_MAX},
+    scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict, state::RETRY_AFTER_MAX},
 };
 
 /// What a request tells the scheduler about its conversation (RT-1, RT-3, RT-4, RT-7).
@@ -60,9 +60,10 @@ impl Conversation {
     }
 }
 
-/// Finds the attempt an account: decides, waits in the queue if needed, and re-checks the key,
-/// member, pool and model policy before every decision (ADM-7). Returns the lease and the model
-/// to send upstream; the routing explanation is left on the attempt (EXP-1).
+/// Finds the attempt an account: decides, waits in the queue if needed (keeping its place when
+/// told to decide again), and re-checks the key, member, pool and model policy before every
+/// decision (ADM-7). `avoid`: accounts this request already tried. Returns the lease and the
+/// model to send upstream; the routing explanation is left on the attempt (EXP-1).
 pub(super) async fn schedule(
     s: &AppState,
     spec: Spec,
@@ -70,9 +71,11 @@ pub(super) async fn schedule(
     headers: &HeaderMap,
     conversation: Conversation,
     pin: Option<i64>,
+    avoid: &[i64],
 ) -> Result<(Lease, String), (GatewayError, Outcome)> {
     let mut reserved = None;
     let mut deadline = None;
+    let mut ticket: Option<Ticket> = None;
     loop {
         if deadline.is_some() {
             recheck_principal(s, headers, attempt).await?;
@@ -92,10 +95,12 @@ pub(super) async fn schedule(
             parent: conversation.parent,
             continuation: conversation.continuation,
             pin,
+            avoid,
+            queued: ticket.as_ref().map(Ticket::place),
         };
         let (step, decision) = s.scheduler.decide(pool, &ask, reserved.take());
         attempt.routing = Some(decision);
-        let ticket = match step {
+        let waiting = match step {
             Step::Go(lease) => {
                 attempt.account = Some((lease.account().id, lease.account().provider));
                 return Ok((lease, upstream_model));
@@ -106,7 +111,9 @@ pub(super) async fn schedule(
         drop(snapshot);
         let until = *deadline
             .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
-        match ticket.wait(until, &s.lifecycle.shutdown).await {
+        // Waiting again keeps the same place: the old ticket no longer owns it.
+        let waiting = ticket.insert(waiting);
+        match waiting.wait(until, &s.lifecycle.shutdown).await {
             Ok(r) => reserved = r,
             Err(r) => return Err((refusal(r, &attempt.model), Outcome::Rejected)),
         }
@@ -185,6 +192,8 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::ModelRateLimited(secs) => GatewayError::model_rate_limited(secs),
         Refusal::UpstreamQuotaExhausted(secs) => GatewayError::upstream_quota_exhausted(secs),
         Refusal::NoAccount => GatewayError::no_available_account(model),
+        Refusal::CredentialsPaused(401) => GatewayError::upstream_unauthorized(),
+        Refusal::CredentialsPaused(_) => GatewayError::upstream_forbidden(),
         Refusal::ShuttingDown => GatewayError::shutting_down(),
     }
 }
@@ -240,10 +249,74 @@ pub(super) fn verdict(
             Verdict::RateLimited(hint)
         }
         529 => Verdict::Overloaded(retry_after),
-        401 | 403 => Verdict::CredentialsRejected(status.as_u16()),
+        401 => Verdict::CredentialsRejected(401),
+        403 if credential_shaped(body) => Verdict::CredentialsRejected(403),
+        // ERR-1: a 403 about this request (a model the plan lacks, a policy) marks nothing now.
+        403 => Verdict::Forbidden,
         s if s >= 500 => Verdict::ModelFailure,
         _ => Verdict::Neutral,
     }
+}
+
+/// Whether a 403 body speaks of the account's credentials (an invalid or expired token, a
+/// deactivated or suspended account) rather than of the request.
+fn credential_shaped(body: &Value) -> bool {
+    const CODES: &[&str] = &[
+        "invalid_api_key",
+        "invalid_token",
+        "token_expired",
+        "token_revoked",
+        "token_invalidated",
+        "account_deactivated",
+        "account_disabled",
+        "account_suspended",
+        "deactivated_workspace",
+        "organization_deactivated",
+        "authentication_error",
+        "unauthenticated",
+    ];
+    const WORDS: &[&str] = &[
+        "deactivated",
+        "suspended",
+        "disabled",
+        "revoked",
+        "expired",
+        "banned",
+        "invalid api key",
+        "invalid token",
+        "invalid authentication",
+        "access token",
+        "oauth token",
+    ];
+    let e = &body["error"];
+    let details = e["details"].as_array().into_iter().flatten().filter_map(|d| d["reason"].as_str());
+    let codes =
+        [e["code"].as_str(), e["type"].as_str(), e["status"].as_str(), body["detail"]["code"].as_str()]
+            .into_iter()
+            .flatten()
+            .chain(details);
+    let code_says =
+        codes.map(str::to_ascii_lowercase).any(|c| CODES.contains(&c.as_str()) || c.contains("disabled"));
+    let message =
+        e["message"].as_str().or(body["detail"].as_str()).or(e.as_str()).unwrap_or("").to_lowercase();
+    code_says || WORDS.iter().any(|w| message.contains(w))
+}
+
+/// An upstream answer that says the account does not serve this model at all (RT-3): another
+/// account (or, for a conversation switching models, the request's move) may.
+pub(super) fn model_unsupported(status: StatusCode, body: &Value) -> bool {
+    if !matches!(status.as_u16(), 400 | 404) {
+        return false;
+    }
+    let e = &body["error"];
+    let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("").to_ascii_lowercase();
+    let message = e["message"].as_str().unwrap_or("").to_lowercase();
+    code == "model_not_found"
+        || (status == StatusCode::NOT_FOUND && (code == "not_found_error" || e["status"] == "NOT_FOUND"))
+        || (message.contains("model")
+            && ["not found", "does not exist", "not supported", "unsupported", "not available"]
+                .iter()
+                .any(|w| message.contains(w)))
 }
 
 /// CD-4: an Antigravity RESOURCE_EXHAUSTED whose ErrorInfo has the Cloud Code domain, a rate or
@@ -320,7 +393,7 @@ mod tests {
         };
         assert_eq!(v(529), Verdict::Overloaded(None));
         assert_eq!(v(401), Verdict::CredentialsRejected(401));
-        assert_eq!(v(403), Verdict::CredentialsRejected(403));
+        assert_eq!(v(403), Verdict::Forbidden, "a bare 403 may concern only the request (ERR-1)");
         assert_eq!(v(500), Verdict::ModelFailure);
         assert_eq!(v(503), Verdict::ModelFailure);
         for neutral in [400, 404, 408, 413, 422] {
@@ -352,6 +425,68 @@ mod tests {
         assert_eq!(parse("Fri, 31 Dec 9999 23:59:59 GMT"), max);
         assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
         assert_eq!(parse("soon"), None);
+    }
+
+    #[test]
+    fn only_credential_shaped_403s_pause_an_account_at_once() {
+        let forbidden = StatusCode::FORBIDDEN;
+        let v = |p: Provider, body: Value| verdict(p, forbidden, None, &body, "m");
+        for (provider, body) in [
+            (
+                Provider::OpenaiApi,
+                json!({"error": {"code": "account_deactivated", "message": "This account was deactivated"}}),
+            ),
+            (Provider::Codex, json!({"detail": {"code": "token_expired"}})),
+            (
+                Provider::Claude,
+                json!({"type": "error", "error": {"type": "permission_error", "message": "OAuth token has been revoked"}}),
+            ),
+            (
+                Provider::Antigravity,
+                json!({"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "denied",
+                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "ACCOUNT_DISABLED"}]}}),
+            ),
+        ] {
+            assert_eq!(v(provider, body.clone()), Verdict::CredentialsRejected(403), "{body}");
+        }
+        for (provider, body) in [
+            (
+                Provider::OpenaiApi,
+                json!({"error": {"code": "unsupported_country_region_territory", "message": "Country, region, or territory not supported"}}),
+            ),
+            (
+                Provider::Claude,
+                json!({"type": "error", "error": {"type": "permission_error", "message": "This model is not available on your plan"}}),
+            ),
+            (
+                Provider::Antigravity,
+                json!({"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "The caller does not have permission"}}),
+            ),
+        ] {
+            assert_eq!(v(provider, body.clone()), Verdict::Forbidden, "{body}");
+        }
+    }
+
+    #[test]
+    fn model_not_found_answers_are_recognised() {
+        let nf = StatusCode::NOT_FOUND;
+        assert!(model_unsupported(nf, &json!({"error": {"code": "model_not_found", "message": "x"}})));
+        assert!(model_unsupported(
+            nf,
+            &json!({"type": "error", "error": {"type": "not_found_error", "message": "model: claude-x"}})
+        ));
+        assert!(model_unsupported(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "The 'gpt-9' model is not supported when using Codex with a ChatGPT account."}})
+        ));
+        assert!(!model_unsupported(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "max_tokens too large"}})
+        ));
+        assert!(!model_unsupported(
+            StatusCode::TOO_MANY_REQUESTS,
+            &json!({"error": {"code": "model_not_found"}})
+        ));
     }
 
     #[test]

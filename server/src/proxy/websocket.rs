@@ -45,6 +45,7 @@ use crate::{
     keys::Principal,
     providers::{self, Grammar, Observer, Operation},
     records::Outcome,
+    scheduler::Verdict,
 };
 
 type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -235,7 +236,13 @@ async fn session(
             }
             continue;
         }
-        let turn = relay_turn(&s, &limits, &mut client, &mut binding.upstream, &request_id, started).await;
+        // The upstream took the turn: a new conversation is bound, a probe settled.
+        if let Some(lease) = attempt.lease.as_mut() {
+            lease.accepted();
+        }
+        let answering =
+            Answering { provider: binding.account.provider, model: &model, request_id: &request_id, started };
+        let turn = relay_turn(&s, &limits, &mut client, &mut binding.upstream, answering).await;
         if turn.upstream_gone {
             bound = None;
         }
@@ -357,18 +364,54 @@ async fn route(
     let spec = Spec { protocol: Protocol::OpenAi, op: Operation::Responses, only };
     let pin = bound.as_ref().map(|b| b.account.id);
     let conversation = Conversation::of(headers, fields);
-    let (lease, upstream_model) = schedule::schedule(s, spec, attempt, headers, conversation, pin).await?;
+    let (lease, upstream_model) =
+        schedule::schedule(s, spec, attempt, headers, conversation, pin, &[]).await?;
     let account = Arc::clone(lease.account());
     attempt.lease = Some(lease);
     if bound.is_none() {
-        let upstream = connect(s, &account, headers).await.map_err(|e| (e, Outcome::Error))?;
-        *bound = Some(Binding { account, upstream });
+        match connect(s, &account, headers).await {
+            Ok(upstream) => *bound = Some(Binding { account, upstream }),
+            Err(Refused { error, verdict }) => {
+                // CD-1..CD-5 apply to a refused handshake as to an HTTP answer.
+                if let (Some(lease), Some((status, body))) = (attempt.lease.as_mut(), verdict) {
+                    lease.settle(schedule::verdict(account.provider, status, None, &body, &upstream_model));
+                }
+                return Err((error, Outcome::Error));
+            }
+        }
     }
     Ok(upstream_model)
 }
 
+/// A handshake the upstream refused: the error for the client and, when the upstream answered,
+/// its status and body for the account's verdict.
+struct Refused {
+    error: GatewayError,
+    verdict: Option<(axum::http::StatusCode, Value)>,
+}
+
+impl From<GatewayError> for Refused {
+    fn from(error: GatewayError) -> Self {
+        Refused { error, verdict: None }
+    }
+}
+
+/// The client's error for an upstream's HTTP refusal of a handshake.
+fn refused_handshake(status: axum::http::StatusCode) -> GatewayError {
+    match status.as_u16() {
+        401 => GatewayError::upstream_unauthorized(),
+        403 => GatewayError::upstream_forbidden(),
+        429 => GatewayError::new(
+            status,
+            "upstream_rate_limited",
+            "the upstream provider rate-limited this account",
+        ),
+        _ => GatewayError::upstream_unavailable(),
+    }
+}
+
 /// Opens the upstream WebSocket for `account` with its credentials and the client's headers.
-async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result<Upstream, GatewayError> {
+async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result<Upstream, Refused> {
     let target = providers::target(
         account.provider,
         &account.credentials,
@@ -381,7 +424,7 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
     let url = match target.url.split_once("://") {
         Some(("https", rest)) => format!("wss://{rest}"),
         Some(("http", rest)) => format!("ws://{rest}"),
-        _ => return Err(GatewayError::upstream_unavailable()),
+        _ => return Err(GatewayError::upstream_unavailable().into()),
     };
     let mut request = url.into_client_request().map_err(|_| GatewayError::upstream_unavailable())?;
     // One value per header (the handshake's own headers are already there and stay single).
@@ -396,8 +439,14 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
     let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
         Ok(Ok((socket, _))) => Ok(socket),
-        Ok(Err(_)) => Err(GatewayError::upstream_unavailable()),
-        Err(_) => Err(GatewayError::upstream_timeout()),
+        Ok(Err(tungstenite::Error::Http(resp))) => {
+            let status = resp.status();
+            let body =
+                resp.body().as_deref().and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
+            Err(Refused { error: refused_handshake(status), verdict: Some((status, body)) })
+        }
+        Ok(Err(_)) => Err(GatewayError::upstream_unavailable().into()),
+        Err(_) => Err(GatewayError::upstream_timeout().into()),
     }
 }
 
@@ -439,6 +488,15 @@ impl SendLimits {
     }
 }
 
+/// The turn being answered, as the relay needs it.
+struct Answering<'a> {
+    provider: Provider,
+    /// The model the client asked for (the account's verdicts are per model, CD-2/CD-4).
+    model: &'a str,
+    request_id: &'a str,
+    started: Instant,
+}
+
 struct Turn {
     ending: Ending,
     client_gone: bool,
@@ -451,14 +509,17 @@ async fn relay_turn(
     limits: &SendLimits,
     client: &mut WebSocket,
     upstream: &mut Upstream,
-    request_id: &str,
-    started: Instant,
+    turn: Answering<'_>,
 ) -> Turn {
+    let Answering { provider, model, request_id, started } = turn;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + REQUEST_DEADLINE;
     let (mut client_gone, mut upstream_gone) = (false, false);
     let mut ended: Option<&'static str> = None;
     let mut error_code: Option<String> = None;
+    // What an `error` event with an HTTP status says about the account (Codex wraps a refused
+    // turn's 429 `usage_limit_reached` this way): the same verdicts as an HTTP answer.
+    let mut error_verdict: Option<Verdict> = None;
     loop {
         tokio::select! {
             frame = upstream.next() => {
@@ -476,6 +537,9 @@ async fn relay_turn(
                     error_code = providers::observe::sanitize(
                         event["error"]["code"].as_str().or(event["error"]["type"].as_str()).unwrap_or("upstream_error"),
                     );
+                    if let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok()) {
+                        error_verdict = Some(schedule::verdict(provider, status, None, &event, model));
+                    }
                 }
                 let out = if terminal || kind == "response.created" {
                     event["request_id"] = json!(request_id);
@@ -532,7 +596,7 @@ async fn relay_turn(
         };
         let _ = send_error(limits, client, &e, request_id).await;
     }
-    let verdict = stream_verdict(outcome, code.as_deref());
+    let verdict = error_verdict.unwrap_or_else(|| stream_verdict(outcome, code.as_deref()));
     Turn {
         ending: Ending {
             outcome,

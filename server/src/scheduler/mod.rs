@@ -115,6 +115,10 @@ pub struct Ask<'a> {
     pub continuation: bool,
     /// A WebSocket connection's account: every turn goes there (like a binding, not stored).
     pub pin: Option<i64>,
+    /// Accounts this request already tried (and that could not serve it): left out.
+    pub avoid: &'a [i64],
+    /// The request's place in its pool's queue, when it waited before ([`Ticket::place`]).
+    pub queued: Option<u64>,
 }
 
 /// A local refusal (ERR catalogue); none of them marks an account (ADM-6).
@@ -128,6 +132,9 @@ pub enum Refusal {
     ModelRateLimited(u64),
     /// BUD-5: every account that could serve the request is rate limited upstream.
     UpstreamQuotaExhausted(u64),
+    /// The bound account is paused because the upstream refused its credentials (the status
+    /// the upstream answered, 401 or 403): no cooldown a client can wait out.
+    CredentialsPaused(u16),
     NoAccount,
     ShuttingDown,
 }
@@ -144,8 +151,12 @@ pub enum Verdict {
     ModelLimited(Option<Duration>),
     /// 529 / overloaded (CD-5).
     Overloaded(Option<Duration>),
-    /// 401/403: the account's credentials were refused (ERR-2).
+    /// 401/403 in a credential's shape (invalid or expired token, deactivated account): the
+    /// account's credentials were refused (ERR-2).
     CredentialsRejected(u16),
+    /// Another 403: possibly about this request only (ERR-1); counted per account, and only
+    /// repeated ones pause it.
+    Forbidden,
     /// Says nothing about the account: cancelled, client errors, timeouts, 408, network errors.
     Neutral,
 }
@@ -164,6 +175,9 @@ struct Inner {
     scratch: Vec<u32>,
     /// Writes a decision produced, sent after the lock is released.
     pending_writes: Vec<store::Write>,
+    /// Per pool, when its armed timer fires (unix ms): the soonest end of a block that holds
+    /// back waiters.
+    timers: HashMap<i64, i64>,
 }
 
 impl Inner {
@@ -213,6 +227,29 @@ impl Scheduler {
     /// The dense slot of an account (assigned once, kept for the process's life).
     pub fn register(&self, account_id: i64) -> usize {
         self.lock().slot(account_id)
+    }
+
+    /// Brings the live state in step with a new directory snapshot (its accounts, by id): limits,
+    /// lifecycle revisions (never backwards) and pool membership of the accounts in it; accounts
+    /// left out (disabled, switched off, deleted) serve no pool, so their freed slots go to no
+    /// waiter. Waiters then look again: the change may have made room.
+    pub fn sync_directory<'a>(&self, accounts: impl Iterator<Item = &'a Arc<Account>>) {
+        let mut inner = self.lock();
+        let mut seen = vec![false; inner.runtimes.len()];
+        for account in accounts {
+            let slot = inner.slot(account.id);
+            if slot >= seen.len() {
+                seen.resize(slot + 1, false);
+            }
+            seen[slot] = true;
+            inner.runtimes[slot].sync(account);
+        }
+        for (slot, rt) in inner.runtimes.iter_mut().enumerate() {
+            if !seen.get(slot).copied().unwrap_or(false) {
+                rt.cold.pools.clear();
+            }
+        }
+        self.wake_locked_all(&mut inner);
     }
 
     /// Restores persisted state (ACC-4, RT-1) at startup.
@@ -272,6 +309,7 @@ impl Scheduler {
             Verdict::ModelLimited(r) => state.model_limited(model, seq, now, r),
             Verdict::Overloaded(r) => state.overloaded(now, r, policy),
             Verdict::CredentialsRejected(status) => state.credentials_rejected(now, status, policy),
+            Verdict::Forbidden => state.forbidden(now, policy),
             Verdict::Neutral => {}
         }
         // Whatever the verdict, a probe this attempt held is over (CD-4).
@@ -315,7 +353,7 @@ impl Scheduler {
         let inner = self.lock();
         let mut depth: HashMap<i64, usize> = HashMap::new();
         for (pool, q) in &inner.queues {
-            depth.insert(*pool, q.iter().filter(|w| !w.wake.is_closed()).count());
+            depth.insert(*pool, q.iter().filter(|w| w.live()).count());
         }
         inner
             .runtimes
@@ -334,7 +372,7 @@ impl Scheduler {
 
     /// Waiters now queued in `pool_id` (tests, runtime view).
     pub fn queue_depth(&self, pool_id: i64) -> usize {
-        self.lock().queues.get(&pool_id).map_or(0, |q| q.iter().filter(|w| !w.wake.is_closed()).count())
+        self.lock().queues.get(&pool_id).map_or(0, |q| q.iter().filter(|w| w.live()).count())
     }
 
     /// An account-wide block in force on `account_id` now (CD-3 re-checks it before a retry).
@@ -384,11 +422,50 @@ pub struct Lease {
     settled: bool,
     /// Counted in the account's per-model requests when admitted (the model had a counter).
     counted: bool,
+    /// A new conversation to bind to this account once the upstream accepts (RT-1): a first
+    /// request that the account refuses may still move (ACC-2), and no binding points at an
+    /// account that never answered.
+    bind: Option<BindingKey>,
+    /// This attempt probes a model whose cooldown ended (CD-4): acceptance settles the probe.
+    probe: bool,
 }
 
 impl Lease {
     pub fn account(&self) -> &Arc<Account> {
         &self.account
+    }
+
+    /// The upstream accepted the request (2xx headers, or a WebSocket turn under way): a new
+    /// conversation is bound here now, and a recovery probe is settled at once instead of holding
+    /// its model blocked for the whole stream (CD-4).
+    pub fn accepted(&mut self) {
+        if self.bind.is_none() && !self.probe {
+            return;
+        }
+        let now = self.scheduler.now();
+        let ttl = self.scheduler.ttl_ms();
+        let mut inner = self.scheduler.lock();
+        let mut writes = Vec::new();
+        if let Some(key) = self.bind.take() {
+            inner.bindings.touch(key, self.account.id, &self.model, now, ttl, &mut writes);
+        }
+        if std::mem::take(&mut self.probe) {
+            let rt = &mut inner.runtimes[self.slot];
+            rt.cold.state.model_succeeded(&self.model, self.seq, now);
+            rt.refresh();
+            writes.push(store::Write::State {
+                account_id: rt.cold.account_id,
+                revision: rt.revision,
+                state: rt.cold.state.clone(),
+                at: now,
+            });
+            // The model is usable again: waiters held back by the probe look again.
+            self.scheduler.wake_locked_all(&mut inner);
+        }
+        drop(inner);
+        for w in writes {
+            self.scheduler.store.send(w);
+        }
     }
 
     /// Records what the upstream's answer says about the account; the first verdict counts.

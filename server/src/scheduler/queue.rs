@@ -1,7 +1,14 @@
-//! Pool wait queues (ADM-6, ADM-7): first come, first served, with a released slot handed
-//! straight to the oldest waiter that can use it, so a newcomer never overtakes a waiter.
-//! Waiters hold no account slot, lock or transaction; dropping a [`Ticket`] (client cancel)
-//! leaves the queue at once, and a slot handed to a waiter that is gone is passed on.
+//! Pool wait queues (ADM-6, ADM-7): first come, first served. A freed slot goes straight to the
+//! oldest waiter that can use it and whose pool holds the account, so a newcomer never overtakes
+//! a waiter. Waiters hold no account slot, lock or transaction; dropping a [`Ticket`] (client
+//! cancel) leaves the queue at once, and a slot handed to a waiter that is gone is passed on.
+//!
+//! Capacity can also appear without a release: a cooldown, rate limit, overload or credential
+//! pause ends, or an admin enables, adds or clears an account. Then [`Scheduler::wake_all`]
+//! hands the free slots out in queue order, as a release would, and tells every other waiter to
+//! decide again. A waiter that decides again keeps its place: its next [`Step::Wait`] reuses its
+//! queue entry (same id, a new generation), so waking never reorders the queue. Each pool whose
+//! waiters are held back by blocks that end on their own has one timer, on the soonest end.
 
 use std::sync::Arc;
 
@@ -19,62 +26,126 @@ pub(super) enum Want {
 
 pub(super) struct Waiter {
     pub(super) id: u64,
+    /// Bumped each time the waiter waits again in the same place; a ticket of an older
+    /// generation no longer owns the entry.
+    generation: u64,
     pub(super) want: Want,
-    /// `Some(slot)`: a reserved slot; `None`: capacity may have appeared, decide again.
-    pub(super) wake: oneshot::Sender<Option<usize>>,
+    /// `Some(slot)`: a reserved slot; `None`: decide again. Taken once used: a waiter deciding
+    /// again has none until it waits again.
+    pub(super) wake: Option<oneshot::Sender<Option<usize>>>,
+}
+
+impl Waiter {
+    /// Waiting now for a slot (not deciding again, not gone).
+    pub(super) fn armed(&self) -> bool {
+        self.wake.as_ref().is_some_and(|w| !w.is_closed())
+    }
+
+    /// Still wants a place in the queue (waiting, or deciding again).
+    pub(super) fn live(&self) -> bool {
+        self.wake.as_ref().is_none_or(|w| !w.is_closed())
+    }
 }
 
 impl Scheduler {
-    pub(super) fn enqueue(self: &Arc<Self>, inner: &mut Inner, ask: &Ask<'_>, want: Want) -> Step {
-        let id = inner.next_waiter;
-        let queue = inner.queues.entry(ask.pool_id).or_default();
-        queue.retain(|w| !w.wake.is_closed());
-        if queue.len() >= self.settings.queue_capacity {
-            return Step::Refuse(Refusal::QueueFull);
-        }
+    /// Queues `ask` in its pool, or takes up its old place again when it was queued before
+    /// (`ask.queued`). `blocked_until`: when the soonest block that holds back an account this
+    /// waiter could use ends (unix ms); the pool's timer is armed for it.
+    pub(super) fn enqueue(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        ask: &Ask<'_>,
+        want: Want,
+        blocked_until: Option<i64>,
+    ) -> Step {
         let (tx, rx) = oneshot::channel();
-        queue.push_back(Waiter { id, want, wake: tx });
-        inner.next_waiter += 1;
-        Step::Wait(Ticket { scheduler: Arc::clone(self), pool_id: ask.pool_id, id, rx: Some(rx) })
+        let queue = inner.queues.entry(ask.pool_id).or_default();
+        queue.retain(Waiter::live);
+        let place = ask.queued.and_then(|id| queue.iter_mut().find(|w| w.id == id));
+        let (id, generation) = match place {
+            Some(w) => {
+                w.generation += 1;
+                w.want = want;
+                w.wake = Some(tx);
+                (w.id, w.generation)
+            }
+            None => {
+                if queue.len() >= self.settings.queue_capacity {
+                    return Step::Refuse(Refusal::QueueFull);
+                }
+                let id = inner.next_waiter;
+                inner.next_waiter += 1;
+                queue.push_back(Waiter { id, generation: 0, want, wake: Some(tx) });
+                (id, 0)
+            }
+        };
+        if let Some(until) = blocked_until {
+            self.arm_timer(inner, ask.pool_id, until);
+        }
+        Step::Wait(Ticket { scheduler: Arc::clone(self), pool_id: ask.pool_id, id, generation, rx: Some(rx) })
     }
 
     /// Gives slot `slot` back: to the oldest waiter that can use it, else to the pool (ADM-6).
     pub(super) fn release_locked(&self, inner: &mut Inner, slot: usize) {
         let now = self.now();
-        // Over a lowered limit the slot is not handed on: the count just drops (ADM-4).
-        while inner.runtimes[slot].in_flight <= inner.runtimes[slot].limit {
-            let Some((pool_id, pos)) = oldest_waiter_for(inner, slot, now) else { break };
-            let Some(w) = inner.queues.get_mut(&pool_id).and_then(|q| q.remove(pos)) else { break };
-            if w.wake.send(Some(slot)).is_ok() {
-                return; // the slot stays counted: it now belongs to the waiter
-            }
+        // Over a lowered limit the slot is not handed on: the count just drops (ADM-4). Handed
+        // on, it stays counted: it now belongs to the waiter.
+        if inner.runtimes[slot].in_flight <= inner.runtimes[slot].limit && hand_to_oldest(inner, slot, now) {
+            return;
         }
         let rt = &mut inner.runtimes[slot];
         rt.in_flight = rt.in_flight.saturating_sub(1);
     }
 
-    /// A raised limit or cleared state can serve waiters now (ADM-6).
-    pub fn wake(&self, account_id: i64) {
-        let mut inner = self.lock();
-        let Some(&slot) = inner.slots.get(&account_id) else { return };
-        let now = self.now();
+    /// Hands the free slots of account slot `slot` to the oldest waiters that can use them.
+    fn fill(inner: &mut Inner, slot: usize, now: i64) {
         while inner.runtimes[slot].in_flight < inner.runtimes[slot].limit {
-            let Some((pool_id, pos)) = oldest_waiter_for(&inner, slot, now) else { return };
-            let Some(w) = inner.queues.get_mut(&pool_id).and_then(|q| q.remove(pos)) else { return };
             inner.runtimes[slot].in_flight += 1;
-            if w.wake.send(Some(slot)).is_err() {
+            if !hand_to_oldest(inner, slot, now) {
                 inner.runtimes[slot].in_flight -= 1;
+                return;
             }
         }
     }
 
-    /// Capacity may have appeared outside any release (an account enabled, switched on, or
-    /// cleared): every waiter decides again, keeping its deadline.
+    /// A raised limit can serve waiters now (ADM-6).
+    pub fn wake(&self, account_id: i64) {
+        let mut inner = self.lock();
+        let Some(&slot) = inner.slots.get(&account_id) else { return };
+        let now = self.now();
+        Self::fill(&mut inner, slot, now);
+    }
+
+    /// Capacity may have appeared outside any release (an account enabled, added, switched on or
+    /// cleared; a block ended): free slots go to waiters in queue order, then every other waiter
+    /// decides again, keeping its place and its deadline.
     pub fn wake_all(&self) {
         let mut inner = self.lock();
-        for queue in inner.queues.values_mut() {
-            for w in queue.drain(..) {
-                let _ = w.wake.send(None);
+        self.wake_locked(&mut inner, None);
+    }
+
+    /// [`Scheduler::wake_all`] under a lock already held.
+    pub(super) fn wake_locked_all(&self, inner: &mut Inner) {
+        self.wake_locked(inner, None);
+    }
+
+    /// [`Scheduler::wake_all`] for one pool's waiters (`None`: every pool).
+    fn wake_locked(&self, inner: &mut Inner, pool: Option<i64>) {
+        let now = self.now();
+        for slot in 0..inner.runtimes.len() {
+            let serves = pool.is_none_or(|p| inner.runtimes[slot].cold.pools.contains(&p));
+            if serves {
+                Self::fill(inner, slot, now);
+            }
+        }
+        for (pool_id, queue) in inner.queues.iter_mut() {
+            if pool.is_some_and(|p| p != *pool_id) {
+                continue;
+            }
+            for w in queue.iter_mut() {
+                if let Some(tx) = w.wake.take() {
+                    let _ = tx.send(None);
+                }
             }
         }
     }
@@ -91,16 +162,56 @@ impl Scheduler {
         }
         self.wake(account_id);
     }
+
+    /// Arms `pool_id`'s timer for `until` (unix ms) unless it is already armed as early.
+    fn arm_timer(self: &Arc<Self>, inner: &mut Inner, pool_id: i64, until: i64) {
+        if inner.timers.get(&pool_id).is_some_and(|armed| *armed <= until) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        inner.timers.insert(pool_id, until);
+        let wait = std::time::Duration::from_millis(u64::try_from(until - self.now()).unwrap_or(0));
+        let scheduler = Arc::downgrade(self);
+        runtime.spawn(async move {
+            tokio::time::sleep(wait).await;
+            if let Some(s) = scheduler.upgrade() {
+                s.timer_fired(pool_id, until);
+            }
+        });
+    }
+
+    /// A pool's timer: the block it waited for has ended.
+    fn timer_fired(self: &Arc<Self>, pool_id: i64, until: i64) {
+        let mut inner = self.lock();
+        if inner.timers.get(&pool_id) == Some(&until) {
+            inner.timers.remove(&pool_id);
+        }
+        self.wake_locked(&mut inner, Some(pool_id));
+    }
 }
 
-/// The oldest live waiter, over every pool the account is in, that can use slot `slot`.
+/// Hands one (already counted) slot of `slot` to the oldest armed waiter, over every pool the
+/// account is in now, that can use it. Returns whether one took it.
+fn hand_to_oldest(inner: &mut Inner, slot: usize, now: i64) -> bool {
+    loop {
+        let Some((pool_id, pos)) = oldest_waiter_for(inner, slot, now) else { return false };
+        let Some(tx) = inner.queues.get_mut(&pool_id).and_then(|q| q.remove(pos)).and_then(|w| w.wake) else {
+            continue;
+        };
+        if tx.send(Some(slot)).is_ok() {
+            return true;
+        }
+    }
+}
+
+/// The oldest armed waiter, over every pool the account is in, that can use slot `slot`.
 fn oldest_waiter_for(inner: &Inner, slot: usize, now: i64) -> Option<(i64, usize)> {
     let rt = &inner.runtimes[slot];
     let mut best: Option<(u64, i64, usize)> = None;
     for pool_id in &rt.cold.pools {
         let Some(q) = inner.queues.get(pool_id) else { continue };
         let found = q.iter().position(|w| {
-            !w.wake.is_closed()
+            w.armed()
                 && match &w.want {
                     Want::Account(s) => *s == slot,
                     Want::Any { supported, model } => {
@@ -134,19 +245,26 @@ impl Drop for Reservation {
     }
 }
 
-/// A place in a pool's queue. Dropping it (client cancel) leaves the queue at once.
+/// A place in a pool's queue. Dropping it (client cancel) leaves the queue at once; a ticket
+/// whose waiter has since waited again in the same place (a newer generation) leaves it alone.
 pub struct Ticket {
     scheduler: Arc<Scheduler>,
     pool_id: i64,
     id: u64,
+    generation: u64,
     rx: Option<oneshot::Receiver<Option<usize>>>,
 }
 
 impl Ticket {
+    /// The queue place, for deciding again without losing it ([`Ask::queued`]).
+    pub fn place(&self) -> u64 {
+        self.id
+    }
+
     /// Waits until `deadline` (ADM-6) or shutdown for a reserved slot (`Some`), or for a hint
-    /// that capacity may have appeared elsewhere (`None`: decide again).
+    /// that capacity may have appeared (`None`: decide again, passing [`Ticket::place`]).
     pub async fn wait(
-        mut self,
+        &mut self,
         deadline: Instant,
         stop: &CancellationToken,
     ) -> Result<Option<Reservation>, Refusal> {
@@ -167,10 +285,9 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut inner = self.scheduler.lock();
         if let Some(q) = inner.queues.get_mut(&self.pool_id)
-            && let Some(pos) = q.iter().position(|w| w.id == self.id)
+            && let Some(pos) = q.iter().position(|w| w.id == self.id && w.generation == self.generation)
         {
             q.remove(pos);
-            return;
         }
         // Already handed a slot that nobody will use: pass it on.
         if let Some(mut rx) = self.rx.take()

@@ -27,6 +27,9 @@ pub(super) struct Cold {
     /// Configuration generation of the newest limit set through the API: older snapshots do
     /// not overwrite it.
     pub(super) limit_generation: u64,
+    /// Configuration generation of the account view last synced: an older view (a request
+    /// still holding an old snapshot) never puts back old pools.
+    pub(super) synced_generation: u64,
     pub(super) state: AccountState,
     /// Pools the account is in, as of its newest snapshot (for waking waiters).
     pub(super) pools: Vec<i64>,
@@ -45,6 +48,7 @@ impl Runtime {
             cold: Box::new(Cold {
                 account_id,
                 limit_generation: 0,
+                synced_generation: 0,
                 state: AccountState::default(),
                 pools: Vec::new(),
                 provider: None,
@@ -67,15 +71,17 @@ impl Runtime {
     }
 
     pub(super) fn stale(&self, e: &Entry) -> bool {
-        self.limit != e.max_concurrency || self.revision != e.revision
+        self.limit != e.max_concurrency || self.revision < e.revision
     }
 
-    /// Keeps the runtime in step with the account's current configuration.
+    /// Keeps the runtime in step with the account's configuration. Nothing goes backwards: an
+    /// older lifecycle revision (a request holding an older snapshot) never resets the state
+    /// (which would wipe newer cooldowns), and an older view never restores old pools or limits.
     pub(super) fn sync(&mut self, account: &Account) {
         if account.generation >= self.cold.limit_generation {
             self.limit = account.max_concurrency;
         }
-        if self.revision != account.revision {
+        if account.revision > self.revision {
             // A new lifecycle revision (re-auth, disable/enable, manual clear): old limits go (ACC-4).
             if self.revision != 0 {
                 self.cold.state = AccountState::default();
@@ -83,9 +89,12 @@ impl Runtime {
             }
             self.revision = account.revision;
         }
-        if self.cold.pools != account.pools {
-            self.cold.pools.clone_from(&account.pools);
+        if account.generation >= self.cold.synced_generation {
+            self.cold.synced_generation = account.generation;
+            if self.cold.pools != account.pools {
+                self.cold.pools.clone_from(&account.pools);
+            }
+            self.cold.provider = Some(account.provider);
         }
-        self.cold.provider = Some(account.provider);
     }
 }

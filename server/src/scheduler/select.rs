@@ -8,7 +8,7 @@ use app::model::Provider;
 
 use super::{
     Ask, Excluded, Inner, Lease, Refusal, Reservation, RoutingDecision, Rule, Scheduler, Step, Want,
-    state::Block,
+    state::{AccountState, Block},
 };
 use crate::proxy::directory::{Account, Entry, PoolRoutes};
 
@@ -70,36 +70,42 @@ impl Scheduler {
             let key = (ask.member_id, ask.pool_id, ask.conversation?);
             inner.bindings.get(&key, now, self.ttl_ms()).map(|b| b.account_id)
         });
-        // RT-3: the bound account left out of this choice, and why.
-        let mut skip: Option<(usize, Block)> = None;
-        if let Some(i) = bound_id.and_then(|id| pool.position(id)).filter(|i| serves(&entries[*i])) {
-            sync(inner, i);
-            let slot = entries[i].slot;
-            let decision = RoutingDecision::kept(Rule::SessionBinding);
-            match inner.runtimes[slot].block(ask.model, now) {
-                Some(b) if b.account_wide() => {
-                    return (Step::Refuse(Refusal::AccountCooling(b.retry_after(now))), decision);
+        if let Some(bound_id) = bound_id {
+            let kept = RoutingDecision::kept(Rule::SessionBinding);
+            match pool.position(bound_id).filter(|i| serves(&entries[*i])) {
+                Some(i) if !ask.avoid.contains(&bound_id) => {
+                    sync(inner, i);
+                    let slot = entries[i].slot;
+                    // RT-2: capacity, cooldown and health never move a conversation.
+                    if let Some(b) = inner.runtimes[slot].block(ask.model, now) {
+                        return (
+                            Step::Refuse(bound_refusal(&inner.runtimes[slot].cold.state, &b, now)),
+                            kept,
+                        );
+                    }
+                    if has_room(inner, slot) {
+                        return (Step::Go(self.lease(inner, &accounts[i], ask, reserved, now)), kept);
+                    }
+                    return (self.enqueue(inner, ask, Want::Account(slot), None), kept);
                 }
-                Some(b) if !self.model_switch_may_move(inner, ask, now) => {
-                    return (Step::Refuse(model_refusal(&b, now)), decision);
+                // The connection's account left the pool or stopped serving this protocol.
+                _ if ask.pin.is_some() => return (Step::Refuse(Refusal::NoAccount), kept),
+                // RT-3: the bound account answered that it does not support this model; only a
+                // client-side model switch with portable history may move. Otherwise its answer
+                // goes back as it came.
+                Some(_) if !self.model_switch_may_move(inner, ask, now) => {
+                    return (Step::Refuse(Refusal::NoAccount), kept);
                 }
-                // RT-3: a client-side model switch with portable history may move.
-                Some(b) => skip = Some((slot, b)),
-                None if has_room(inner, slot) => {
-                    let lease = self.lease(inner, &accounts[i], ask, reserved, now);
-                    return (Step::Go(lease), decision);
-                }
-                None => return (self.enqueue(inner, ask, Want::Account(slot)), decision),
+                // Gone from the pool, or no longer speaking this protocol: the conversation moves.
+                _ => {}
             }
-        } else if ask.pin.is_some() {
-            // The connection's account left the pool or stopped serving this protocol.
-            return (Step::Refuse(Refusal::NoAccount), RoutingDecision::kept(Rule::SessionBinding));
         }
 
         // RT-7: a review/guardian request prefers its parent conversation's account when that
         // account can take it right now; otherwise normal scheduling, parent binding untouched.
         if let Some(parent) = ask.parent
             && let Some(b) = inner.bindings.get(&(ask.member_id, ask.pool_id, parent), now, self.ttl_ms())
+            && !ask.avoid.contains(&b.account_id)
             && let Some(i) = pool.position(b.account_id).filter(|i| serves(&entries[*i]))
         {
             sync(inner, i);
@@ -114,10 +120,7 @@ impl Scheduler {
         let mut excluded = Excluded::default();
         let mut eligible = std::mem::take(&mut inner.scratch);
         eligible.clear();
-        let skipped = skip.as_ref().map(|(slot, _)| *slot);
-        let mut soonest: Option<Block> = skip.map(|(_, b)| b);
-        // Whether every block met is an upstream rate limit (BUD-5).
-        let mut all_rate_limited = true;
+        let mut blocked = Blocked::default();
         for (i, e) in entries.iter().enumerate() {
             if !ask.supported.contains(&e.provider) {
                 excluded.model_support += 1;
@@ -125,10 +128,6 @@ impl Scheduler {
             }
             if ask.only.is_some_and(|p| p != e.provider) {
                 excluded.policy += 1;
-                continue;
-            }
-            if skipped == Some(e.slot) {
-                excluded.cooldown += 1;
                 continue;
             }
             if inner.runtimes[e.slot].stale(e) {
@@ -141,10 +140,11 @@ impl Scheduler {
                 } else {
                     excluded.cooldown += 1;
                 }
-                all_rate_limited &= matches!(b, Block::RateLimited { .. });
-                if soonest.as_ref().is_none_or(|s| b.retry_after(now) < s.retry_after(now)) {
-                    soonest = Some(b);
-                }
+                blocked.add(b, now);
+                continue;
+            }
+            if ask.avoid.contains(&accounts[i].id) {
+                excluded.unavailable += 1;
                 continue;
             }
             if !(reserved == Some(e.slot) || rt.in_flight < rt.limit) {
@@ -157,33 +157,25 @@ impl Scheduler {
             Some(&first) => {
                 let top = entries[first as usize].priority;
                 let tier = eligible.iter().take_while(|&&i| entries[i as usize].priority == top).count();
-                let pick = eligible[pool.next_turn() % tier] as usize;
+                // RT-5: one rotation position per pool and set of providers, so traffic of one
+                // protocol never decides which account serves the other's.
+                let turn = pool.next_turn(provider_set(ask));
+                let pick = eligible[turn % tier] as usize;
                 let decision = RoutingDecision::rotation(tier as u32, excluded);
                 inner.scratch = eligible;
                 return (Step::Go(self.lease(inner, &accounts[pick], ask, reserved, now)), decision);
             }
-            None if excluded.capacity > 0 => self.enqueue(
-                inner,
-                ask,
-                Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned() },
-            ),
-            None => match soonest {
-                // Paused credentials are no cooldown a client can wait out.
-                Some(Block::TempUnschedulable { .. }) => Step::Refuse(Refusal::NoAccount),
-                // BUD-5: every account able to serve it is rate limited upstream.
-                Some(b) if b.account_wide() && all_rate_limited => {
-                    Step::Refuse(Refusal::UpstreamQuotaExhausted(b.retry_after(now)))
-                }
-                Some(b) if b.account_wide() => Step::Refuse(Refusal::AccountCooling(b.retry_after(now))),
-                Some(b) => Step::Refuse(model_refusal(&b, now)),
-                None => Step::Refuse(Refusal::NoAccount),
-            },
+            None if excluded.capacity > 0 => {
+                let want = Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned() };
+                self.enqueue(inner, ask, want, blocked.soonest_end())
+            }
+            None => Step::Refuse(blocked.refusal(now)),
         };
         inner.scratch = eligible;
         (step, RoutingDecision::rotation(0, excluded))
     }
 
-    fn ttl_ms(&self) -> i64 {
+    pub(super) fn ttl_ms(&self) -> i64 {
         i64::try_from(self.settings.binding_ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
@@ -218,9 +210,7 @@ impl Scheduler {
         if reserved != Some(a.slot) {
             rt.in_flight += 1;
         }
-        if rt.has_models {
-            rt.cold.state.admit(ask.model, seq, now);
-        }
+        let probe = rt.has_models && rt.cold.state.admit(ask.model, seq, now);
         let counted = match rt.cold.requests.get_mut(ask.model) {
             Some(n) => {
                 *n += 1;
@@ -228,12 +218,23 @@ impl Scheduler {
             }
             None => false,
         };
+        // A conversation's binding: refreshed now when it exists; a new one is made only when
+        // the upstream accepts the request (`Lease::accepted`).
+        let mut bind = None;
         if ask.pin.is_none()
             && let Some(conv) = ask.conversation
         {
             let key = (ask.member_id, ask.pool_id, conv);
             let ttl = self.ttl_ms();
-            inner.bindings.touch(key, a.id, ask.model, now, ttl, &mut inner.pending_writes);
+            if inner
+                .bindings
+                .get(&key, now, ttl)
+                .is_some_and(|b| b.account_id == a.id && &*b.model == ask.model)
+            {
+                inner.bindings.touch(key, a.id, ask.model, now, ttl, &mut inner.pending_writes);
+            } else {
+                bind = Some(key);
+            }
         }
         Lease {
             scheduler: Arc::clone(self),
@@ -243,6 +244,8 @@ impl Scheduler {
             model: ask.model.to_owned(),
             settled: false,
             counted,
+            bind,
+            probe,
         }
     }
 }
@@ -251,5 +254,83 @@ fn model_refusal(b: &Block, now: i64) -> Refusal {
     match b {
         Block::ModelLimited { .. } => Refusal::ModelRateLimited(b.retry_after(now)),
         _ => Refusal::ModelCooling(b.retry_after(now)),
+    }
+}
+
+/// What a bound conversation hears when its account is blocked (RT-2, ERR): a credential pause
+/// is no cooldown to wait out, so it gets the credential code, not `account_cooling`.
+fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusal {
+    match b {
+        Block::TempUnschedulable { .. } => {
+            let status = match state.temp_unschedulable_reason.as_deref() {
+                Some("upstream_401") => 401,
+                _ => 403,
+            };
+            Refusal::CredentialsPaused(status)
+        }
+        b if b.account_wide() => Refusal::AccountCooling(b.retry_after(now)),
+        b => model_refusal(b, now),
+    }
+}
+
+/// The providers a request may use, as a bit set (its rotation position's key).
+fn provider_set(ask: &Ask<'_>) -> usize {
+    ask.supported
+        .iter()
+        .filter(|p| ask.only.is_none_or(|o| o == **p))
+        .fold(0, |set, p| set | 1 << (*p as usize))
+}
+
+/// The blocks met while scanning for an unbound request, by kind: when no account is left, the
+/// answer follows the reason most accounts share (not whichever block ends soonest), with the
+/// soonest end among those.
+#[derive(Default)]
+struct Blocked {
+    /// Per kind (rate limited, overloaded, credentials, model cooling, model limited): how many
+    /// accounts, and the block of that kind that ends soonest.
+    kinds: [(u32, Option<Block>); 5],
+}
+
+impl Blocked {
+    fn add(&mut self, b: Block, now: i64) {
+        let k = match b {
+            Block::RateLimited { .. } => 0,
+            Block::Overloaded { .. } => 1,
+            Block::TempUnschedulable { .. } => 2,
+            Block::ModelCooling { .. } | Block::Probing => 3,
+            Block::ModelLimited { .. } => 4,
+        };
+        let (n, soonest) = &mut self.kinds[k];
+        *n += 1;
+        if soonest.as_ref().is_none_or(|s| b.retry_after(now) < s.retry_after(now)) {
+            *soonest = Some(b);
+        }
+    }
+
+    /// When the soonest timed block ends (unix ms): capacity may appear then.
+    fn soonest_end(&self) -> Option<i64> {
+        self.kinds.iter().filter_map(|(_, b)| b.as_ref().and_then(Block::until)).min()
+    }
+
+    fn refusal(&self, now: i64) -> Refusal {
+        let total: u32 = self.kinds.iter().map(|(n, _)| n).sum();
+        let dominant = (0..self.kinds.len())
+            .filter(|k| self.kinds[*k].0 > 0)
+            .max_by_key(|k| (self.kinds[*k].0, std::cmp::Reverse(self.retry(*k, now))));
+        let Some(k) = dominant else { return Refusal::NoAccount };
+        let retry = self.retry(k, now);
+        match k {
+            // BUD-5: every account able to serve it is rate limited upstream.
+            0 if self.kinds[0].0 == total => Refusal::UpstreamQuotaExhausted(retry),
+            0 | 1 => Refusal::AccountCooling(retry),
+            // Paused credentials are no cooldown a client can wait out.
+            2 => Refusal::NoAccount,
+            3 => Refusal::ModelCooling(retry),
+            _ => Refusal::ModelRateLimited(retry),
+        }
+    }
+
+    fn retry(&self, kind: usize, now: i64) -> u64 {
+        self.kinds[kind].1.as_ref().map_or(1, |b| b.retry_after(now))
     }
 }

@@ -30,6 +30,10 @@ pub struct FailurePolicy {
     pub overload: Duration,
     /// Pause after the upstream rejected the account's credentials (401/403).
     pub credential_pause: Duration,
+    /// 403s that do not look like a credential problem, within `forbidden_window`, that pause
+    /// the account as one (a single request-specific 403 never does, ERR-1).
+    pub forbidden_threshold: u32,
+    pub forbidden_window: Duration,
 }
 
 impl Default for FailurePolicy {
@@ -42,9 +46,15 @@ impl Default for FailurePolicy {
             fallback_429: Duration::from_secs(5),
             overload: Duration::from_secs(30),
             credential_pause: Duration::from_secs(300),
+            forbidden_threshold: 3,
+            forbidden_window: Duration::from_secs(600),
         }
     }
 }
+
+/// Retry-After while a probe finds out whether a model recovered (settled when the upstream
+/// accepts it, so usually within seconds).
+pub const PROBE_RETRY_AFTER_SECS: u64 = 3;
 
 /// The bounds of an honoured Retry-After (CD-1).
 pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
@@ -84,20 +94,26 @@ pub enum Block {
 }
 
 impl Block {
-    pub fn account_wide(&self) -> bool {
-        matches!(self, Block::RateLimited { .. } | Block::Overloaded { .. } | Block::TempUnschedulable { .. })
-    }
-
-    /// Seconds until the block ends, bounded to 1..=3600 for Retry-After.
-    pub fn retry_after(&self, now: i64) -> u64 {
-        let until = match self {
+    /// When the block ends on its own (unix ms); a probe ends when its request does.
+    pub fn until(&self) -> Option<i64> {
+        match self {
             Block::RateLimited { until }
             | Block::Overloaded { until }
             | Block::TempUnschedulable { until }
             | Block::ModelCooling { until }
-            | Block::ModelLimited { until } => *until,
-            Block::Probing => now,
-        };
+            | Block::ModelLimited { until } => Some(*until),
+            Block::Probing => None,
+        }
+    }
+
+    pub fn account_wide(&self) -> bool {
+        matches!(self, Block::RateLimited { .. } | Block::Overloaded { .. } | Block::TempUnschedulable { .. })
+    }
+
+    /// Seconds until the block ends, rounded up and bounded to 1..=3600 for Retry-After. A
+    /// probe under way has no end yet: a few seconds, so waiting clients do not storm it.
+    pub fn retry_after(&self, now: i64) -> u64 {
+        let Some(until) = self.until() else { return PROBE_RETRY_AFTER_SECS };
         let secs = ((until - now).max(0) as u64).div_ceil(1000);
         secs.clamp(1, RETRY_AFTER_MAX.as_secs())
     }
@@ -170,6 +186,9 @@ pub struct AccountState {
     pub temp_unschedulable_reason: Option<String>,
     #[serde(default)]
     pub models: BTreeMap<String, ModelState>,
+    /// Recent 403s that did not look like a credential problem (unix ms), within the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forbidden: Vec<i64>,
 }
 
 fn later(current: Option<i64>, candidate: i64) -> Option<i64> {
@@ -243,6 +262,18 @@ impl AccountState {
         self.temp_unschedulable_reason = Some(format!("upstream_{status}"));
     }
 
+    /// A 403 that may concern only its request (ERR-1): counted; enough of them within the
+    /// window pause the account as a credential problem.
+    pub fn forbidden(&mut self, now: i64, policy: &FailurePolicy) {
+        let window_start = now - ms(policy.forbidden_window);
+        self.forbidden.retain(|t| *t > window_start);
+        self.forbidden.push(now);
+        if policy.forbidden_threshold > 0 && self.forbidden.len() >= policy.forbidden_threshold as usize {
+            self.forbidden.clear();
+            self.credentials_rejected(now, 403, policy);
+        }
+    }
+
     /// CD-4: the provider limited this model for the account.
     pub fn model_limited(&mut self, model: &str, seq: u64, now: i64, retry_after: Option<Duration>) {
         let m = self.models.entry(model.to_owned()).or_default();
@@ -313,6 +344,7 @@ impl AccountState {
 
     /// ACC-3 "Clear cooldown": account and model cooldowns and limits; never credentials.
     pub fn clear_cooldowns(&mut self) {
+        self.forbidden.clear();
         self.rate_limited_at = None;
         self.rate_limit_reset_at = None;
         self.overload_until = None;
@@ -345,6 +377,8 @@ impl AccountState {
         for m in self.models.values_mut() {
             m.failures.retain(|t| *t > window_start);
         }
+        let forbidden_start = now - ms(policy.forbidden_window);
+        self.forbidden.retain(|t| *t > forbidden_start);
         // Entries whose failures all left the window remember nothing.
         self.models.retain(|_, m| !m.is_clear());
         // Bounded whatever models the upstream fails: past the cap, entries that block nothing
@@ -449,6 +483,20 @@ mod tests {
     }
 
     #[test]
+    fn request_specific_403s_pause_only_when_repeated_within_the_window() {
+        let p = policy();
+        let mut a = AccountState::default();
+        a.forbidden(0, &p);
+        a.forbidden(300 * S, &p);
+        assert_eq!(a.account_block(300 * S), None, "two 403s in ten minutes: still schedulable");
+        a.forbidden(700 * S, &p);
+        assert_eq!(a.account_block(700 * S), None, "the first one left the window");
+        a.forbidden(710 * S, &p);
+        assert_eq!(a.account_block(710 * S), Some(Block::TempUnschedulable { until: 1010 * S }));
+        assert_eq!(a.temp_unschedulable_reason.as_deref(), Some("upstream_403"));
+    }
+
+    #[test]
     fn threshold_zero_disables_model_cooldowns() {
         let p = FailurePolicy { threshold: 0, ..policy() };
         let mut a = AccountState::default();
@@ -502,7 +550,7 @@ mod tests {
     #[test]
     fn retry_after_is_bounded() {
         assert_eq!(Block::RateLimited { until: 1500 }.retry_after(0), 2);
-        assert_eq!(Block::Probing.retry_after(0), 1);
+        assert_eq!(Block::Probing.retry_after(0), PROBE_RETRY_AFTER_SECS, "a probe does not invite a storm");
         assert_eq!(Block::ModelLimited { until: i64::MAX / 2 }.retry_after(0), 3600);
     }
 

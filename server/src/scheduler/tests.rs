@@ -52,11 +52,21 @@ fn ask(conversation: Option<&str>) -> Ask<'static> {
         parent: None,
         continuation: false,
         pin: None,
+        avoid: &[],
+        queued: None,
     }
 }
 
 impl Bed {
+    /// A lease whose upstream accepted the request (a new conversation is bound).
     fn go(&self, ask: &Ask<'_>) -> Lease {
+        let mut l = self.lease(ask);
+        l.accepted();
+        l
+    }
+
+    /// A lease, the upstream not having answered yet.
+    fn lease(&self, ask: &Ask<'_>) -> Lease {
         match self.scheduler.decide(&self.pool, ask, None).0 {
             Step::Go(l) => l,
             Step::Refuse(r) => panic!("refused: {r:?}"),
@@ -79,7 +89,7 @@ impl Bed {
     }
 
     /// Waits with `ticket`, then decides again with the reserved slot.
-    async fn admitted(&self, ticket: Ticket, ask: &Ask<'_>) -> Lease {
+    async fn admitted(&self, mut ticket: Ticket, ask: &Ask<'_>) -> Lease {
         let deadline = Instant::now() + self.scheduler.settings().queue_timeout;
         let reserved = ticket.wait(deadline, &CancellationToken::new()).await.unwrap();
         assert!(reserved.is_some(), "a slot, not just a hint");
@@ -130,12 +140,13 @@ async fn a_waiter_times_out_after_the_queue_timeout_exactly() {
     let b = bed(&[(1, 0, 1)], Settings::default());
     let a = ask(None);
     let _held = b.go(&a);
-    let ticket = b.wait(&a);
+    let mut ticket = b.wait(&a);
     let started = Instant::now();
     let deadline = started + DEFAULT_QUEUE_TIMEOUT;
     let r = ticket.wait(deadline, &CancellationToken::new()).await;
     assert!(matches!(r, Err(Refusal::WaitTimeout)));
     assert_eq!(started.elapsed(), Duration::from_secs(30));
+    drop(ticket);
     assert_eq!(b.scheduler.queue_depth(1), 0, "a timed-out waiter leaves the queue");
 }
 
@@ -157,11 +168,12 @@ async fn cancelled_and_shut_down_waiters_leave_at_once_and_never_swallow_a_slot(
     assert_eq!(b.scheduler.in_flight(1), 0);
     // shutdown ends waiting at once
     let _held = b.go(&a);
-    let ticket = b.wait(&a);
+    let mut ticket = b.wait(&a);
     let stop = CancellationToken::new();
     stop.cancel();
     let r = ticket.wait(Instant::now() + Duration::from_secs(30), &stop).await;
     assert!(matches!(r, Err(Refusal::ShuttingDown)));
+    drop(ticket);
     assert_eq!(b.scheduler.queue_depth(1), 0);
 }
 
@@ -185,16 +197,38 @@ async fn a_lowered_limit_interrupts_nothing_and_a_raised_one_wakes_waiters() {
 }
 
 #[tokio::test]
-async fn waking_everyone_lets_waiters_decide_again_with_their_deadline() {
+async fn waking_everyone_lets_waiters_decide_again_in_their_place() {
     let b = bed(&[(1, 0, 1)], Settings::default());
     let a = ask(None);
-    let _held = b.go(&a);
-    let ticket = b.wait(&a);
+    let held = b.go(&a);
+    let mut older = b.wait(&a);
+    let mut younger = b.wait(&a);
     b.scheduler.wake_all();
-    assert_eq!(b.scheduler.queue_depth(1), 0);
-    let r = ticket.wait(Instant::now() + Duration::from_secs(1), &CancellationToken::new()).await;
-    assert!(matches!(r, Ok(None)), "a hint, no slot");
+    assert_eq!(b.scheduler.queue_depth(1), 2, "waking keeps every place");
+    let later = Instant::now() + Duration::from_secs(1);
+    for t in [&mut older, &mut younger] {
+        let r = t.wait(later, &CancellationToken::new()).await;
+        assert!(matches!(r, Ok(None)), "a hint, no slot");
+    }
     assert_eq!(b.scheduler.in_flight(1), 1, "nothing was reserved");
+    // The younger one decides again first and waits again, in its old place behind the older.
+    let again =
+        |t: &Ticket| match b.scheduler.decide(&b.pool, &Ask { queued: Some(t.place()), ..ask(None) }, None).0
+        {
+            Step::Wait(t) => t,
+            _ => panic!("still full"),
+        };
+    let younger_again = again(&younger);
+    drop(younger); // an old ticket no longer owns the place
+    assert_eq!(b.scheduler.queue_depth(1), 2);
+    let older_again = again(&older);
+    drop(older);
+    drop(held);
+    let l = b.admitted(older_again, &a).await;
+    assert_eq!(b.scheduler.queue_depth(1), 1, "the freed slot went to the older waiter");
+    drop(l);
+    drop(b.admitted(younger_again, &a).await);
+    assert_eq!((b.scheduler.in_flight(1), b.scheduler.queue_depth(1)), (0, 0));
 }
 
 #[tokio::test]
@@ -236,15 +270,18 @@ async fn cooldowns_follow_the_clock_and_a_model_cooldown_admits_one_probe() {
     }
     assert_eq!(b.refusal(&a), Refusal::ModelCooling(10));
     b.clock.advance(chrono::Duration::seconds(10));
-    let probe = b.go(&a);
-    assert_eq!(b.refusal(&a), Refusal::ModelCooling(1), "one probe at a time");
+    let probe = b.lease(&a);
+    assert_eq!(b.refusal(&a), Refusal::ModelCooling(state::PROBE_RETRY_AFTER_SECS), "one probe at a time");
     // a probe that ends without a verdict (cancel) lets the next request probe
     drop(probe);
-    let mut probe = b.go(&a);
+    // CD-4: the probe is settled as soon as the upstream accepts it, not when its stream ends
+    let mut probe = b.lease(&a);
+    assert!(matches!(b.scheduler.decide(&b.pool, &a, None).0, Step::Refuse(_)));
+    probe.accepted();
+    let meanwhile = b.go(&a);
+    drop(b.go(&a));
     probe.settle(Verdict::Success);
-    drop(probe);
-    drop(b.go(&a));
-    drop(b.go(&a));
+    drop((probe, meanwhile));
 }
 
 #[tokio::test]
@@ -304,7 +341,7 @@ async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
                     match b.scheduler.decide(&b.pool, &ask, reserved.take()).0 {
                         Step::Go(l) => break Some(l),
                         Step::Refuse(_) => break None,
-                        Step::Wait(ticket) => {
+                        Step::Wait(mut ticket) => {
                             let deadline = Instant::now() + patience;
                             match ticket.wait(deadline, &CancellationToken::new()).await {
                                 Ok(r) => reserved = r,
@@ -335,4 +372,169 @@ async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
         assert_eq!(b.scheduler.in_flight(i as i64 + 1), 0, "account {} leaked a slot", i + 1);
     }
     assert_eq!(b.scheduler.queue_depth(1), 0);
+}
+
+/// An account as a directory snapshot would hold it.
+fn account(
+    s: &Scheduler,
+    id: i64,
+    provider: Provider,
+    pools: Vec<i64>,
+    generation: u64,
+    revision: i64,
+) -> Arc<Account> {
+    Arc::new(Account {
+        id,
+        provider,
+        priority: 0,
+        max_concurrency: 1,
+        revision,
+        pools,
+        slot: s.register(id),
+        generation,
+        credentials: CredentialInput::ApiKey { api_key: "k".into() },
+    })
+}
+
+fn in_pool(pool: i64, a: Ask<'static>) -> Ask<'static> {
+    Ask { pool_id: pool, ..a }
+}
+
+/// Issue 9 item 1: an account moved to another pool (or disabled) no longer hands its freed
+/// slots to the old pool's waiters; the pool it joined gets them.
+#[tokio::test]
+async fn freed_slots_follow_pool_membership_changes() {
+    let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+    let s = Scheduler::new(Settings::default(), Arc::new(clock), store::Writer::discard());
+    let a1 = account(&s, 7, Provider::Codex, vec![1], 1, 1);
+    let pool1 = PoolRoutes::new(ModelPolicy::default(), vec![Arc::clone(&a1)]);
+    s.sync_directory([&a1].into_iter());
+    let Step::Go(held) = s.decide(&pool1, &ask(None), None).0 else { panic!() };
+    let Step::Wait(mut old_pool_waiter) = s.decide(&pool1, &ask(None), None).0 else { panic!() };
+    // The admin moves the account to pool 2, where a request waits too.
+    let a2 = account(&s, 7, Provider::Codex, vec![2], 2, 1);
+    let pool1_now = PoolRoutes::new(ModelPolicy::default(), vec![]);
+    let pool2 = PoolRoutes::new(ModelPolicy::default(), vec![Arc::clone(&a2)]);
+    s.sync_directory([&a2].into_iter());
+    let Step::Wait(mut new_pool_waiter) = s.decide(&pool2, &in_pool(2, ask(None)), None).0 else { panic!() };
+    drop(held);
+    let later = Instant::now() + Duration::from_secs(1);
+    let got = new_pool_waiter.wait(later, &CancellationToken::new()).await.unwrap();
+    assert!(got.is_some(), "the pool the account joined gets its slot");
+    let Step::Go(l) = s.decide(&pool2, &in_pool(2, ask(None)), got).0 else { panic!() };
+    // The old pool's waiter was told to look again (the change may matter), never handed the slot.
+    let hint = old_pool_waiter.wait(later, &CancellationToken::new()).await.unwrap();
+    assert!(hint.is_none());
+    let step = s.decide(&pool1_now, &Ask { queued: Some(old_pool_waiter.place()), ..ask(None) }, None).0;
+    assert!(matches!(step, Step::Refuse(Refusal::NoAccount)));
+    // Disabled (left out of the snapshot): its freed slot goes to nobody.
+    let Step::Wait(waiter2) = s.decide(&pool2, &in_pool(2, ask(None)), None).0 else { panic!() };
+    s.sync_directory(std::iter::empty());
+    drop(l);
+    assert_eq!(s.in_flight(7), 0, "the slot is simply free, not handed around");
+    drop(waiter2);
+    assert_eq!(s.queue_depth(2), 0);
+}
+
+/// Issue 9 item 2: a waiter held back by a cooldown is served when the cooldown ends, without
+/// any release, and ahead of a newcomer.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_served_when_a_cooldown_ends() {
+    let b = bed(&[(1, 0, 1), (2, 0, 1)], Settings::default());
+    let a = ask(None);
+    let mut cooled = b.go(&a);
+    let busy = b.go(&a);
+    let cooled_id = cooled.account().id;
+    cooled.settle(Verdict::RateLimited(Some(Duration::from_secs(5))));
+    drop(cooled);
+    let mut waiter = b.wait(&a);
+    // 5 s later the cooldown is over: both clocks move (stored deadlines, timers).
+    b.clock.advance(chrono::Duration::seconds(5));
+    let got = waiter.wait(Instant::now() + Duration::from_secs(30), &CancellationToken::new()).await.unwrap();
+    assert!(got.is_some(), "a slot of the account whose cooldown ended");
+    let Step::Go(l) = b.scheduler.decide(&b.pool, &a, got).0 else { panic!() };
+    assert_eq!(l.account().id, cooled_id);
+    drop((l, busy));
+}
+
+/// Issue 9 item 3: a new conversation is bound only once the upstream accepts its first request.
+#[tokio::test]
+async fn a_new_conversation_is_bound_by_the_account_that_accepts_it() {
+    let b = bed(&[(1, 0, 5), (2, 0, 5)], Settings::default());
+    let conv = ask(Some("new"));
+    let mut refused = b.lease(&conv);
+    let first = refused.account().id;
+    refused.settle(Verdict::RateLimited(None));
+    drop(refused);
+    assert_eq!(b.scheduler.binding_count(), 0, "no binding to an account that refused");
+    // the account that refused is cooling: the request moves, and the binding is made there
+    let second = b.go(&conv);
+    let accepted_by = second.account().id;
+    assert_ne!(accepted_by, first);
+    drop(second);
+    assert_eq!(b.scheduler.binding_count(), 1);
+    for _ in 0..3 {
+        assert_eq!(b.go(&conv).account().id, accepted_by, "later requests stay there");
+    }
+}
+
+/// Issue 9 items 9 and 11: a credential pause answers with the credential code; an older
+/// snapshot never resets newer state.
+#[tokio::test]
+async fn bound_codes_follow_the_block_and_revisions_never_go_back() {
+    let b = bed(&[(1, 0, 5)], Settings::default());
+    let conv = ask(Some("c"));
+    b.go(&conv).settle(Verdict::CredentialsRejected(403));
+    assert_eq!(b.refusal(&conv), Refusal::CredentialsPaused(403));
+    b.scheduler.apply(1, 2, StateAction::Recover);
+    b.go(&conv).settle(Verdict::RateLimited(Some(Duration::from_secs(60))));
+    // The bed's pool still holds the account at revision 1: that must not wipe the limit.
+    assert_eq!(b.refusal(&conv), Refusal::AccountCooling(60));
+    assert_eq!(b.refusal(&ask(None)), Refusal::UpstreamQuotaExhausted(60));
+}
+
+/// Issue 9 item 9: with every account blocked, an unbound request hears the reason most of them
+/// share, not whichever block ends soonest.
+#[tokio::test]
+async fn every_account_blocked_answers_with_the_dominant_reason() {
+    let b = bed(&[(1, 0, 5), (2, 0, 5), (3, 0, 5)], Settings::default());
+    let a = ask(None);
+    let mut leases: Vec<Lease> = (0..3).map(|_| b.go(&a)).collect();
+    let ids: Vec<i64> = leases.iter().map(|l| l.account().id).collect();
+    leases[0].settle(Verdict::RateLimited(Some(Duration::from_secs(300))));
+    leases[1].settle(Verdict::RateLimited(Some(Duration::from_secs(200))));
+    leases[2].settle(Verdict::Overloaded(Some(Duration::from_secs(2))));
+    drop(leases);
+    assert_eq!(b.refusal(&a), Refusal::AccountCooling(200), "two rate limits outvote one overload");
+    b.scheduler.apply(ids[2], 2, StateAction::Recover);
+    let mut l = b.go(&a);
+    l.settle(Verdict::RateLimited(None));
+    drop(l);
+    assert!(matches!(b.refusal(&a), Refusal::UpstreamQuotaExhausted(_)), "all three rate limited: BUD-5");
+}
+
+/// Issue 9 item 13: one rotation position per set of providers: alternating Codex and Claude
+/// traffic still spreads over both Codex accounts.
+#[tokio::test]
+async fn rotation_is_fair_per_protocol() {
+    let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+    let s = Scheduler::new(Settings::default(), Arc::new(clock), store::Writer::discard());
+    let accounts = vec![
+        account(&s, 1, Provider::Codex, vec![1], 1, 1),
+        account(&s, 2, Provider::Codex, vec![1], 1, 1),
+        account(&s, 3, Provider::Claude, vec![1], 1, 1),
+        account(&s, 4, Provider::Claude, vec![1], 1, 1),
+    ];
+    let pool = PoolRoutes::new(ModelPolicy::default(), accounts);
+    let claude = Ask { supported: &[Provider::Claude], ..ask(None) };
+    let mut codex_served = Vec::new();
+    for _ in 0..4 {
+        let Step::Go(l) = s.decide(&pool, &ask(None), None).0 else { panic!() };
+        codex_served.push(l.account().id);
+        drop(l);
+        let Step::Go(l) = s.decide(&pool, &claude, None).0 else { panic!() };
+        drop(l);
+    }
+    codex_served.sort();
+    assert_eq!(codex_served, [1, 1, 2, 2]);
 }
