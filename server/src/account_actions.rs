@@ -37,18 +37,10 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
     if let Some(state) = state {
         s.scheduler.apply(id, revision, state);
     }
-    // Enable/disable and the switch change what is routable: the proxy reloads its directory,
-    // and where capacity may have appeared, waiters look again at once (ADM-6).
-    s.generation.bump();
-    if matches!(
-        action,
-        AccountAction::Enable
-            | AccountAction::SchedulableOn
-            | AccountAction::ClearCooldown
-            | AccountAction::Recover
-    ) {
-        s.scheduler.wake_all();
-    }
+    // Enable/disable and the switch change what is routable: the directory is reloaded at once
+    // (an account switched off serves no pool any more), and where capacity may have appeared,
+    // waiters get it in queue order or look again (ADM-6).
+    s.configuration_changed().await;
     Ok(view)
 }
 

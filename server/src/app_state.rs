@@ -61,6 +61,19 @@ pub struct Lifecycle {
     pub tasks: TaskTracker,
 }
 
+impl AppState {
+    /// Configuration changed (keys, members, pools, accounts): the proxy's caches follow at once,
+    /// and the account directory is reloaded now, which brings membership, limits and lifecycle
+    /// into the scheduler and lets waiters look again (an account added, enabled or moved may
+    /// serve them).
+    pub async fn configuration_changed(&self) {
+        self.generation.bump();
+        if let Err(e) = self.directory.snapshot(&self.db, &self.sealer).await {
+            tracing::error!(error = %e, "account directory could not be reloaded after a change");
+        }
+    }
+}
+
 impl FromRef<AppState> for LeptosOptions {
     fn from_ref(state: &AppState) -> Self {
         state.leptos.clone()

@@ -389,7 +389,6 @@ impl Settings {
                 ..defaults.failure
             },
             binding_ttl: self.binding_ttl.filter(|d| !d.is_zero()).unwrap_or(defaults.binding_ttl),
-            ..defaults
         };
         let u = self.upstream;
         let url = |v: Option<url::Url>, default: &str| -> Result<url::Url, ConfigError> {

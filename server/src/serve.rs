@@ -323,7 +323,7 @@ async fn track_changes(State(s): State<AppState>, req: Request, next: Next) -> R
     let changes = changes_configuration(req.method(), req.uri().path());
     let resp = next.run(req).await;
     if changes && (resp.status().is_success() || resp.status().is_redirection()) {
-        s.generation.bump();
+        s.configuration_changed().await;
     }
     resp
 }

@@ -101,7 +101,7 @@ impl Backend for ServerBackend {
     async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError> {
         keys::revoke(&self.state.db, &*self.state.clock, Some(me.id), key_id).await?;
         // The proxy's key cache must forget the key at once.
-        self.state.generation.bump();
+        self.state.configuration_changed().await;
         Ok(())
     }
 

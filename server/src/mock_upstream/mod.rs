@@ -106,6 +106,12 @@ impl MockState {
         inner.waiting.get(credential).map_or(0, |w| w.1)
     }
 
+    /// The script of `credential` (defaults when none was set).
+    pub fn script(&self, credential: &str) -> Script {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.scripts.get(credential).cloned().unwrap_or_default()
+    }
+
     pub fn set_script(&self, credential: &str, script: Script) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.scripts.insert(credential.to_owned(), script);

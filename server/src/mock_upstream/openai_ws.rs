@@ -23,6 +23,18 @@ pub async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
+    if let Some(status) = s.script(&credential(&headers)).refuse_websocket {
+        let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::FORBIDDEN);
+        let (kind, code) = match status.as_u16() {
+            429 => ("usage_limit_reached", "usage_limit_reached"),
+            401 => ("invalid_request_error", "invalid_api_key"),
+            _ => ("invalid_request_error", "account_deactivated"),
+        };
+        return super::json(
+            status,
+            json!({"error": {"type": kind, "code": code, "message": "scripted refusal"}}),
+        );
+    }
     ws.on_upgrade(move |socket| session(s, uri, headers, socket))
 }
 

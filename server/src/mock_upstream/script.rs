@@ -25,6 +25,8 @@ pub struct Script {
     pub delta_delay_ms: u64,
     /// Body answered by quota endpoints (Codex `wham/usage`); a plausible default when unset.
     pub quota: Option<serde_json::Value>,
+    /// Refuse WebSocket upgrades with this HTTP status (and the OpenAI error shape).
+    pub refuse_websocket: Option<u16>,
 }
 
 impl Default for Script {
@@ -37,6 +39,7 @@ impl Default for Script {
             delay_ms: 0,
             delta_delay_ms: 0,
             quota: None,
+            refuse_websocket: None,
         }
     }
 }

@@ -538,3 +538,138 @@ async fn rotation_is_fair_per_protocol() {
     codex_served.sort();
     assert_eq!(codex_served, [1, 1, 2, 2]);
 }
+
+/// The stress test across two pools and two providers, with accounts moving between pools (and
+/// out of them) while requests decide, wait and release: never over a limit, every slot and
+/// queue place comes back, and no waiter is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_contention_with_membership_changes_never_exceeds_a_limit() {
+    use std::sync::{
+        Mutex as StdMutex,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    };
+
+    let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+    let settings = Settings { queue_capacity: 1000, ..Settings::default() };
+    let s = Scheduler::new(settings, Arc::new(clock), store::Writer::discard());
+    let providers = [Provider::Codex, Provider::Claude, Provider::Codex, Provider::Claude, Provider::Codex];
+    // (pools of each account) for one generation; built into both pools' routes
+    let scheduler = Arc::clone(&s);
+    let build = move |generation: u64, layout: &[Vec<i64>]| -> (Vec<Arc<Account>>, [PoolRoutes; 2]) {
+        let s = &scheduler;
+        let accounts: Vec<Arc<Account>> = layout
+            .iter()
+            .enumerate()
+            .map(|(i, pools)| {
+                let id = i as i64 + 1;
+                Arc::new(Account {
+                    id,
+                    provider: providers[i],
+                    priority: 0,
+                    max_concurrency: 1 + (i as u32 % 2),
+                    revision: 1,
+                    pools: pools.clone(),
+                    slot: s.register(id),
+                    generation,
+                    credentials: CredentialInput::ApiKey { api_key: "k".into() },
+                })
+            })
+            .collect();
+        let pool = |p: i64| {
+            let members = accounts.iter().filter(|a| a.pools.contains(&p)).cloned().collect();
+            PoolRoutes::new(ModelPolicy::default(), members)
+        };
+        (accounts.clone(), [pool(1), pool(2)])
+    };
+    let layouts: Vec<Vec<Vec<i64>>> = vec![
+        vec![vec![1], vec![1], vec![2], vec![2], vec![1, 2]],
+        vec![vec![2], vec![1, 2], vec![1], vec![], vec![1]],
+        vec![vec![1, 2], vec![2], vec![1, 2], vec![1], vec![]],
+    ];
+    let (accounts, pools) = build(1, &layouts[0]);
+    s.sync_directory(accounts.iter());
+    let current = Arc::new(StdMutex::new(Arc::new(pools)));
+    let held: Arc<Vec<AtomicU32>> = Arc::new((0..=5).map(|_| AtomicU32::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let changer = {
+        let (s, current, stop) = (Arc::clone(&s), Arc::clone(&current), Arc::clone(&stop));
+        let build = build.clone();
+        tokio::spawn(async move {
+            let mut generation = 1;
+            while !stop.load(Ordering::SeqCst) {
+                generation += 1;
+                let (accounts, pools) = build(generation, &layouts[generation as usize % layouts.len()]);
+                *current.lock().unwrap() = Arc::new(pools);
+                s.sync_directory(accounts.iter());
+                tokio::time::sleep(Duration::from_micros(300)).await;
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for t in 0..200u64 {
+        let (s, held, current) = (Arc::clone(&s), Arc::clone(&held), Arc::clone(&current));
+        tasks.push(tokio::spawn(async move {
+            let mut rng = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            for _ in 0..15 {
+                let pool_id = 1 + (next() % 2) as i64;
+                let supported: &'static [Provider] =
+                    if next() % 2 == 0 { &[Provider::Codex] } else { &[Provider::Claude] };
+                let conv = format!("c{}", next() % 6);
+                let conversation = (next() % 3 == 0).then(|| ConversationKey::session(&conv));
+                let patience = Duration::from_micros(next() % 3_000);
+                let mut reserved = None;
+                let mut ticket: Option<Ticket> = None;
+                let lease = loop {
+                    let pools = Arc::clone(&current.lock().unwrap());
+                    let ask = Ask {
+                        pool_id,
+                        supported,
+                        conversation,
+                        queued: ticket.as_ref().map(Ticket::place),
+                        ..ask(None)
+                    };
+                    match s.decide(&pools[(pool_id - 1) as usize], &ask, reserved.take()).0 {
+                        Step::Go(mut l) => {
+                            l.accepted();
+                            break Some(l);
+                        }
+                        Step::Refuse(_) => break None,
+                        Step::Wait(t) => {
+                            let t = ticket.insert(t);
+                            match t.wait(Instant::now() + patience, &CancellationToken::new()).await {
+                                Ok(r) => reserved = r,
+                                Err(_) => break None,
+                            }
+                        }
+                    }
+                };
+                drop(ticket);
+                let Some(lease) = lease else { continue };
+                let id = lease.account().id as usize;
+                let limit = lease.account().max_concurrency;
+                let now = held[id].fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= limit, "account {id} held {now} leases over its limit {limit}");
+                for _ in 0..(next() % 4) {
+                    tokio::task::yield_now().await;
+                }
+                held[id].fetch_sub(1, Ordering::SeqCst);
+                drop(lease);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    changer.await.unwrap();
+    for id in 1..=5 {
+        assert_eq!(s.in_flight(id), 0, "account {id} leaked a slot");
+    }
+    assert_eq!((s.queue_depth(1), s.queue_depth(2)), (0, 0));
+}
