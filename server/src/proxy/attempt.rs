@@ -52,7 +52,7 @@ pub(super) fn member_slot(s: &AppState, p: &Principal) -> Result<MemberSlot, Gat
 pub(super) fn member_rpm(s: &AppState, p: &Principal) -> Result<(), GatewayError> {
     s.admission
         .member_rpm(p.member_id, p.rpm_limit)
-        .map_err(|wait| GatewayError::member_rpm_exceeded(wait.as_secs_f64().ceil().clamp(1.0, 60.0) as u64))
+        .map_err(|wait| GatewayError::member_rpm_exceeded(crate::scheduler::state::retry_secs(wait)))
 }
 
 /// One authenticated model attempt; recorded exactly once by one of its consuming methods.

@@ -22,7 +22,7 @@ use crate::{
     records::{Outcome, Usage},
     scheduler::{
         Verdict,
-        state::{RETRY_AFTER_MIN, clamp_retry},
+        state::{RETRY_AFTER_MIN, clamp_retry, retry_secs},
     },
 };
 
@@ -50,7 +50,7 @@ impl UpstreamFailure {
     ) -> Self {
         let status = upstream.status();
         let hint = schedule::retry_after_header(upstream.headers(), now);
-        let retry_after = hint.map(|h| clamp_retry(Some(h), RETRY_AFTER_MIN).as_secs_f64().ceil() as u64);
+        let retry_after = hint.map(retry_secs);
         let mut bytes = Vec::new();
         let mut stream = upstream.bytes_stream();
         let read = async {
@@ -93,9 +93,7 @@ impl UpstreamFailure {
         let UpstreamFailure { status, retry_after, body: v, verdict } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
-                // Rounded up, as every Retry-After SubLane gives.
-                let secs = clamp_retry(d, RETRY_AFTER_MIN).as_secs_f64().ceil() as u64;
-                Some(GatewayError::model_rate_limited(secs.max(1)))
+                Some(GatewayError::model_rate_limited(retry_secs(clamp_retry(d, RETRY_AFTER_MIN))))
             }
             Verdict::CredentialsRejected(403) | Verdict::Forbidden => {
                 Some(GatewayError::upstream_forbidden())

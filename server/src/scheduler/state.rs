@@ -60,6 +60,12 @@ pub const PROBE_RETRY_AFTER_SECS: u64 = 3;
 pub const RETRY_AFTER_MIN: Duration = Duration::from_secs(1);
 pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(3600);
 
+/// Whole seconds for a `Retry-After` header: rounded up (a client told 59 s of a 59.5 s wait
+/// would come back too early) and bounded to 1..=3600.
+pub fn retry_secs(wait: Duration) -> u64 {
+    (wait.as_secs_f64().ceil() as u64).clamp(RETRY_AFTER_MIN.as_secs(), RETRY_AFTER_MAX.as_secs())
+}
+
 /// A Retry-After hint clamped to 1..=3600 s, or the fallback when there is none.
 pub fn clamp_retry(hint: Option<Duration>, fallback: Duration) -> Duration {
     hint.map_or(fallback, |d| d.clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX))
@@ -545,6 +551,14 @@ mod tests {
         assert_eq!(a.block("m", 0), Some(Block::TempUnschedulable { until: 300 * S }));
         a.recover();
         assert_eq!(a.block("m", 0), None);
+    }
+
+    #[test]
+    fn retry_seconds_are_rounded_up() {
+        assert_eq!(retry_secs(Duration::from_millis(59_500)), 60);
+        assert_eq!(retry_secs(Duration::from_millis(200)), 1);
+        assert_eq!(retry_secs(Duration::ZERO), 1);
+        assert_eq!(retry_secs(Duration::from_secs(100_000)), 3600);
     }
 
     #[test]
