@@ -284,3 +284,23 @@ async fn waiters_count_toward_the_workspace() {
     let (status, _) = rig.admin.call(Method::GET, "/api/accounts/runtime", None).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// A WebSocket turn is accepted only by a first event that is not an error: a conversation whose
+/// first turn was refused with an error event is not bound to the refusing account.
+#[tokio::test]
+async fn a_refused_first_websocket_turn_binds_nothing() {
+    let tokens = ["wsfirst-a", "wsfirst-b"];
+    let rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
+    rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429}]})).await;
+    let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
+    req.headers_mut().insert("session-id", "ws-fresh".parse().unwrap());
+    let mut socket = tokio_tungstenite::connect_async(req).await.unwrap().0;
+    let e = turn(&mut socket).await;
+    assert_eq!(e["status"], 429, "{e}");
+    // The same conversation over HTTP is not bound to the account that refused it.
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("ws-fresh"), MODEL).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 1);
+}

@@ -247,7 +247,9 @@ async fn dispatch(
             }
             break (upstream, account, force_stream, rewrite);
         }
-        let failure = UpstreamFailure::read(upstream, account.provider, &upstream_model, s.clock.now()).await;
+        let policy = &s.scheduler.settings().failure;
+        let failure =
+            UpstreamFailure::read(upstream, account.provider, &upstream_model, s.clock.now(), policy).await;
         let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
         let may_move = if bound {
             // RT-3: only off an account that does not support the (new) model; the scheduler

@@ -22,7 +22,7 @@ use crate::{
     records::{Outcome, Usage},
     scheduler::{
         Verdict,
-        state::{RETRY_AFTER_MIN, clamp_retry, retry_secs},
+        state::{FailurePolicy, RETRY_AFTER_MIN, clamp_retry, retry_secs},
     },
 };
 
@@ -35,7 +35,9 @@ pub const ERROR_BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// (CD-1..CD-5, ERR-1/2).
 pub(super) struct UpstreamFailure {
     status: StatusCode,
-    /// The upstream's `Retry-After`, clamped as SubLane enforces it (1..=3600 s).
+    /// The Retry-After the client gets: what SubLane enforces on the account for this answer
+    /// (the upstream's hint from a header or the body, clamped, else the policy's fallback),
+    /// or the upstream's own hint, clamped, for answers that block nothing.
     retry_after: Option<u64>,
     body: Value,
     pub(super) verdict: Verdict,
@@ -47,10 +49,10 @@ impl UpstreamFailure {
         provider: Provider,
         upstream_model: &str,
         now: chrono::DateTime<chrono::Utc>,
+        policy: &FailurePolicy,
     ) -> Self {
         let status = upstream.status();
         let hint = schedule::retry_after_header(upstream.headers(), now);
-        let retry_after = hint.map(retry_secs);
         let mut bytes = Vec::new();
         let mut stream = upstream.bytes_stream();
         let read = async {
@@ -65,6 +67,7 @@ impl UpstreamFailure {
         let body: Value =
             if complete { serde_json::from_slice(&bytes).unwrap_or(Value::Null) } else { Value::Null };
         let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
+        let retry_after = enforced_retry(verdict, policy).or(hint.map(retry_secs));
         UpstreamFailure { status, retry_after, body, verdict }
     }
 
@@ -141,5 +144,34 @@ impl UpstreamFailure {
             })
             .await;
         resp
+    }
+}
+
+/// The wait SubLane enforces on the account for `verdict`, in whole seconds (CD-1, CD-4, CD-5):
+/// what a client is told, so it comes back when the account can serve again.
+pub(super) fn enforced_retry(verdict: Verdict, policy: &FailurePolicy) -> Option<u64> {
+    match verdict {
+        Verdict::RateLimited(hint) => Some(retry_secs(clamp_retry(hint, policy.fallback_429))),
+        Verdict::Overloaded(hint) => Some(retry_secs(clamp_retry(hint, policy.overload))),
+        Verdict::ModelLimited(hint) => Some(retry_secs(clamp_retry(hint, RETRY_AFTER_MIN))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn clients_are_told_the_wait_that_is_enforced() {
+        let p = FailurePolicy::default();
+        assert_eq!(enforced_retry(Verdict::RateLimited(None), &p), Some(5), "the 429 fallback");
+        assert_eq!(enforced_retry(Verdict::Overloaded(None), &p), Some(30), "the overload pause");
+        let from_body = Verdict::RateLimited(Some(Duration::from_millis(12_500)));
+        assert_eq!(enforced_retry(from_body, &p), Some(13), "a body's hint, rounded up");
+        assert_eq!(enforced_retry(Verdict::RateLimited(Some(Duration::from_secs(90_000))), &p), Some(3600));
+        assert_eq!(enforced_retry(Verdict::ModelFailure, &p), None);
     }
 }

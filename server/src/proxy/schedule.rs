@@ -275,17 +275,27 @@ fn credential_shaped(body: &Value) -> bool {
         "authentication_error",
         "unauthenticated",
     ];
+    // Phrases about the account or its token, not a feature ("web search is disabled").
     const WORDS: &[&str] = &[
-        "deactivated",
-        "suspended",
-        "disabled",
-        "revoked",
-        "expired",
-        "banned",
+        "account has been deactivated",
+        "account is deactivated",
+        "account was deactivated",
+        "account deactivated",
+        "account has been disabled",
+        "account is disabled",
+        "account has been suspended",
+        "account is suspended",
+        "account suspended",
+        "account has been banned",
+        "token has been revoked",
+        "token was revoked",
+        "token has expired",
+        "token is expired",
+        "token expired",
         "invalid api key",
         "invalid token",
         "invalid authentication",
-        "access token",
+        "invalid access token",
         "oauth token",
     ];
     let e = &body["error"];
@@ -295,8 +305,7 @@ fn credential_shaped(body: &Value) -> bool {
             .into_iter()
             .flatten()
             .chain(details);
-    let code_says =
-        codes.map(str::to_ascii_lowercase).any(|c| CODES.contains(&c.as_str()) || c.contains("disabled"));
+    let code_says = codes.map(str::to_ascii_lowercase).any(|c| CODES.contains(&c.as_str()));
     let message =
         e["message"].as_str().or(body["detail"].as_str()).or(e.as_str()).unwrap_or("").to_lowercase();
     code_says || WORDS.iter().any(|w| message.contains(w))
@@ -311,12 +320,18 @@ pub(super) fn model_unsupported(status: StatusCode, body: &Value) -> bool {
     let e = &body["error"];
     let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("").to_ascii_lowercase();
     let message = e["message"].as_str().unwrap_or("").to_lowercase();
+    // The model must be what the sentence is about: "the model `x` does not exist", not
+    // "'temperature' is not supported with this model" (a parameter error, ERR-1).
+    let about_model = message.find("model").is_some_and(|at| {
+        let rest = &message[at..];
+        ["not found", "does not exist", "is not supported", "not supported", "is not available"]
+            .iter()
+            .any(|w| rest.contains(w))
+    });
     code == "model_not_found"
         || (status == StatusCode::NOT_FOUND && (code == "not_found_error" || e["status"] == "NOT_FOUND"))
-        || (message.contains("model")
-            && ["not found", "does not exist", "not supported", "unsupported", "not available"]
-                .iter()
-                .any(|w| message.contains(w)))
+        || message.contains("unsupported model")
+        || about_model
 }
 
 /// CD-4: an Antigravity RESOURCE_EXHAUSTED whose ErrorInfo has the Cloud Code domain, a rate or
@@ -462,6 +477,10 @@ mod tests {
                 Provider::Antigravity,
                 json!({"error": {"code": 403, "status": "PERMISSION_DENIED", "message": "The caller does not have permission"}}),
             ),
+            (
+                Provider::OpenaiApi,
+                json!({"error": {"code": "web_search_disabled", "message": "Web search is disabled for this organization"}}),
+            ),
         ] {
             assert_eq!(v(provider, body.clone()), Verdict::Forbidden, "{body}");
         }
@@ -482,6 +501,10 @@ mod tests {
         assert!(!model_unsupported(
             StatusCode::BAD_REQUEST,
             &json!({"error": {"message": "max_tokens too large"}})
+        ));
+        assert!(!model_unsupported(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": "'temperature' is not supported with this model."}})
         ));
         assert!(!model_unsupported(
             StatusCode::TOO_MANY_REQUESTS,

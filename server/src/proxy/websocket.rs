@@ -236,12 +236,13 @@ async fn session(
             }
             continue;
         }
-        // The upstream took the turn: a new conversation is bound, a probe settled.
-        if let Some(lease) = attempt.lease.as_mut() {
-            lease.accepted();
-        }
-        let answering =
-            Answering { provider: binding.account.provider, model: &model, request_id: &request_id, started };
+        let answering = Answering {
+            provider: binding.account.provider,
+            model: &model,
+            request_id: &request_id,
+            started,
+            lease: attempt.lease.as_mut(),
+        };
         let turn = relay_turn(&s, &limits, &mut client, &mut binding.upstream, answering).await;
         if turn.upstream_gone {
             bound = None;
@@ -371,10 +372,17 @@ async fn route(
     if bound.is_none() {
         match connect(s, &account, headers).await {
             Ok(upstream) => *bound = Some(Binding { account, upstream }),
-            Err(Refused { error, verdict }) => {
-                // CD-1..CD-5 apply to a refused handshake as to an HTTP answer.
-                if let (Some(lease), Some((status, body))) = (attempt.lease.as_mut(), verdict) {
-                    lease.settle(schedule::verdict(account.provider, status, None, &body, &upstream_model));
+            Err(Refused { mut error, verdict }) => {
+                // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
+                // told the wait that is enforced.
+                if let (Some(lease), Some((status, body, hint))) = (attempt.lease.as_mut(), verdict) {
+                    let verdict = schedule::verdict(account.provider, status, hint, &body, &upstream_model);
+                    lease.settle(verdict);
+                    if let Some(secs) =
+                        super::failure::enforced_retry(verdict, &s.scheduler.settings().failure)
+                    {
+                        error = error.retry_after(secs);
+                    }
                 }
                 return Err((error, Outcome::Error));
             }
@@ -387,7 +395,7 @@ async fn route(
 /// its status and body for the account's verdict.
 struct Refused {
     error: GatewayError,
-    verdict: Option<(axum::http::StatusCode, Value)>,
+    verdict: Option<(axum::http::StatusCode, Value, Option<Duration>)>,
 }
 
 impl From<GatewayError> for Refused {
@@ -443,7 +451,8 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
             let status = resp.status();
             let body =
                 resp.body().as_deref().and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
-            Err(Refused { error: refused_handshake(status), verdict: Some((status, body)) })
+            let hint = schedule::retry_after_header(resp.headers(), s.clock.now());
+            Err(Refused { error: refused_handshake(status), verdict: Some((status, body, hint)) })
         }
         Ok(Err(_)) => Err(GatewayError::upstream_unavailable().into()),
         Err(_) => Err(GatewayError::upstream_timeout().into()),
@@ -495,6 +504,9 @@ struct Answering<'a> {
     model: &'a str,
     request_id: &'a str,
     started: Instant,
+    /// Told when the upstream takes the turn (its first event that is not an error): a new
+    /// conversation is bound then, a probe settled.
+    lease: Option<&'a mut crate::scheduler::Lease>,
 }
 
 struct Turn {
@@ -511,7 +523,7 @@ async fn relay_turn(
     upstream: &mut Upstream,
     turn: Answering<'_>,
 ) -> Turn {
-    let Answering { provider, model, request_id, started } = turn;
+    let Answering { provider, model, request_id, started, mut lease } = turn;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + REQUEST_DEADLINE;
     let (mut client_gone, mut upstream_gone) = (false, false);
@@ -531,6 +543,11 @@ async fn relay_turn(
                 };
                 let mut event: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
                 let kind = event["type"].as_str().unwrap_or("").to_owned();
+                if kind != "error"
+                    && let Some(lease) = lease.take()
+                {
+                    lease.accepted();
+                }
                 observer.event(Some(&kind), &text, started.elapsed());
                 let terminal = matches!(kind.as_str(), "response.completed" | "response.incomplete" | "response.failed" | "error");
                 if kind == "error" {

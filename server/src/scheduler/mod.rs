@@ -232,24 +232,28 @@ impl Scheduler {
     /// Brings the live state in step with a new directory snapshot (its accounts, by id): limits,
     /// lifecycle revisions (never backwards) and pool membership of the accounts in it; accounts
     /// left out (disabled, switched off, deleted) serve no pool, so their freed slots go to no
-    /// waiter. Waiters then look again: the change may have made room.
+    /// waiter. When anything changed, waiters look again: the change may have made room.
     pub fn sync_directory<'a>(&self, accounts: impl Iterator<Item = &'a Arc<Account>>) {
         let mut inner = self.lock();
         let mut seen = vec![false; inner.runtimes.len()];
+        let mut changed = false;
         for account in accounts {
             let slot = inner.slot(account.id);
             if slot >= seen.len() {
                 seen.resize(slot + 1, false);
             }
             seen[slot] = true;
-            inner.runtimes[slot].sync(account);
+            changed |= inner.runtimes[slot].sync(account);
         }
         for (slot, rt) in inner.runtimes.iter_mut().enumerate() {
-            if !seen.get(slot).copied().unwrap_or(false) {
+            if !seen.get(slot).copied().unwrap_or(false) && !rt.cold.pools.is_empty() {
                 rt.cold.pools.clear();
+                changed = true;
             }
         }
-        self.wake_locked_all(&mut inner);
+        if changed {
+            self.wake_locked_all(&mut inner);
+        }
     }
 
     /// Restores persisted state (ACC-4, RT-1) at startup.
@@ -282,7 +286,7 @@ impl Scheduler {
 
     /// Applies what the upstream's answer says about the account (CD-1..CD-5). `counted`: the
     /// request was already counted for its model when admitted.
-    fn settle(&self, slot: usize, model: &str, seq: u64, verdict: Verdict, counted: bool) {
+    fn settle(self: &Arc<Self>, slot: usize, model: &str, seq: u64, verdict: Verdict, counted: bool) {
         let now = self.now();
         let policy = &self.settings.failure;
         let mut inner = self.lock();
@@ -316,6 +320,7 @@ impl Scheduler {
         state.attempt_ended(model, seq);
         state.forget_expired(now, policy);
         let changed = *state != before;
+        let ends = state.next_block_end(now);
         rt.refresh();
         if changed {
             let write = store::Write::State {
@@ -324,13 +329,19 @@ impl Scheduler {
                 state: rt.cold.state.clone(),
                 at: now,
             };
+            // A block set now may hold back waiters that are already queued: their pools' timers
+            // must cover its end, and a conversation waiting for this account hears of it now
+            // (ADM-9: a cooling account is answered, not waited for).
+            if let Some(until) = ends {
+                self.block_appeared(&mut inner, slot, until);
+            }
             drop(inner);
             self.store.send(write);
         }
     }
 
-    /// ACC-3 actions on the live state; the caller bumps the lifecycle revision in the database
-    /// and wakes waiters ([`Scheduler::wake_all`]).
+    /// ACC-3 actions on the live state (waiters then look again); the caller bumps the lifecycle
+    /// revision in the database.
     pub fn apply(&self, account_id: i64, revision: i64, action: StateAction) {
         let now = self.now();
         let mut inner = self.lock();
@@ -340,9 +351,13 @@ impl Scheduler {
             StateAction::ClearCooldowns => rt.cold.state.clear_cooldowns(),
             StateAction::Recover => rt.cold.state.recover(),
         }
-        rt.revision = revision;
+        // Two actions racing: the newer revision stays.
+        rt.revision = rt.revision.max(revision);
         rt.refresh();
+        let revision = rt.revision;
         let write = store::Write::State { account_id, revision, state: rt.cold.state.clone(), at: now };
+        // Blocks were cleared: capacity may have appeared for waiters.
+        self.wake_locked_all(&mut inner);
         drop(inner);
         self.store.send(write);
     }
@@ -380,8 +395,9 @@ impl Scheduler {
         let now = self.now();
         let inner = self.lock();
         let slot = *inner.slots.get(&account_id)?;
-        let b = inner.runtimes[slot].cold.state.account_block(now)?;
-        Some(Refusal::AccountCooling(b.retry_after(now)))
+        let state = &inner.runtimes[slot].cold.state;
+        let b = state.account_block(now)?;
+        Some(select::bound_refusal(state, &b, now))
     }
 
     /// Slots in use on an account (tests, runtime view).

@@ -21,7 +21,13 @@ use super::{Ask, Inner, Refusal, Scheduler, Step};
 /// Who a waiter can use.
 pub(super) enum Want {
     Account(usize),
-    Any { supported: Vec<Provider>, model: String },
+    /// Any account of these providers free for `model`, but the ones (by slot) the request
+    /// already tried.
+    Any {
+        supported: Vec<Provider>,
+        model: String,
+        avoid: Vec<usize>,
+    },
 }
 
 pub(super) struct Waiter {
@@ -163,6 +169,25 @@ impl Scheduler {
         self.wake(account_id);
     }
 
+    /// A block on account slot `slot` ending at `until` (unix ms) was just set: every pool of the
+    /// account with waiters gets its timer armed for that end, and conversations waiting for
+    /// this very account decide again (they are answered with the block, ADM-9).
+    pub(super) fn block_appeared(self: &Arc<Self>, inner: &mut Inner, slot: usize, until: i64) {
+        let pools = inner.runtimes[slot].cold.pools.clone();
+        for pool_id in pools {
+            let Some(queue) = inner.queues.get_mut(&pool_id) else { continue };
+            if queue.is_empty() {
+                continue;
+            }
+            for w in queue.iter_mut().filter(|w| matches!(w.want, Want::Account(s) if s == slot)) {
+                if let Some(tx) = w.wake.take() {
+                    let _ = tx.send(None);
+                }
+            }
+            self.arm_timer(inner, pool_id, until);
+        }
+    }
+
     /// Arms `pool_id`'s timer for `until` (unix ms) unless it is already armed as early.
     fn arm_timer(self: &Arc<Self>, inner: &mut Inner, pool_id: i64, until: i64) {
         if inner.timers.get(&pool_id).is_some_and(|armed| *armed <= until) {
@@ -191,13 +216,14 @@ impl Scheduler {
 }
 
 /// Hands one (already counted) slot of `slot` to the oldest armed waiter, over every pool the
-/// account is in now, that can use it. Returns whether one took it.
+/// account is in now, that can use it. Returns whether one took it. The waiter keeps its place
+/// until its decision uses the slot (its ticket then leaves): if the slot turns out unusable, it
+/// waits on where it was.
 fn hand_to_oldest(inner: &mut Inner, slot: usize, now: i64) -> bool {
     loop {
         let Some((pool_id, pos)) = oldest_waiter_for(inner, slot, now) else { return false };
-        let Some(tx) = inner.queues.get_mut(&pool_id).and_then(|q| q.remove(pos)).and_then(|w| w.wake) else {
-            continue;
-        };
+        let Some(w) = inner.queues.get_mut(&pool_id).and_then(|q| q.get_mut(pos)) else { return false };
+        let Some(tx) = w.wake.take() else { continue };
         if tx.send(Some(slot)).is_ok() {
             return true;
         }
@@ -214,8 +240,9 @@ fn oldest_waiter_for(inner: &Inner, slot: usize, now: i64) -> Option<(i64, usize
             w.armed()
                 && match &w.want {
                     Want::Account(s) => *s == slot,
-                    Want::Any { supported, model } => {
+                    Want::Any { supported, model, avoid } => {
                         rt.cold.provider.is_some_and(|p| supported.contains(&p))
+                            && !avoid.contains(&slot)
                             && rt.block(model, now).is_none()
                     }
                 }

@@ -77,7 +77,10 @@ impl Runtime {
     /// Keeps the runtime in step with the account's configuration. Nothing goes backwards: an
     /// older lifecycle revision (a request holding an older snapshot) never resets the state
     /// (which would wipe newer cooldowns), and an older view never restores old pools or limits.
-    pub(super) fn sync(&mut self, account: &Account) {
+    /// Returns whether anything routing depends on changed.
+    pub(super) fn sync(&mut self, account: &Account) -> bool {
+        let before = (self.limit, self.revision, self.cold.provider);
+        let mut moved = false;
         if account.generation >= self.cold.limit_generation {
             self.limit = account.max_concurrency;
         }
@@ -93,8 +96,10 @@ impl Runtime {
             self.cold.synced_generation = account.generation;
             if self.cold.pools != account.pools {
                 self.cold.pools.clone_from(&account.pools);
+                moved = true;
             }
             self.cold.provider = Some(account.provider);
         }
+        moved || before != (self.limit, self.revision, self.cold.provider)
     }
 }

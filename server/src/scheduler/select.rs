@@ -55,7 +55,7 @@ impl Scheduler {
         let sync = |inner: &mut Inner, i: usize| {
             let rt = &mut inner.runtimes[entries[i].slot];
             if rt.stale(&entries[i]) || rt.cold.provider != Some(entries[i].provider) {
-                rt.sync(&accounts[i]);
+                let _ = rt.sync(&accounts[i]);
             }
         };
         let has_room = |inner: &Inner, slot: usize| {
@@ -130,6 +130,12 @@ impl Scheduler {
                 excluded.policy += 1;
                 continue;
             }
+            // An account this request already tried (the account itself is touched only when it
+            // tried some: the scan otherwise reads the packed entries alone).
+            if !ask.avoid.is_empty() && ask.avoid.contains(&accounts[i].id) {
+                excluded.unavailable += 1;
+                continue;
+            }
             if inner.runtimes[e.slot].stale(e) {
                 sync(inner, i);
             }
@@ -141,10 +147,6 @@ impl Scheduler {
                     excluded.cooldown += 1;
                 }
                 blocked.add(b, now);
-                continue;
-            }
-            if ask.avoid.contains(&accounts[i].id) {
-                excluded.unavailable += 1;
                 continue;
             }
             if !(reserved == Some(e.slot) || rt.in_flight < rt.limit) {
@@ -166,7 +168,10 @@ impl Scheduler {
                 return (Step::Go(self.lease(inner, &accounts[pick], ask, reserved, now)), decision);
             }
             None if excluded.capacity > 0 => {
-                let want = Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned() };
+                let avoid =
+                    ask.avoid.iter().filter_map(|id| pool.position(*id)).map(|i| entries[i].slot).collect();
+                let want =
+                    Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned(), avoid };
                 self.enqueue(inner, ask, want, blocked.soonest_end())
             }
             None => Step::Refuse(blocked.refusal(now)),
@@ -259,7 +264,7 @@ fn model_refusal(b: &Block, now: i64) -> Refusal {
 
 /// What a bound conversation hears when its account is blocked (RT-2, ERR): a credential pause
 /// is no cooldown to wait out, so it gets the credential code, not `account_cooling`.
-fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusal {
+pub(super) fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusal {
     match b {
         Block::TempUnschedulable { .. } => {
             let status = match state.temp_unschedulable_reason.as_deref() {
@@ -289,6 +294,8 @@ struct Blocked {
     /// Per kind (rate limited, overloaded, credentials, model cooling, model limited): how many
     /// accounts, and the block of that kind that ends soonest.
     kinds: [(u32, Option<Block>); 5],
+    /// The soonest end of any timed block (a probe has none), for the pool's timer.
+    soonest_end: Option<i64>,
 }
 
 impl Blocked {
@@ -300,6 +307,9 @@ impl Blocked {
             Block::ModelCooling { .. } | Block::Probing => 3,
             Block::ModelLimited { .. } => 4,
         };
+        if let Some(until) = b.until() {
+            self.soonest_end = Some(self.soonest_end.map_or(until, |s| s.min(until)));
+        }
         let (n, soonest) = &mut self.kinds[k];
         *n += 1;
         if soonest.as_ref().is_none_or(|s| b.retry_after(now) < s.retry_after(now)) {
@@ -309,14 +319,16 @@ impl Blocked {
 
     /// When the soonest timed block ends (unix ms): capacity may appear then.
     fn soonest_end(&self) -> Option<i64> {
-        self.kinds.iter().filter_map(|(_, b)| b.as_ref().and_then(Block::until)).min()
+        self.soonest_end
     }
 
     fn refusal(&self, now: i64) -> Refusal {
         let total: u32 = self.kinds.iter().map(|(n, _)| n).sum();
-        let dominant = (0..self.kinds.len())
-            .filter(|k| self.kinds[*k].0 > 0)
-            .max_by_key(|k| (self.kinds[*k].0, std::cmp::Reverse(self.retry(*k, now))));
+        // Most accounts first; on a tie the reason that ends soonest, then the lower kind (a rate
+        // limit before an overload before a credential pause).
+        let dominant = (0..self.kinds.len()).filter(|k| self.kinds[*k].0 > 0).max_by_key(|k| {
+            (self.kinds[*k].0, std::cmp::Reverse(self.retry(*k, now)), std::cmp::Reverse(*k))
+        });
         let Some(k) = dominant else { return Refusal::NoAccount };
         let retry = self.retry(k, now);
         match k {

@@ -362,6 +362,17 @@ impl AccountState {
         *self = AccountState::default();
     }
 
+    /// When the soonest block in force ends (unix ms), account-wide or of any model.
+    pub fn next_block_end(&self, now: i64) -> Option<i64> {
+        let models = self.models.values().flat_map(|m| [m.cooldown_until, m.limited_until]);
+        [self.rate_limit_reset_at, self.overload_until, self.temp_unschedulable_until]
+            .into_iter()
+            .chain(models)
+            .flatten()
+            .filter(|until| *until > now)
+            .min()
+    }
+
     /// Models limited or cooling now (API-1's limited-model count).
     pub fn limited_models(&self, now: i64) -> usize {
         self.models.values().filter(|m| m.block(now).is_some()).count()

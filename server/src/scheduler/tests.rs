@@ -422,6 +422,7 @@ async fn freed_slots_follow_pool_membership_changes() {
     let got = new_pool_waiter.wait(later, &CancellationToken::new()).await.unwrap();
     assert!(got.is_some(), "the pool the account joined gets its slot");
     let Step::Go(l) = s.decide(&pool2, &in_pool(2, ask(None)), got).0 else { panic!() };
+    drop(new_pool_waiter); // served: its place goes
     // The old pool's waiter was told to look again (the change may matter), never handed the slot.
     let hint = old_pool_waiter.wait(later, &CancellationToken::new()).await.unwrap();
     assert!(hint.is_none());
@@ -672,4 +673,45 @@ async fn random_contention_with_membership_changes_never_exceeds_a_limit() {
         assert_eq!(s.in_flight(id), 0, "account {id} leaked a slot");
     }
     assert_eq!((s.queue_depth(1), s.queue_depth(2)), (0, 0));
+}
+
+/// A block that appears after a request queued still wakes it when it ends: the pool's timer
+/// is armed when the block is set, not only when a waiter queues.
+#[tokio::test(start_paused = true)]
+async fn a_block_set_after_a_waiter_queued_still_wakes_it() {
+    let b = bed(&[(1, 0, 1), (2, 0, 1)], Settings::default());
+    let a = ask(None);
+    let mut first = b.go(&a);
+    let second = b.go(&a);
+    let mut waiter = b.wait(&a); // nothing blocked yet: no timer
+    let first_id = first.account().id;
+    first.settle(Verdict::RateLimited(Some(Duration::from_secs(2))));
+    drop(first); // its slot cannot go to the waiter: the account is cooling
+    assert_eq!(b.scheduler.in_flight(first_id), 0);
+    b.clock.advance(chrono::Duration::seconds(2));
+    let got = waiter.wait(Instant::now() + Duration::from_secs(30), &CancellationToken::new()).await.unwrap();
+    let Step::Go(l) = b.scheduler.decide(&b.pool, &a, got).0 else { panic!("served when the block ended") };
+    assert_eq!(l.account().id, first_id);
+    drop((l, second));
+}
+
+/// A request that already tried an account waits without being handed that account's slots
+/// (no loop of reservations it cannot use), and keeps its place.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_never_handed_an_account_it_already_tried() {
+    let b = bed(&[(1, 0, 1), (2, 0, 1)], Settings::default());
+    let a = ask(None);
+    let tried = b.go(&a);
+    let busy = b.go(&a);
+    let tried_id = tried.account().id;
+    let avoid = [tried_id];
+    let moved = Ask { avoid: &avoid, ..ask(None) };
+    let Step::Wait(mut waiter) = b.scheduler.decide(&b.pool, &moved, None).0 else { panic!() };
+    let newcomer = b.wait(&a);
+    drop(tried);
+    // the tried account's slot went to the newcomer, not to the waiter that tried it
+    assert_eq!(b.scheduler.in_flight(tried_id), 1);
+    let r = waiter.wait(Instant::now() + Duration::from_millis(100), &CancellationToken::new()).await;
+    assert!(matches!(r, Err(Refusal::WaitTimeout)), "{:?}", r.map(|r| r.is_some()));
+    drop((waiter, newcomer, busy));
 }
