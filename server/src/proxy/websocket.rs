@@ -170,9 +170,7 @@ async fn session(
         match member {
             Ok(member) => attempt.slots = Some((workspace, member)),
             Err(e) => {
-                let sent = send_error(&limits, &mut client, &e, &request_id).await;
-                end_turn(attempt, warmup, Ending::failed(e.code, Outcome::Rejected)).await;
-                if sent.is_err() {
+                if !fail_turn(&limits, &mut client, attempt, warmup, &e, Outcome::Rejected).await {
                     break;
                 }
                 continue;
@@ -193,9 +191,7 @@ async fn session(
                 break;
             }
             Ok(Err((e, outcome))) => {
-                let sent = send_error(&limits, &mut client, &e, &request_id).await;
-                end_turn(attempt, warmup, Ending::failed(e.code, outcome)).await;
-                if sent.is_err() {
+                if !fail_turn(&limits, &mut client, attempt, warmup, &e, outcome).await {
                     break;
                 }
                 continue;
@@ -203,9 +199,7 @@ async fn session(
         };
         let Some(binding) = bound.as_mut() else {
             let e = GatewayError::upstream_unavailable();
-            let sent = send_error(&limits, &mut client, &e, &request_id).await;
-            end_turn(attempt, warmup, Ending::failed(e.code, Outcome::Error)).await;
-            if sent.is_err() {
+            if !fail_turn(&limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
                 break;
             }
             continue;
@@ -229,9 +223,7 @@ async fn session(
         if !forwarded {
             bound = None;
             let e = GatewayError::upstream_unavailable();
-            let sent = send_error(&limits, &mut client, &e, &request_id).await;
-            end_turn(attempt, warmup, Ending::failed(e.code, Outcome::Error)).await;
-            if sent.is_err() {
+            if !fail_turn(&limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
                 break;
             }
             continue;
@@ -259,6 +251,21 @@ async fn session(
     if let Some(mut b) = bound {
         let _ = tokio::time::timeout(Duration::from_secs(1), b.upstream.close(None)).await;
     }
+}
+
+/// Ends a turn with a gateway error: the client hears it (an error event with the request id)
+/// and the turn is recorded. Returns whether the client is still there.
+async fn fail_turn(
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    attempt: Attempt,
+    warmup: bool,
+    e: &GatewayError,
+    outcome: Outcome,
+) -> bool {
+    let sent = send_error(limits, client, e, &attempt.request_id).await;
+    end_turn(attempt, warmup, Ending::failed(e.code, outcome)).await;
+    sent.is_ok()
 }
 
 /// Records a generating turn; a warm-up (`generate:false`) leaves no record (REC-1).

@@ -322,17 +322,11 @@ async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
     for t in 0..300u64 {
         let (b, held) = (Arc::clone(&b), Arc::clone(&held));
         tasks.push(tokio::spawn(async move {
-            let mut rng = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let mut next = move || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut next = xorshift(t);
             for _ in 0..20 {
                 let conv = format!("c{}", next() % 8);
                 let ask = Ask {
-                    conversation: (next() % 3 == 0).then(|| ConversationKey::session(&conv)),
+                    conversation: (next().is_multiple_of(3)).then(|| ConversationKey::session(&conv)),
                     ..ask(None)
                 };
                 let patience = Duration::from_micros(next() % 3_000);
@@ -358,7 +352,7 @@ async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
                     tokio::task::yield_now().await;
                 }
                 held[id].fetch_sub(1, Ordering::SeqCst);
-                if next() % 2 == 0 {
+                if next().is_multiple_of(2) {
                     lease.settle(Verdict::Success);
                 }
                 drop(lease);
@@ -610,19 +604,13 @@ async fn random_contention_with_membership_changes_never_exceeds_a_limit() {
     for t in 0..200u64 {
         let (s, held, current) = (Arc::clone(&s), Arc::clone(&held), Arc::clone(&current));
         tasks.push(tokio::spawn(async move {
-            let mut rng = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let mut next = move || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut next = xorshift(t);
             for _ in 0..15 {
                 let pool_id = 1 + (next() % 2) as i64;
                 let supported: &'static [Provider] =
-                    if next() % 2 == 0 { &[Provider::Codex] } else { &[Provider::Claude] };
+                    if next().is_multiple_of(2) { &[Provider::Codex] } else { &[Provider::Claude] };
                 let conv = format!("c{}", next() % 6);
-                let conversation = (next() % 3 == 0).then(|| ConversationKey::session(&conv));
+                let conversation = (next().is_multiple_of(3)).then(|| ConversationKey::session(&conv));
                 let patience = Duration::from_micros(next() % 3_000);
                 let mut reserved = None;
                 let mut ticket: Option<Ticket> = None;
@@ -714,4 +702,15 @@ async fn a_waiter_is_never_handed_an_account_it_already_tried() {
     let r = waiter.wait(Instant::now() + Duration::from_millis(100), &CancellationToken::new()).await;
     assert!(matches!(r, Err(Refusal::WaitTimeout)), "{:?}", r.map(|r| r.is_some()));
     drop((waiter, newcomer, busy));
+}
+
+/// A small deterministic random stream per task (xorshift64), for the stress tests.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    }
 }
