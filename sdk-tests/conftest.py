@@ -58,6 +58,10 @@ def gateway():
         "SUBLANE_CLAUDE_BASE_URL": mock_url,
         "SUBLANE_ANTHROPIC_BASE_URL": mock_url,
         "SUBLANE_ANTIGRAVITY_BASE_URL": mock_url,
+        "SUBLANE_CODEX_TOKEN_URL": f"{mock_url}/oauth/token",
+        "SUBLANE_CLAUDE_TOKEN_URL": f"{mock_url}/v1/oauth/token",
+        "SUBLANE_GOOGLE_TOKEN_URL": f"{mock_url}/token",
+        "SUBLANE_GOOGLE_CLIENT_SECRET": "mock-google-client-secret",
         "RUST_LOG": "warn",
     }
     sublane = subprocess.Popen([BIN / "sublane"], env=env, stdout=subprocess.PIPE, text=True)

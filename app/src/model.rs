@@ -270,6 +270,25 @@ pub struct AccountView {
     pub created_at: DateTime<Utc>,
 }
 
+/// What may be shown of an OAuth account's tokens (CRED, UI-3). Times are unix seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenState {
+    /// When the access token expires.
+    pub expires_at: Option<i64>,
+    /// A refresh token is held (the access token can be renewed without a sign-in).
+    pub refreshable: bool,
+    /// The last successful refresh.
+    pub refreshed_at: Option<i64>,
+    /// Refreshing failed and is not tried again before this.
+    pub backoff_until: Option<i64>,
+    /// The current access token was refused upstream.
+    pub rejected: bool,
+    /// Why the account needs re-authorization (CRED-4), when it does.
+    pub reauth_required: Option<String>,
+    /// Why the last refresh failed (a short code), until one succeeds.
+    pub last_error: Option<String>,
+}
+
 /// `GET /api/accounts/runtime` (API-1): one account's live scheduling state. Times are unix
 /// seconds and present only while they are in the future.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -293,6 +312,8 @@ pub struct AccountRuntime {
     /// Models cooling or limited now.
     pub limited_models: u32,
     pub models: Vec<ModelRuntime>,
+    /// OAuth accounts: the token lifecycle (CRED-1..CRED-4).
+    pub token: Option<TokenState>,
 }
 
 /// Per-model state of an account (API-1).
@@ -326,6 +347,8 @@ pub enum AccountAction {
     SchedulableOff,
     /// One real upstream request; success recovers like `Recover`.
     Test,
+    /// OAuth: refresh the access token now, whatever its expiry or backoff (ACC-3).
+    RefreshToken,
 }
 
 impl AccountAction {
@@ -340,6 +363,7 @@ impl AccountAction {
             AccountAction::SchedulableOn => "schedulable_on",
             AccountAction::SchedulableOff => "schedulable_off",
             AccountAction::Test => "test",
+            AccountAction::RefreshToken => "refresh_token",
         }
     }
 }

@@ -19,6 +19,7 @@ use std::{
 use app::model::{CredentialInput, ModelPolicy, Provider};
 use sublane::{
     clock::SystemClock,
+    credentials::TokenCell,
     proxy::directory::{Account, PoolRoutes},
     scheduler::{Ask, ConversationKey, Scheduler, Settings, Step, store},
 };
@@ -47,7 +48,11 @@ fn accounts(scheduler: &Scheduler, n: usize, limit: u32) -> Vec<Arc<Account>> {
                 pools: vec![1],
                 slot: scheduler.register(id),
                 generation: 0,
-                credentials: CredentialInput::ApiKey { api_key: "k".into() },
+                tokens: TokenCell::fixed(
+                    id,
+                    Provider::Codex,
+                    CredentialInput::ApiKey { api_key: "k".into() },
+                ),
             })
         })
         .collect()

@@ -9,6 +9,7 @@ use app::model::{AccountAction, AccountRuntime, AccountTest, AccountView, ModelR
 use crate::{
     accounts::{self, Lifecycle},
     app_state::AppState,
+    credentials::TokenError,
     error::{Error, Result},
     scheduler::{RuntimeView, StateAction},
 };
@@ -17,6 +18,7 @@ use crate::{
 pub async fn act(s: &AppState, id: i64, action: AccountAction) -> Result<(AccountView, Option<AccountTest>)> {
     match action {
         AccountAction::Test => test(s, id).await,
+        AccountAction::RefreshToken => Ok((refresh_token(s, id).await?, None)),
         other => Ok((change(s, id, other).await?, None)),
     }
 }
@@ -31,7 +33,9 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
         AccountAction::Disable => (Lifecycle::Disable, None),
         AccountAction::SchedulableOn => (Lifecycle::Schedulable(true), None),
         AccountAction::SchedulableOff => (Lifecycle::Schedulable(false), None),
-        AccountAction::Test => return Err(Error::Internal("the test is no lifecycle change".into())),
+        AccountAction::Test | AccountAction::RefreshToken => {
+            return Err(Error::Internal("not a lifecycle change".into()));
+        }
     };
     let (view, revision) = accounts::change(&s.db, &*s.clock, id, lifecycle).await?;
     if let Some(state) = state {
@@ -49,8 +53,26 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
 /// A failed test changes nothing: an admin's probe does not cool an account.
 async fn test(s: &AppState, id: i64) -> Result<(AccountView, Option<AccountTest>)> {
     let account = accounts::get(&s.db, id).await?;
-    let Some(credentials) = accounts::credentials(&s.db, &s.sealer, id).await? else {
-        return Err(Error::invalid("the account has no credentials to test"));
+    // The token the proxy would use now, refreshed first when due (CRED-1).
+    let credentials = match token_cell(s, id).await? {
+        Some(cell) => match s.tokens.usable(&cell).await {
+            Ok(c) => c,
+            Err(e) => {
+                let error = Some(crate::proxy::call::token_error(&e).code.to_owned());
+                let result = AccountTest {
+                    ok: false,
+                    upstream_status: None,
+                    latency_ms: 0,
+                    error,
+                    account: account.clone(),
+                };
+                return Ok((account, Some(result)));
+            }
+        },
+        None => match accounts::credentials(&s.db, &s.sealer, id).await? {
+            Some(c) => c,
+            None => return Err(Error::invalid("the account has no credentials to test")),
+        },
     };
     let tested = crate::proxy::test_call::run(s, account.provider, &credentials).await;
     let account = if tested.ok { change(s, id, AccountAction::Recover).await? } else { account };
@@ -62,6 +84,39 @@ async fn test(s: &AppState, id: i64) -> Result<(AccountView, Option<AccountTest>
         account: account.clone(),
     };
     Ok((account, Some(result)))
+}
+
+/// The account's token cell as the proxy uses it (read from the database when the directory has
+/// not loaded it: a disabled or switched-off account).
+async fn token_cell(s: &AppState, id: i64) -> Result<Option<std::sync::Arc<crate::credentials::TokenCell>>> {
+    s.directory.snapshot(&s.db, &s.sealer).await?;
+    s.tokens.load(id).await
+}
+
+/// ACC-3 "Refresh token": refreshes an OAuth account's access token now, whatever its expiry or
+/// backoff. Fails with `account_refresh_failed` (the reason and when the backoff ends) or, for a
+/// grant that is gone, with a conflict that says to re-authorize.
+async fn refresh_token(s: &AppState, id: i64) -> Result<AccountView> {
+    let account = accounts::get(&s.db, id).await?;
+    if !account.provider.uses_oauth() {
+        return Err(Error::invalid("only OAuth accounts have tokens to refresh"));
+    }
+    let cell = token_cell(s, id).await?.ok_or_else(|| Error::invalid("the account has no credentials"))?;
+    match s.tokens.refresh_now(&cell).await {
+        Ok(_) => accounts::get(&s.db, id).await,
+        Err(TokenError::Unavailable { retry_after }) => {
+            let reason = s.tokens.state(id).and_then(|t| t.last_error).unwrap_or_else(|| "unknown".into());
+            Err(Error::RefreshFailed {
+                message: format!(
+                    "the token could not be refreshed ({reason}); refreshing is tried again after {retry_after} s"
+                ),
+                retry_after,
+            })
+        }
+        Err(TokenError::ReauthRequired) => {
+            Err(Error::Conflict("the grant is gone: re-authorize the account to use it again".into()))
+        }
+    }
 }
 
 /// API-1 limits: stores a concurrency limit and hands it to the scheduler at once, under a new
@@ -79,6 +134,15 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
     let future =
         |t: Option<i64>| t.filter(|t| *t > now).map(|t| t.div_euclid(1000) + i64::from(t % 1000 != 0));
     let accounts = accounts::list(&s.db).await?;
+    // The token cells are the directory's: load it if this process has not yet, and read the
+    // cells of accounts it leaves out (disabled, switched off) from the database.
+    s.directory.snapshot(&s.db, &s.sealer).await?;
+    let mut tokens = HashMap::new();
+    for a in accounts.iter().filter(|a| a.provider.uses_oauth()) {
+        if s.tokens.load(a.id).await?.is_some() {
+            tokens.insert(a.id, s.tokens.state(a.id));
+        }
+    }
     Ok(accounts
         .into_iter()
         .map(|a| {
@@ -129,6 +193,7 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
                 temp_unschedulable_reason: state.temp_unschedulable_reason.filter(|_| temp_until.is_some()),
                 limited_models: r.map_or(0, |r| u32::try_from(r.limited_models).unwrap_or(u32::MAX)),
                 models,
+                token: tokens.remove(&a.id).flatten(),
             }
         })
         .collect())

@@ -212,10 +212,14 @@ pub async fn update(
     .await
     .map_err(|e| Error::on_conflict(e, || format!("an account named {name:?} exists")))?;
     if let Some(s) = sealed {
-        // New credentials start a new lifecycle revision: old limits no longer apply (ACC-4).
+        // New credentials are a re-authorization: a new lifecycle revision (old limits no longer
+        // apply, ACC-4), and the old token's refusal and re-authorization mark go (CRED-4).
         sqlx::query(
             "UPDATE accounts SET credential_kind = ?, sealed_credential = ?, token_expires_at = ?,
-                    provider_account_id = ?, lifecycle_revision = lifecycle_revision + 1 WHERE id = ?",
+                    provider_account_id = ?, lifecycle_revision = lifecycle_revision + 1,
+                    token_refreshed_at = NULL, token_rejected_at = NULL,
+                    reauth_required_at = NULL, reauth_reason = NULL
+             WHERE id = ?",
         )
         .bind(s.kind)
         .bind(s.blob)

@@ -41,6 +41,8 @@ pub struct AppState {
     pub directory: Arc<Directory>,
     /// Workspace and member concurrency (ADM-2, ADM-3).
     pub admission: Arc<Admission>,
+    /// OAuth tokens per account: refresh, backoff, re-authorization (CRED-1..CRED-4).
+    pub tokens: Arc<crate::credentials::Tokens>,
     /// Account selection, leases, queues and account state (ADM, RT, ACC, CD).
     pub scheduler: Arc<Scheduler>,
     /// Shutdown, hard stop, and the work a shutdown waits for (OPS-3).

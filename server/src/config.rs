@@ -37,6 +37,18 @@ pub const DEFAULT_GOOGLE_TOKEN_URL: &str = "https://oauth2.googleapis.com/token"
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
+/// The providers' OAuth clients (CRED-5), as their own CLIs register them (protocols.md §3-5).
+pub const DEFAULT_CODEX_AUTHORIZE_URL: &str = "https://auth.openai.com/oauth/authorize";
+pub const DEFAULT_CODEX_CLIENT_ID: &str = "app_EMoamEEZ73f0CkXaXp7hrann";
+pub const DEFAULT_CODEX_REDIRECT_URI: &str = "http://localhost:1455/auth/callback";
+pub const DEFAULT_CLAUDE_AUTHORIZE_URL: &str = "https://claude.ai/oauth/authorize";
+pub const DEFAULT_CLAUDE_CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
+pub const DEFAULT_CLAUDE_REDIRECT_URI: &str = "https://console.anthropic.com/oauth/code/callback";
+pub const DEFAULT_GOOGLE_AUTHORIZE_URL: &str = "https://accounts.google.com/o/oauth2/v2/auth";
+pub const DEFAULT_GOOGLE_CLIENT_ID: &str =
+    "1071006060591-tmhssin2h21lcre235vtolojh4g403ep.apps.googleusercontent.com";
+pub const DEFAULT_GOOGLE_REDIRECT_URI: &str = "http://localhost:51121/oauth-callback";
+
 /// A configuration layer that cannot be turned into a [`Config`].
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -147,6 +159,63 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub upstream: UpstreamSettings,
+    #[command(flatten)]
+    #[serde(default)]
+    pub oauth: OAuthSettings,
+}
+
+/// The OAuth clients SubLane signs accounts in with and refreshes their tokens as (CRED-5). The
+/// Google client secret has no default: it is configuration only, never committed.
+#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettings {
+    /// Codex (ChatGPT) authorize URL [env: SUBLANE_CODEX_AUTHORIZE_URL]
+    #[arg(long, value_name = "URL")]
+    pub codex_authorize_url: Option<url::Url>,
+    /// Codex OAuth client id [env: SUBLANE_CODEX_CLIENT_ID]
+    #[arg(long, value_name = "ID")]
+    pub codex_client_id: Option<String>,
+    /// Codex OAuth redirect URI (where the browser lands; its URL is pasted back) [env: SUBLANE_CODEX_REDIRECT_URI]
+    #[arg(long, value_name = "URI")]
+    pub codex_redirect_uri: Option<String>,
+    /// Claude authorize URL [env: SUBLANE_CLAUDE_AUTHORIZE_URL]
+    #[arg(long, value_name = "URL")]
+    pub claude_authorize_url: Option<url::Url>,
+    /// Claude OAuth client id [env: SUBLANE_CLAUDE_CLIENT_ID]
+    #[arg(long, value_name = "ID")]
+    pub claude_client_id: Option<String>,
+    /// Claude OAuth redirect URI [env: SUBLANE_CLAUDE_REDIRECT_URI]
+    #[arg(long, value_name = "URI")]
+    pub claude_redirect_uri: Option<String>,
+    /// Google (Antigravity) authorize URL [env: SUBLANE_GOOGLE_AUTHORIZE_URL]
+    #[arg(long, value_name = "URL")]
+    pub google_authorize_url: Option<url::Url>,
+    /// Google (Antigravity) OAuth client id [env: SUBLANE_GOOGLE_CLIENT_ID]
+    #[arg(long, value_name = "ID")]
+    pub google_client_id: Option<String>,
+    /// Google (Antigravity) OAuth client secret, needed to sign in and refresh Antigravity accounts [env: SUBLANE_GOOGLE_CLIENT_SECRET]
+    #[arg(long, value_name = "SECRET", value_parser = parse_secret)]
+    pub google_client_secret: Option<SecretString>,
+    /// Google (Antigravity) OAuth redirect URI [env: SUBLANE_GOOGLE_REDIRECT_URI]
+    #[arg(long, value_name = "URI")]
+    pub google_redirect_uri: Option<String>,
+}
+
+/// One provider's OAuth client.
+#[derive(Debug, Clone)]
+pub struct OAuthClient {
+    pub authorize_url: url::Url,
+    pub client_id: String,
+    pub client_secret: Option<SecretString>,
+    pub redirect_uri: String,
+}
+
+/// The resolved OAuth clients.
+#[derive(Debug, Clone)]
+pub struct OAuthClients {
+    pub codex: OAuthClient,
+    pub claude: OAuthClient,
+    pub google: OAuthClient,
 }
 
 /// Upstream base URLs, one per provider endpoint family.
@@ -235,6 +304,7 @@ pub struct Config {
     /// ADM-6, CD-2: queues and the failure policy.
     pub scheduler: crate::scheduler::Settings,
     pub upstream: UpstreamUrls,
+    pub oauth: OAuthClients,
 }
 
 /// Resolved upstream URLs.
@@ -312,6 +382,18 @@ impl Settings {
                 openai_base_url: parse("SUBLANE_OPENAI_BASE_URL")?,
                 anthropic_base_url: parse("SUBLANE_ANTHROPIC_BASE_URL")?,
             },
+            oauth: OAuthSettings {
+                codex_authorize_url: parse("SUBLANE_CODEX_AUTHORIZE_URL")?,
+                codex_client_id: var("SUBLANE_CODEX_CLIENT_ID"),
+                codex_redirect_uri: var("SUBLANE_CODEX_REDIRECT_URI"),
+                claude_authorize_url: parse("SUBLANE_CLAUDE_AUTHORIZE_URL")?,
+                claude_client_id: var("SUBLANE_CLAUDE_CLIENT_ID"),
+                claude_redirect_uri: var("SUBLANE_CLAUDE_REDIRECT_URI"),
+                google_authorize_url: parse("SUBLANE_GOOGLE_AUTHORIZE_URL")?,
+                google_client_id: var("SUBLANE_GOOGLE_CLIENT_ID"),
+                google_client_secret: var("SUBLANE_GOOGLE_CLIENT_SECRET").map(SecretString::from),
+                google_redirect_uri: var("SUBLANE_GOOGLE_REDIRECT_URI"),
+            },
         })
     }
 
@@ -325,6 +407,7 @@ impl Settings {
     pub fn overlay(self, over: Settings) -> Settings {
         let u = self.upstream;
         let o = over.upstream;
+        let (a, b) = (self.oauth, over.oauth);
         Settings {
             addr: over.addr.or(self.addr),
             data_dir: over.data_dir.or(self.data_dir),
@@ -356,6 +439,18 @@ impl Settings {
                 google_token_url: o.google_token_url.or(u.google_token_url),
                 openai_base_url: o.openai_base_url.or(u.openai_base_url),
                 anthropic_base_url: o.anthropic_base_url.or(u.anthropic_base_url),
+            },
+            oauth: OAuthSettings {
+                codex_authorize_url: b.codex_authorize_url.or(a.codex_authorize_url),
+                codex_client_id: b.codex_client_id.or(a.codex_client_id),
+                codex_redirect_uri: b.codex_redirect_uri.or(a.codex_redirect_uri),
+                claude_authorize_url: b.claude_authorize_url.or(a.claude_authorize_url),
+                claude_client_id: b.claude_client_id.or(a.claude_client_id),
+                claude_redirect_uri: b.claude_redirect_uri.or(a.claude_redirect_uri),
+                google_authorize_url: b.google_authorize_url.or(a.google_authorize_url),
+                google_client_id: b.google_client_id.or(a.google_client_id),
+                google_client_secret: b.google_client_secret.or(a.google_client_secret),
+                google_redirect_uri: b.google_redirect_uri.or(a.google_redirect_uri),
             },
         }
     }
@@ -391,6 +486,7 @@ impl Settings {
             binding_ttl: self.binding_ttl.filter(|d| !d.is_zero()).unwrap_or(defaults.binding_ttl),
         };
         let u = self.upstream;
+        let oa = self.oauth;
         let url = |v: Option<url::Url>, default: &str| -> Result<url::Url, ConfigError> {
             match v {
                 Some(v) => Ok(v),
@@ -431,6 +527,30 @@ impl Settings {
                 google_token_url: url(u.google_token_url, DEFAULT_GOOGLE_TOKEN_URL)?,
                 openai_base_url: url(u.openai_base_url, DEFAULT_OPENAI_BASE_URL)?,
                 anthropic_base_url: url(u.anthropic_base_url, DEFAULT_ANTHROPIC_BASE_URL)?,
+            },
+            oauth: OAuthClients {
+                codex: OAuthClient {
+                    authorize_url: url(oa.codex_authorize_url, DEFAULT_CODEX_AUTHORIZE_URL)?,
+                    client_id: oa.codex_client_id.unwrap_or_else(|| DEFAULT_CODEX_CLIENT_ID.into()),
+                    client_secret: None,
+                    redirect_uri: oa.codex_redirect_uri.unwrap_or_else(|| DEFAULT_CODEX_REDIRECT_URI.into()),
+                },
+                claude: OAuthClient {
+                    authorize_url: url(oa.claude_authorize_url, DEFAULT_CLAUDE_AUTHORIZE_URL)?,
+                    client_id: oa.claude_client_id.unwrap_or_else(|| DEFAULT_CLAUDE_CLIENT_ID.into()),
+                    client_secret: None,
+                    redirect_uri: oa
+                        .claude_redirect_uri
+                        .unwrap_or_else(|| DEFAULT_CLAUDE_REDIRECT_URI.into()),
+                },
+                google: OAuthClient {
+                    authorize_url: url(oa.google_authorize_url, DEFAULT_GOOGLE_AUTHORIZE_URL)?,
+                    client_id: oa.google_client_id.unwrap_or_else(|| DEFAULT_GOOGLE_CLIENT_ID.into()),
+                    client_secret: oa.google_client_secret,
+                    redirect_uri: oa
+                        .google_redirect_uri
+                        .unwrap_or_else(|| DEFAULT_GOOGLE_REDIRECT_URI.into()),
+                },
             },
         })
     }

@@ -39,6 +39,10 @@ pub enum Error {
     /// 503 `busy`: the server cannot take this now (password hashing queue full); retry shortly.
     #[error("the server is busy; retry in a moment")]
     Busy,
+    /// 503 `account_refresh_failed`: an account's token could not be refreshed now (CRED-3);
+    /// retry after the given seconds.
+    #[error("{message}")]
+    RefreshFailed { message: String, retry_after: u64 },
     /// 500 `internal_error`: a fault on our side; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -73,7 +77,7 @@ impl Error {
             Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
-            Error::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Busy | Error::RefreshFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -90,6 +94,7 @@ impl Error {
             Error::Invalid(_) => "invalid_request",
             Error::TooManyAttempts(_) => "too_many_login_attempts",
             Error::Busy => "busy",
+            Error::RefreshFailed { .. } => "account_refresh_failed",
             Error::Internal(_) => "internal_error",
         }
     }
@@ -99,6 +104,7 @@ impl Error {
         match self {
             Error::TooManyAttempts(secs) => Some(*secs),
             Error::Busy => Some(1),
+            Error::RefreshFailed { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

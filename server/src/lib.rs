@@ -9,6 +9,7 @@ pub mod app_state;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod credentials;
 pub mod crypto;
 pub mod db;
 pub mod error;

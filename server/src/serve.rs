@@ -33,6 +33,7 @@ use crate::{
     auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
     clock::SharedClock,
     config::Config,
+    credentials::Tokens,
     crypto::Sealer,
     db, members,
     members::Bootstrap,
@@ -149,7 +150,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|source| StartError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let (db, lock) = db::open(&config.database_url).await?;
-    let sealer = Sealer::load_or_create(&config.data_dir.join("credentials.key"))?;
+    let sealer = Arc::new(Sealer::load_or_create(&config.data_dir.join("credentials.key"))?);
     let bootstrap = members::bootstrap(&db, &*clock, config.admin_password.as_ref())
         .await
         .map_err(|e| StartError::Bootstrap(e.public_message()))?;
@@ -192,16 +193,26 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     // recorded) by its relay first; the connection goes after.
     let connections = Connections { tcp: listener, write_timeout: config.client_write_timeout * 2 };
     let grace = config.shutdown_grace;
+    let tokens = Arc::new(Tokens::new(
+        http.clone(),
+        config.upstream.clone(),
+        config.oauth.clone(),
+        db.clone(),
+        Arc::clone(&sealer),
+        Arc::clone(&clock),
+        Arc::clone(&scheduler),
+    ));
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
         clock,
-        sealer: Arc::new(sealer),
+        sealer,
         leptos,
         http,
         records: records.clone(),
         principals: Arc::new(Principals::new(generation.clone())),
-        directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler))),
+        directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler), Arc::clone(&tokens))),
+        tokens,
         generation,
         lifecycle,
         admission,

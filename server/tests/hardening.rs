@@ -39,17 +39,11 @@ struct Rig {
 impl Rig {
     async fn start(extra_env: &[(&str, &str)]) -> Rig {
         let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let m = mock.url();
-        let (codex, openai) = (format!("{m}/backend-api/codex"), format!("{m}/v1"));
-        let mut env = vec![
-            ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
-            ("SUBLANE_CODEX_BASE_URL", codex.as_str()),
-            ("SUBLANE_OPENAI_BASE_URL", openai.as_str()),
-            ("SUBLANE_CLAUDE_BASE_URL", m.as_str()),
-            ("SUBLANE_ANTHROPIC_BASE_URL", m.as_str()),
-            ("SUBLANE_ANTIGRAVITY_BASE_URL", m.as_str()),
-        ];
-        env.extend_from_slice(extra_env);
+        let urls = mock.env();
+        // The first value of a name wins: the test's own settings come first.
+        let mut env = extra_env.to_vec();
+        env.push(("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD));
+        env.extend(urls.iter().map(|(k, v)| (*k, v.as_str())));
         let t = TestServer::start_with(&env).await;
         let mut admin = t.admin().await;
         let mut keys = HashMap::new();

@@ -40,7 +40,7 @@ impl Process {
         cmd.env("SUBLANE_ADDR", "127.0.0.1:0")
             .env("SUBLANE_DATA_DIR", dir.path())
             .env("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD)
-            .env("SUBLANE_OPENAI_BASE_URL", format!("{}/v1", mock.url()))
+            .envs(mock.env())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -27,15 +27,9 @@ const CLAUDE_TOKEN: &str = "sk-ant-oat-1";
 impl Rig {
     async fn start() -> Rig {
         let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let m = mock.url();
-        let (codex, openai) = (format!("{m}/backend-api/codex"), format!("{m}/v1"));
-        let env = [
-            ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
-            ("SUBLANE_CODEX_BASE_URL", codex.as_str()),
-            ("SUBLANE_OPENAI_BASE_URL", openai.as_str()),
-            ("SUBLANE_CLAUDE_BASE_URL", m.as_str()),
-            ("SUBLANE_ANTHROPIC_BASE_URL", m.as_str()),
-        ];
+        let urls = mock.env();
+        let mut env = vec![("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD)];
+        env.extend(urls.iter().map(|(k, v)| (*k, v.as_str())));
         let t = TestServer::start_with(&env).await;
         let mut admin = t.admin().await;
         for (provider, name, creds) in [

@@ -472,11 +472,16 @@ async fn forbidden_and_overloaded_accounts_pause_and_recover_clears_them() {
     assert!(rt["overload_until"].is_i64(), "{rt}");
     let a = Answer::read(messages().send().await.unwrap()).await;
     assert_eq!(a.code(), "account_cooling");
-    // clear-cooldown ends the overload; a 401 for the account's token is never the caller's 401
+    // clear-cooldown ends the overload; a 401 for the account's token is never the caller's 401:
+    // this token has no refresh token, so once refused the account needs re-authorization
+    // (CRED-3, CRED-4), and no cooldown is added for it
     rig.action(claude, "clear-cooldown").await;
     rig.script("sk-ant-oat-pause", json!({"steps": [{"kind": "status", "status": 401}]})).await;
     let a = Answer::read(messages().send().await.unwrap()).await;
-    assert_eq!((a.status, a.code()), (StatusCode::BAD_GATEWAY, "upstream_unauthorized"));
+    assert_eq!((a.status, a.code()), (StatusCode::SERVICE_UNAVAILABLE, "account_refresh_failed"));
+    assert!(a.retry_after.is_some());
+    let rt = rig.account_runtime(claude).await;
+    assert!(rt["temp_unschedulable_until"].is_null() && rt["overload_until"].is_null(), "{rt}");
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .route("/accounts/{id}/disable", post(disable))
         .route("/accounts/{id}/schedulable", post(schedulable))
         .route("/accounts/{id}/test", post(test))
+        .route("/accounts/{id}/refresh", post(refresh))
 }
 
 /// ACC-3 actions (see [`AccountAction`]); `resume` is "Clear cooldown".
@@ -91,6 +92,16 @@ async fn schedulable(
 async fn test(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<Json<AccountTest>> {
     let (_, tested) = account_actions::act(&s, id, AccountAction::Test).await?;
     tested.map(Json).ok_or_else(|| crate::error::Error::Internal("test gave no result".into()))
+}
+
+/// ACC-3 "Refresh token": the OAuth access token is refreshed now (503 `account_refresh_failed`
+/// with Retry-After when the token endpoint fails; 409 when the grant is gone).
+async fn refresh(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<AccountView>> {
+    action(&s, id, AccountAction::RefreshToken).await
 }
 
 /// API-1: every account's live scheduling state.

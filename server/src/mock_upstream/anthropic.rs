@@ -2,15 +2,13 @@
 //! endpoint (`/v1/oauth/token`). Events follow protocols.md §4.
 
 use axum::{
-    body::Bytes,
-    extract::State,
-    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
 
 use super::{
-    MockState, Played, Step, Turn, json,
+    Played, Step, Turn, json,
     play::{self, Action, sse},
 };
 
@@ -51,45 +49,6 @@ pub async fn count_tokens(Played { turn, .. }: Played) -> Response {
         return resp;
     }
     json(StatusCode::OK, json!({"input_tokens": turn.script.usage.input}))
-}
-
-/// `POST /v1/oauth/token` (JSON body); the refresh token is the simulated account.
-pub async fn claude_token(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let refresh = req["refresh_token"].as_str().unwrap_or("").to_owned();
-    let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
-    match turn.step {
-        Step::InvalidGrant => json(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "invalid_grant", "error_description": "Refresh token not found or invalid"}),
-        ),
-        Step::Status { status, retry_after, .. } => {
-            let mut r = json(
-                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                json!({"error": "server_error"}),
-            );
-            if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
-                r.headers_mut().insert(header::RETRY_AFTER, ra);
-            }
-            r
-        }
-        _ => json(
-            StatusCode::OK,
-            json!({
-                "access_token": format!("sk-ant-oat01-{refresh}-{}", turn.id),
-                "refresh_token": format!("{refresh}-r{}", turn.id),
-                "expires_in": 28800,
-                "scope": "user:inference user:profile",
-                "token_type": "Bearer"
-            }),
-        ),
-    }
 }
 
 /// An Anthropic error body: `{"type":"error","error":{"type","message"},"request_id"}`.

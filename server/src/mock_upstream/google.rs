@@ -3,15 +3,13 @@
 //! (protocols.md §5).
 
 use axum::{
-    body::Bytes,
-    extract::State,
-    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
 
 use super::{
-    MockState, Played, Step, Turn, json,
+    Played, Step, Turn, json,
     play::{self, Action},
 };
 
@@ -65,38 +63,6 @@ pub async fn load_code_assist(_: Played) -> Response {
         StatusCode::OK,
         json!({"cloudaicompanionProject": "mock-project", "currentTier": {"id": "standard-tier"}}),
     )
-}
-
-/// `POST /token` with a form body; the refresh token is the simulated account.
-pub async fn google_token(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let form = String::from_utf8_lossy(&body).into_owned();
-    let refresh = form
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("refresh_token="))
-        .map(|v| v.replace("%2F", "/").replace("%3A", ":"))
-        .unwrap_or_default();
-    let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
-    match turn.step {
-        Step::InvalidGrant => json(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "invalid_grant", "error_description": "Token has been expired or revoked."}),
-        ),
-        Step::Status { status, .. } => json(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            json!({"error": "internal_failure"}),
-        ),
-        _ => json(
-            StatusCode::OK,
-            json!({"access_token": format!("ya29.{refresh}-{}", turn.id), "expires_in": 3599,
-                   "scope": "https://www.googleapis.com/auth/cloud-platform", "token_type": "Bearer"}),
-        ),
-    }
 }
 
 /// A Google error body: `{"error":{"code","message","status","details"}}`.

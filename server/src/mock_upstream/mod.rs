@@ -13,6 +13,7 @@
 
 mod anthropic;
 mod google;
+mod oauth;
 mod openai;
 mod openai_ws;
 mod play;
@@ -34,10 +35,11 @@ use axum::{
 };
 pub use script::{Call, MockUsage, Script, Step};
 
-/// Shared state of the mock: scripts and call logs per credential.
+/// Shared state of the mock: scripts and call logs per credential, and the OAuth grants.
 #[derive(Clone, Default)]
 pub struct MockState {
     inner: Arc<Mutex<Inner>>,
+    grants: Arc<Mutex<oauth::Grants>>,
 }
 
 /// Calls remembered per credential (the oldest are forgotten), so a long demo or benchmark run
@@ -124,6 +126,11 @@ impl MockState {
 
     pub fn reset(&self) {
         *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = Inner::default();
+        *self.grants() = oauth::Grants::default();
+    }
+
+    pub(crate) fn grants(&self) -> std::sync::MutexGuard<'_, oauth::Grants> {
+        self.grants.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -154,6 +161,27 @@ impl MockUpstream {
         format!("http://{}", self.addr)
     }
 
+    /// The SubLane settings that point every provider at this mock: model, quota, token and
+    /// authorize endpoints, and a Google client secret (tests, the demo).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let m = self.url();
+        vec![
+            ("SUBLANE_CODEX_BASE_URL", format!("{m}/backend-api/codex")),
+            ("SUBLANE_CODEX_USAGE_URL", format!("{m}/backend-api/wham/usage")),
+            ("SUBLANE_CODEX_TOKEN_URL", format!("{m}/oauth/token")),
+            ("SUBLANE_CODEX_AUTHORIZE_URL", format!("{m}/oauth/authorize")),
+            ("SUBLANE_OPENAI_BASE_URL", format!("{m}/v1")),
+            ("SUBLANE_CLAUDE_BASE_URL", m.clone()),
+            ("SUBLANE_CLAUDE_TOKEN_URL", format!("{m}/v1/oauth/token")),
+            ("SUBLANE_CLAUDE_AUTHORIZE_URL", format!("{m}/oauth/authorize")),
+            ("SUBLANE_ANTHROPIC_BASE_URL", m.clone()),
+            ("SUBLANE_ANTIGRAVITY_BASE_URL", m.clone()),
+            ("SUBLANE_GOOGLE_TOKEN_URL", format!("{m}/token")),
+            ("SUBLANE_GOOGLE_AUTHORIZE_URL", format!("{m}/o/oauth2/v2/auth")),
+            ("SUBLANE_GOOGLE_CLIENT_SECRET", oauth::MOCK_GOOGLE_SECRET.to_owned()),
+        ]
+    }
+
     /// Waits until the server task ends (the binary runs until killed).
     pub async fn wait(mut self) {
         if let Some(task) = self.task.take() {
@@ -181,17 +209,19 @@ pub fn router(state: MockState) -> Router {
         .route("/backend-api/codex/responses/compact", post(openai::compact))
         .route("/backend-api/codex/models", get(openai::codex_models))
         .route("/backend-api/wham/usage", get(openai::wham_usage))
-        .route("/oauth/token", post(openai::codex_token))
+        .route("/oauth/token", post(oauth::codex_token))
+        .route("/oauth/authorize", get(oauth::authorize))
+        .route("/o/oauth2/v2/auth", get(oauth::authorize))
         // Anthropic
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/v1/oauth/token", post(anthropic::claude_token))
+        .route("/v1/oauth/token", post(oauth::claude_token))
         // Antigravity (Cloud Code Assist) and Google OAuth
         .route("/v1internal:streamGenerateContent", post(google::stream_generate))
         .route("/v1internal:generateContent", post(google::generate_content))
         .route("/v1internal:fetchAvailableModels", post(google::fetch_available_models))
         .route("/v1internal:loadCodeAssist", post(google::load_code_assist))
-        .route("/token", post(google::google_token))
+        .route("/token", post(oauth::google_token))
         .layer(axum::middleware::from_fn(strict::check))
         .with_state(state)
 }

@@ -2,15 +2,13 @@
 //! `/backend-api/wham/usage`, `/oauth/token`). Events follow protocols.md §1a exactly.
 
 use axum::{
-    body::Bytes,
-    extract::State,
-    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
 
 use super::{
-    MockState, Played, Step, Turn, json,
+    Played, Step, Turn, json,
     play::{self, Action, sse},
 };
 
@@ -82,38 +80,6 @@ pub async fn wham_usage(Played { turn, .. }: Played) -> Response {
         })
     });
     json(StatusCode::OK, body)
-}
-
-/// `POST /oauth/token` (JSON body); the refresh token is the simulated account.
-pub async fn codex_token(
-    State(s): State<MockState>,
-    m: Method,
-    uri: Uri,
-    h: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let refresh = req["refresh_token"].as_str().unwrap_or("").to_owned();
-    let turn = s.begin(&refresh, super::call(&m, &uri, &h, &body));
-    match turn.step {
-        Step::InvalidGrant => json(
-            StatusCode::UNAUTHORIZED,
-            json!({"error": {"code": "refresh_token_reused", "message": "Your refresh token has already been used", "type": "invalid_request_error"}}),
-        ),
-        Step::Status { status, .. } => {
-            json(code(status), json!({"error": {"message": "token endpoint error"}}))
-        }
-        _ => json(
-            StatusCode::OK,
-            json!({
-                "access_token": format!("at-{refresh}-{}", turn.id),
-                "refresh_token": format!("{refresh}-r{}", turn.id),
-                "id_token": "eyJhbGciOiJub25lIn0.eyJlbWFpbCI6Im1vY2tAZXhhbXBsZS5jb20ifQ.",
-                "token_type": "Bearer",
-                "expires_in": 864000
-            }),
-        ),
-    }
 }
 
 fn model(req: &Value) -> String {

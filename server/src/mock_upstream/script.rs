@@ -27,6 +27,8 @@ pub struct Script {
     pub quota: Option<serde_json::Value>,
     /// Refuse WebSocket upgrades with this HTTP status (and the OpenAI error shape).
     pub refuse_websocket: Option<u16>,
+    /// Token endpoints (`token:<family>`): lifetime of the access tokens they issue, in seconds.
+    pub token_expires_in: Option<u64>,
 }
 
 impl Default for Script {
@@ -40,6 +42,7 @@ impl Default for Script {
             delta_delay_ms: 0,
             quota: None,
             refuse_websocket: None,
+            token_expires_in: None,
         }
     }
 }
@@ -86,8 +89,11 @@ pub enum Step {
     FailedEvent { code: String },
     /// 200, then `response.incomplete` (Responses only).
     Incomplete { reason: String },
-    /// Token endpoints: 400 `invalid_grant`.
+    /// Token endpoints: the provider's terminal refusal of the grant (`invalid_grant`,
+    /// `refresh_token_invalidated`).
     InvalidGrant,
+    /// Token endpoints: an HTML error page from a proxy in front of the provider.
+    HtmlError { status: u16 },
     /// 307 to `location` (real providers never redirect a model call; the gateway must not follow).
     Redirect { location: String },
     /// A 200 JSON answer padded to about `bytes` bytes (OpenAI Responses, non-streaming).

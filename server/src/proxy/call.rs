@@ -21,6 +21,7 @@ use super::{
     Spec,
     attempt::{Attempt, Ending, REQUEST_DEADLINE, member_rpm, member_slot, new_request_id, stream_verdict},
     auth::authenticate_request,
+    directory::Account,
     error::GatewayError,
     failure::UpstreamFailure,
     relay::{self, Timing},
@@ -28,8 +29,11 @@ use super::{
     schedule::{self, Conversation},
     upstream::{self, HEADER_TIMEOUT},
 };
+use app::model::CredentialInput;
+
 use crate::{
     app_state::AppState,
+    credentials::TokenError,
     keys::Principal,
     providers::{self, Observer, Operation, TargetError},
     records::Outcome,
@@ -158,7 +162,6 @@ async fn dispatch(
     body: Bytes,
     fields: RoutingFields,
 ) -> Response {
-    let model = attempt.model.clone();
     let conversation = Conversation::of(headers, &fields);
     let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
     // ACC-2: before any byte is accepted, a request whose account cannot serve it now (rate
@@ -171,76 +174,42 @@ async fn dispatch(
     let mut switches = 0;
     let mut tried: Vec<i64> = Vec::new();
     let mut last_failure: Option<UpstreamFailure> = None;
+    let mut last_token_error: Option<GatewayError> = None;
+    let request =
+        Outgoing { spec, headers, query, conversation, client_streams, body: &body, fields: &fields };
     let (upstream, account, force_stream, rewrite) = loop {
         let (lease, upstream_model) =
             match schedule::schedule(s, spec, &mut attempt, headers, conversation, None, &tried).await {
                 Ok(chosen) => chosen,
                 Err((e, outcome)) => {
-                    return match last_failure {
-                        Some(f) => f.respond(attempt).await,
-                        None => attempt.fail(e, outcome, None).await,
+                    return match (last_failure, last_token_error) {
+                        (Some(f), _) => f.respond(attempt).await,
+                        (None, Some(t)) => attempt.fail(t, Outcome::Error, None).await,
+                        (None, None) => attempt.fail(e, outcome, None).await,
                     };
                 }
             };
         let account = std::sync::Arc::clone(lease.account());
         attempt.lease = Some(lease);
-        let mut target = match providers::target(
-            account.provider,
-            &account.credentials,
-            &s.config.upstream,
-            spec.op,
-            headers,
-            query,
-        ) {
-            Ok(t) => t,
-            Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
-                tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
-                return attempt.fail(GatewayError::no_available_account(&model), Outcome::Error, None).await;
-            }
-        };
-        // RT-4: a Codex request outside any conversation gets a random upstream session id of its
-        // own, so unrelated calls are never grouped upstream.
-        if account.provider == Provider::Codex
-            && conversation.key.is_none()
-            && !target.headers.contains_key("session-id")
-            && !target.headers.contains_key("session_id")
-            && let Ok(v) = HeaderValue::from_str(&random_session_id())
-        {
-            target.headers.insert("session-id", v);
-        }
-        let force_stream = target.force_stream && !client_streams;
-        let body = match &target.envelope {
-            Some(project) => {
-                match providers::wrap_envelope(&body, project, &upstream_model, &attempt.request_id) {
-                    Some(b) => Bytes::from(b),
-                    None => {
-                        let e = GatewayError::bad_request(
-                            "the body must be a Gemini generateContent request object",
-                        );
-                        return attempt.fail(e, Outcome::Rejected, None).await;
-                    }
+        let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
+        let sent = match send_to(s, &request, &attempt, &account, &upstream_model).await {
+            Ok(sent) => sent,
+            Err(Unsent::Refused(e, outcome)) => return attempt.fail(e, outcome, None).await,
+            Err(Unsent::NoToken(e)) => {
+                // CRED-3: no usable token on this account (the scheduler leaves it out now); no
+                // cooldown penalty. A conversation stays; anything else may move.
+                let error = token_error(&e);
+                if bound || switches >= MAX_SWITCHES {
+                    return attempt.fail(error, Outcome::Error, None).await;
                 }
+                tried.push(account.id);
+                attempt.lease.take();
+                switches += 1;
+                last_token_error = Some(error);
+                continue;
             }
-            None => match edit_body(
-                body.clone(),
-                (upstream_model != model).then_some(upstream_model.as_str()),
-                force_stream,
-                target.force_no_store && fields.store != Some(false),
-            ) {
-                Ok(b) => b,
-                Err(e) => return attempt.fail(e, Outcome::Rejected, None).await,
-            },
         };
-        let rewrite: Option<relay::Rewrite> =
-            target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
-
-        let upstream =
-            match upstream::send_with_retries(s, headers, &attempt, &account, &upstream_model, target, body)
-                .await
-            {
-                Ok(r) => r,
-                Err((e, outcome)) => return attempt.fail(e, outcome, None).await,
-            };
+        let Sent { response: upstream, force_stream, rewrite } = sent;
         if upstream.status().is_success() {
             if let Some(lease) = attempt.lease.as_mut() {
                 lease.accepted();
@@ -250,7 +219,6 @@ async fn dispatch(
         let policy = &s.scheduler.settings().failure;
         let failure =
             UpstreamFailure::read(upstream, account.provider, &upstream_model, s.clock.now(), policy).await;
-        let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
         let may_move = if bound {
             // RT-3: only off an account that does not support the (new) model; the scheduler
             // decides whether this conversation may move (a model switch, no continuation).
@@ -376,6 +344,127 @@ async fn dispatch(
     *resp.status_mut() = status;
     *resp.headers_mut() = passed;
     resp
+}
+
+/// What one call asks of the upstream, the same for every account it may try.
+struct Outgoing<'a> {
+    spec: Spec,
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+    conversation: Conversation,
+    client_streams: bool,
+    body: &'a Bytes,
+    fields: &'a RoutingFields,
+}
+
+/// An upstream answer with how to pass it on.
+struct Sent {
+    response: reqwest::Response,
+    /// The upstream streams for a client that did not ask for a stream (Codex): collect it.
+    force_stream: bool,
+    rewrite: Option<relay::Rewrite>,
+}
+
+/// Why nothing was sent to an account.
+enum Unsent {
+    /// A local refusal: the request itself cannot go (bad body, gateway fault, deadline).
+    Refused(GatewayError, Outcome),
+    /// The account has no usable token (CRED-3).
+    NoToken(TokenError),
+}
+
+/// Sends the call to `account` with a usable token. An OAuth account's 401 means its token was
+/// refused: the token is refreshed and the call sent once more (CRED-4); a refreshed token refused
+/// again marks the account for re-authorization.
+async fn send_to(
+    s: &AppState,
+    r: &Outgoing<'_>,
+    attempt: &Attempt,
+    account: &Account,
+    upstream_model: &str,
+) -> Result<Sent, Unsent> {
+    let mut retried = false;
+    loop {
+        let credentials = s.tokens.usable(&account.tokens).await.map_err(Unsent::NoToken)?;
+        let (target, body, force_stream) = prepare(s, r, attempt, account, &credentials, upstream_model)?;
+        let rewrite: Option<relay::Rewrite> =
+            target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
+        let response =
+            upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)
+                .await
+                .map_err(|(e, outcome)| Unsent::Refused(e, outcome))?;
+        if response.status() == StatusCode::UNAUTHORIZED && account.provider.uses_oauth() {
+            s.tokens.refused(&account.tokens, &credentials, retried).await.map_err(Unsent::NoToken)?;
+            retried = true;
+            continue;
+        }
+        return Ok(Sent { response, force_stream, rewrite });
+    }
+}
+
+/// The upstream request for `account`: its target with `credentials`, and the body as that
+/// provider needs it.
+fn prepare(
+    s: &AppState,
+    r: &Outgoing<'_>,
+    attempt: &Attempt,
+    account: &Account,
+    credentials: &CredentialInput,
+    upstream_model: &str,
+) -> Result<(providers::Target, Bytes, bool), Unsent> {
+    let model = &attempt.model;
+    let mut target = match providers::target(
+        account.provider,
+        credentials,
+        &s.config.upstream,
+        r.spec.op,
+        r.headers,
+        r.query,
+    ) {
+        Ok(t) => t,
+        Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
+            tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
+            return Err(Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error));
+        }
+    };
+    // RT-4: a Codex request outside any conversation gets a random upstream session id of its
+    // own, so unrelated calls are never grouped upstream.
+    if account.provider == Provider::Codex
+        && r.conversation.key.is_none()
+        && !target.headers.contains_key("session-id")
+        && !target.headers.contains_key("session_id")
+        && let Ok(v) = HeaderValue::from_str(&random_session_id())
+    {
+        target.headers.insert("session-id", v);
+    }
+    let force_stream = target.force_stream && !r.client_streams;
+    let body = match &target.envelope {
+        Some(project) => match providers::wrap_envelope(r.body, project, upstream_model, &attempt.request_id)
+        {
+            Some(b) => Bytes::from(b),
+            None => {
+                let e = GatewayError::bad_request("the body must be a Gemini generateContent request object");
+                return Err(Unsent::Refused(e, Outcome::Rejected));
+            }
+        },
+        None => edit_body(
+            r.body.clone(),
+            (upstream_model != model).then_some(upstream_model),
+            force_stream,
+            target.force_no_store && r.fields.store != Some(false),
+        )
+        .map_err(|e| Unsent::Refused(e, Outcome::Rejected))?,
+    };
+    Ok((target, body, force_stream))
+}
+
+/// The client's error when an account has no usable token (CRED-3).
+pub(crate) fn token_error(e: &TokenError) -> GatewayError {
+    match e {
+        TokenError::Unavailable { retry_after } => GatewayError::account_refresh_failed(*retry_after),
+        TokenError::ReauthRequired => GatewayError::account_refresh_failed(3600)
+            .with_message("the account must be re-authorized by an admin"),
+    }
 }
 
 /// A non-streaming client served by a streaming-only upstream (Codex): read the whole stream and

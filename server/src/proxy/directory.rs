@@ -18,12 +18,17 @@ use std::{
     },
 };
 
-use app::model::{CredentialInput, ModelPolicy, PolicyMode, Provider};
+use app::model::{ModelPolicy, PolicyMode, Provider};
 use sqlx::SqlitePool;
 use tokio::sync::{Mutex, RwLock};
 
 use super::auth::Generation;
-use crate::{accounts::SEAL_PURPOSE, crypto::Sealer, error::Result, scheduler::Scheduler};
+use crate::{
+    credentials::{Flags, TokenCell, Tokens, open_sealed},
+    crypto::Sealer,
+    error::Result,
+    scheduler::Scheduler,
+};
 
 /// One routable account with its opened credentials. Never logged (no Debug on secrets).
 pub struct Account {
@@ -40,7 +45,8 @@ pub struct Account {
     pub slot: usize,
     /// The configuration generation this view of the account was loaded at.
     pub generation: u64,
-    pub credentials: CredentialInput,
+    /// Its credentials, alive (refreshed in place, CRED-1): shared by every snapshot.
+    pub tokens: Arc<TokenCell>,
 }
 
 /// What the scheduler's eligibility scan reads of an account, packed next to its neighbours so
@@ -151,6 +157,7 @@ impl Snapshot {
 pub struct Directory {
     generation: Generation,
     scheduler: Arc<Scheduler>,
+    tokens: Arc<Tokens>,
     current: RwLock<Option<Arc<Snapshot>>>,
     reload: Mutex<()>,
 }
@@ -164,11 +171,15 @@ struct AccountRow {
     lifecycle_revision: i64,
     sealed_credential: Option<Vec<u8>>,
     pool_ids: Option<String>,
+    token_rejected_at: Option<i64>,
+    token_refreshed_at: Option<i64>,
+    reauth_reason: Option<String>,
+    reauth_required_at: Option<i64>,
 }
 
 impl Directory {
-    pub fn new(generation: Generation, scheduler: Arc<Scheduler>) -> Self {
-        Directory { generation, scheduler, current: RwLock::new(None), reload: Mutex::new(()) }
+    pub fn new(generation: Generation, scheduler: Arc<Scheduler>, tokens: Arc<Tokens>) -> Self {
+        Directory { generation, scheduler, tokens, current: RwLock::new(None), reload: Mutex::new(()) }
     }
 
     /// The current snapshot, rebuilt first if the configuration changed.
@@ -184,7 +195,8 @@ impl Directory {
             return Ok(Arc::clone(s));
         }
         let previous = self.current.read().await.clone();
-        let snapshot = Arc::new(load(db, sealer, &self.scheduler, generation, previous.as_deref()).await?);
+        let snapshot =
+            Arc::new(load(db, sealer, &self.scheduler, &self.tokens, generation, previous.as_deref()).await?);
         // Membership, limits and lifecycle reach the live state at once, not only where a
         // decision happens to look; accounts left out serve no pool any more.
         self.scheduler.sync_directory(snapshot.accounts.values().map(|(_, a)| a));
@@ -197,6 +209,7 @@ async fn load(
     db: &SqlitePool,
     sealer: &Sealer,
     scheduler: &Scheduler,
+    tokens: &Tokens,
     generation: u64,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot> {
@@ -212,7 +225,8 @@ async fn load(
         .collect();
     let rows: Vec<AccountRow> = sqlx::query_as(
         "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.lifecycle_revision, a.sealed_credential,
-                (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids
+                (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids,
+                a.token_rejected_at, a.token_refreshed_at, a.reauth_reason, a.reauth_required_at
          FROM accounts a
          WHERE a.deleted_at IS NULL AND a.status = 'active' AND a.schedulable = 1 AND a.sealed_credential IS NOT NULL
          ORDER BY a.id",
@@ -234,35 +248,32 @@ async fn load(
                 && a.revision == row.lifecycle_revision
                 && a.pools == account_pools
         });
+        // The account's token cell: its stored flags always, its credentials only when they are
+        // new to it (a re-authorization after a reused snapshot's view included).
+        let flags = Flags::from_columns(
+            row.token_rejected_at,
+            row.reauth_required_at,
+            row.reauth_reason,
+            row.token_refreshed_at,
+        );
+        let open = || open_sealed(sealer, &sealed);
+        let Some(cell) = tokens.cell(row.id, provider, &sealed, open, flags) else {
+            tracing::error!(account_id = row.id, "account credentials cannot be opened; account skipped");
+            continue;
+        };
         let account = match kept {
-            Some((_, a)) => Arc::clone(a),
-            None => {
-                let credentials = match sealer
-                    .open(SEAL_PURPOSE, &sealed)
-                    .ok()
-                    .and_then(|plain| serde_json::from_slice::<CredentialInput>(&plain).ok())
-                {
-                    Some(c) => c,
-                    None => {
-                        tracing::error!(
-                            account_id = row.id,
-                            "account credentials cannot be opened; account skipped"
-                        );
-                        continue;
-                    }
-                };
-                Arc::new(Account {
-                    id: row.id,
-                    provider,
-                    priority: row.priority,
-                    max_concurrency,
-                    revision: row.lifecycle_revision,
-                    slot: scheduler.register(row.id),
-                    generation,
-                    pools: account_pools.clone(),
-                    credentials,
-                })
-            }
+            Some((_, a)) if Arc::ptr_eq(&a.tokens, &cell) => Arc::clone(a),
+            _ => Arc::new(Account {
+                id: row.id,
+                provider,
+                priority: row.priority,
+                max_concurrency,
+                revision: row.lifecycle_revision,
+                slot: scheduler.register(row.id),
+                generation,
+                pools: account_pools.clone(),
+                tokens: cell,
+            }),
         };
         for pool_id in &account_pools {
             if let Some((_, accounts)) = members.get_mut(pool_id) {

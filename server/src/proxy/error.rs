@@ -54,6 +54,10 @@ impl GatewayError {
         GatewayError { retry_after: Some(secs), ..self }
     }
 
+    pub fn with_message(self, message: impl Into<String>) -> Self {
+        GatewayError { message: message.into(), ..self }
+    }
+
     /// ID-3 / ERR-3: missing, unknown, disabled, revoked or expired gateway key.
     pub fn invalid_api_key() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "missing or invalid API key")
@@ -214,6 +218,17 @@ impl GatewayError {
             "upstream_timeout",
             "the upstream provider did not answer in time",
         )
+    }
+
+    /// CRED-3: the chosen account has no usable token (its refresh failed and backs off, or it
+    /// must be re-authorized).
+    pub fn account_refresh_failed(retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "account_refresh_failed",
+            "the account's credentials could not be refreshed; retry later",
+        )
+        .retry_after(retry_after)
     }
 
     /// The upstream answered a redirect: never followed (it would carry the account's credential

@@ -193,6 +193,7 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::UpstreamQuotaExhausted(secs) => GatewayError::upstream_quota_exhausted(secs),
         Refusal::NoAccount => GatewayError::no_available_account(model),
         Refusal::CredentialsPaused(401) => GatewayError::upstream_unauthorized(),
+        Refusal::RefreshFailed(secs) => GatewayError::account_refresh_failed(secs),
         Refusal::CredentialsPaused(_) => GatewayError::upstream_forbidden(),
         Refusal::ShuttingDown => GatewayError::shutting_down(),
     }
@@ -215,7 +216,7 @@ pub(super) fn retry_backoff(retry: u32, hint: Option<Duration>) -> Duration {
 /// A `Retry-After` header: delay seconds or an HTTP date (RFC 9110 §10.2.3), clamped to
 /// 0..=3600 s whatever the upstream wrote (`1e20`, a negative number, NaN, a date far ahead), so
 /// an upstream number never overflows a duration or a deadline. `None` when absent or unreadable.
-pub(super) fn retry_after_header(
+pub(crate) fn retry_after_header(
     headers: &reqwest::header::HeaderMap,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Duration> {

@@ -16,13 +16,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use app::model::Provider;
+use app::model::{CredentialInput, Provider};
 use axum::{
     extract::{
         State,
         ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
-    http::HeaderMap,
+    http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
 use futures_util::{SinkExt, StreamExt};
@@ -34,6 +34,7 @@ use super::{
     Spec,
     attempt::{Attempt, Ending, REQUEST_DEADLINE, member_admission, new_request_id, stream_verdict},
     auth::authenticate_request,
+    call,
     directory::Account,
     error::{GatewayError, Protocol},
     request::{RoutingFields, check_model},
@@ -425,11 +426,38 @@ fn refused_handshake(status: axum::http::StatusCode) -> GatewayError {
     }
 }
 
-/// Opens the upstream WebSocket for `account` with its credentials and the client's headers.
+/// Opens the upstream WebSocket for `account` with a usable token. A 401 on the handshake of an
+/// OAuth account refreshes the token and tries once more (CRED-4), as the HTTP path does.
 async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result<Upstream, Refused> {
+    let mut retried = false;
+    loop {
+        let credentials = s.tokens.usable(&account.tokens).await.map_err(|e| call::token_error(&e))?;
+        match handshake(s, account, &credentials, headers).await {
+            Err(Refused { verdict: Some((StatusCode::UNAUTHORIZED, ..)), .. })
+                if account.provider.uses_oauth() =>
+            {
+                s.tokens
+                    .refused(&account.tokens, &credentials, retried)
+                    .await
+                    .map_err(|e| call::token_error(&e))?;
+                retried = true;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One handshake with the upstream WebSocket for `account` with `credentials` and the client's
+/// headers.
+async fn handshake(
+    s: &AppState,
+    account: &Account,
+    credentials: &CredentialInput,
+    headers: &HeaderMap,
+) -> Result<Upstream, Refused> {
     let target = providers::target(
         account.provider,
-        &account.credentials,
+        credentials,
         &s.config.upstream,
         Operation::Responses,
         headers,

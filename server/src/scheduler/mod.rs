@@ -135,6 +135,8 @@ pub enum Refusal {
     /// The bound account is paused because the upstream refused its credentials (the status
     /// the upstream answered, 401 or 403): no cooldown a client can wait out.
     CredentialsPaused(u16),
+    /// CRED-3: the account has no usable token; seconds until its refresh may be tried again.
+    RefreshFailed(u64),
     NoAccount,
     ShuttingDown,
 }
@@ -276,6 +278,23 @@ impl Scheduler {
         self.seq.fetch_max(max_seq + 1, Ordering::Relaxed);
         for w in writes {
             self.store.send(w);
+        }
+    }
+
+    /// CRED-3: account `account_id` has no usable token until `until` (unix ms; `i64::MAX`: until
+    /// it is re-authorized), or has one again (`None`). Rotation leaves it out meanwhile; a
+    /// conversation bound to it is answered `account_refresh_failed` and keeps its binding.
+    pub fn set_credential_block(self: &Arc<Self>, account_id: i64, until: Option<i64>) {
+        let mut inner = self.lock();
+        let slot = inner.slot(account_id);
+        let rt = &mut inner.runtimes[slot];
+        let was = rt.credentials_until;
+        rt.credentials_until = until.unwrap_or(0);
+        rt.refresh();
+        match until {
+            None if was != 0 => self.wake_locked_all(&mut inner),
+            Some(end) if end != i64::MAX => self.block_appeared(&mut inner, slot, end),
+            _ => {}
         }
     }
 

@@ -19,6 +19,9 @@ pub(super) struct Runtime {
     pub(super) blocked_until: i64,
     /// Cache of `!state.models.is_empty()`.
     pub(super) has_models: bool,
+    /// CRED-3: no usable token until then (unix ms; `i64::MAX`: re-authorization required;
+    /// 0: none). Kept apart from the persisted state: refresh backoff is per process.
+    pub(super) credentials_until: i64,
     pub(super) cold: Box<Cold>,
 }
 
@@ -45,6 +48,7 @@ impl Runtime {
             revision: 0,
             blocked_until: i64::MIN,
             has_models: false,
+            credentials_until: 0,
             cold: Box::new(Cold {
                 account_id,
                 limit_generation: 0,
@@ -61,12 +65,15 @@ impl Runtime {
         if self.blocked_until <= now && !self.has_models {
             return None;
         }
+        if self.credentials_until > now {
+            return Some(Block::Credentials { until: self.credentials_until });
+        }
         self.cold.state.block(model, now)
     }
 
     /// Recomputes the caches after the state changed.
     pub(super) fn refresh(&mut self) {
-        self.blocked_until = self.cold.state.blocked_until();
+        self.blocked_until = self.cold.state.blocked_until().max(self.credentials_until);
         self.has_models = !self.cold.state.models.is_empty();
     }
 

@@ -141,7 +141,7 @@ impl Scheduler {
             }
             let rt = &inner.runtimes[e.slot];
             if let Some(b) = rt.block(ask.model, now) {
-                if matches!(b, Block::TempUnschedulable { .. }) {
+                if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
                     excluded.unavailable += 1;
                 } else {
                     excluded.cooldown += 1;
@@ -273,6 +273,7 @@ pub(super) fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusa
             };
             Refusal::CredentialsPaused(status)
         }
+        Block::Credentials { .. } => Refusal::RefreshFailed(b.retry_after(now)),
         b if b.account_wide() => Refusal::AccountCooling(b.retry_after(now)),
         b => model_refusal(b, now),
     }
@@ -303,7 +304,7 @@ impl Blocked {
         let k = match b {
             Block::RateLimited { .. } => 0,
             Block::Overloaded { .. } => 1,
-            Block::TempUnschedulable { .. } => 2,
+            Block::TempUnschedulable { .. } | Block::Credentials { .. } => 2,
             Block::ModelCooling { .. } | Block::Probing => 3,
             Block::ModelLimited { .. } => 4,
         };
@@ -335,8 +336,12 @@ impl Blocked {
             // BUD-5: every account able to serve it is rate limited upstream.
             0 if self.kinds[0].0 == total => Refusal::UpstreamQuotaExhausted(retry),
             0 | 1 => Refusal::AccountCooling(retry),
-            // Paused credentials are no cooldown a client can wait out.
-            2 => Refusal::NoAccount,
+            // Paused credentials are no cooldown a client can wait out; missing tokens say when
+            // their refresh may be tried again.
+            2 => match &self.kinds[2].1 {
+                Some(b @ Block::Credentials { .. }) => Refusal::RefreshFailed(b.retry_after(now)),
+                _ => Refusal::NoAccount,
+            },
             3 => Refusal::ModelCooling(retry),
             _ => Refusal::ModelRateLimited(retry),
         }

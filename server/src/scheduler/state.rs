@@ -97,6 +97,11 @@ pub enum Block {
     },
     /// A model cooldown ended and one probe request is finding out whether it recovered (CD-4).
     Probing,
+    /// The account has no usable token (CRED-3): its refresh backs off until then, or, at
+    /// `i64::MAX`, it needs re-authorization.
+    Credentials {
+        until: i64,
+    },
 }
 
 impl Block {
@@ -108,17 +113,27 @@ impl Block {
             | Block::TempUnschedulable { until }
             | Block::ModelCooling { until }
             | Block::ModelLimited { until } => Some(*until),
+            Block::Credentials { until } => (*until != i64::MAX).then_some(*until),
             Block::Probing => None,
         }
     }
 
     pub fn account_wide(&self) -> bool {
-        matches!(self, Block::RateLimited { .. } | Block::Overloaded { .. } | Block::TempUnschedulable { .. })
+        matches!(
+            self,
+            Block::RateLimited { .. }
+                | Block::Overloaded { .. }
+                | Block::TempUnschedulable { .. }
+                | Block::Credentials { .. }
+        )
     }
 
     /// Seconds until the block ends, rounded up and bounded to 1..=3600 for Retry-After. A
     /// probe under way has no end yet: a few seconds, so waiting clients do not storm it.
     pub fn retry_after(&self, now: i64) -> u64 {
+        if matches!(self, Block::Credentials { until: i64::MAX }) {
+            return RETRY_AFTER_MAX.as_secs(); // until an admin re-authorizes
+        }
         let Some(until) = self.until() else { return PROBE_RETRY_AFTER_SECS };
         let secs = ((until - now).max(0) as u64).div_ceil(1000);
         secs.clamp(1, RETRY_AFTER_MAX.as_secs())

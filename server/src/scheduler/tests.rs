@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::{clock::FakeClock, proxy::directory::PoolRoutes};
+use crate::{clock::FakeClock, credentials::TokenCell, proxy::directory::PoolRoutes};
 
 const CODEX: &[Provider] = &[Provider::Codex];
 
@@ -34,7 +34,11 @@ fn bed(accounts: &[(i64, i64, u32)], settings: Settings) -> Bed {
                 pools: vec![1],
                 slot: scheduler.register(id),
                 generation: 0,
-                credentials: CredentialInput::ApiKey { api_key: "k".into() },
+                tokens: TokenCell::fixed(
+                    id,
+                    Provider::Codex,
+                    CredentialInput::ApiKey { api_key: "k".into() },
+                ),
             })
         })
         .collect();
@@ -386,7 +390,7 @@ fn account(
         pools,
         slot: s.register(id),
         generation,
-        credentials: CredentialInput::ApiKey { api_key: "k".into() },
+        tokens: TokenCell::fixed(id, Provider::Codex, CredentialInput::ApiKey { api_key: "k".into() }),
     })
 }
 
@@ -566,7 +570,11 @@ async fn random_contention_with_membership_changes_never_exceeds_a_limit() {
                     pools: pools.clone(),
                     slot: s.register(id),
                     generation,
-                    credentials: CredentialInput::ApiKey { api_key: "k".into() },
+                    tokens: TokenCell::fixed(
+                        id,
+                        Provider::Codex,
+                        CredentialInput::ApiKey { api_key: "k".into() },
+                    ),
                 })
             })
             .collect();

@@ -35,22 +35,29 @@ impl Rig {
 
     /// SubLane on `dir`, pointed at `mock`, with `extra` settings.
     pub async fn server(mock: &MockUpstream, extra: &[(&str, &str)], dir: tempfile::TempDir) -> TestServer {
+        Self::server_with_clock(mock, extra, dir, std::sync::Arc::new(sublane::clock::SystemClock)).await
+    }
+
+    /// As [`Rig::server`], on `clock` (a fake one makes token expiry and backoff exact).
+    pub async fn server_with_clock(
+        mock: &MockUpstream,
+        extra: &[(&str, &str)],
+        dir: tempfile::TempDir,
+        clock: sublane::clock::SharedClock,
+    ) -> TestServer {
         let env = Self::env(mock, extra);
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        TestServer::start_in(dir, &env).await
+        TestServer::start_full(dir, &env, clock).await
     }
 
     pub fn env<'a>(mock: &MockUpstream, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, String)> {
-        let m = mock.url();
         // The first value of a name wins: the test's own settings come first.
         let mut env: Vec<(&'a str, String)> = extra.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
         env.extend([
             ("SUBLANE_ADMIN_PASSWORD", super::ADMIN_PASSWORD.to_owned()),
-            ("SUBLANE_CODEX_BASE_URL", format!("{m}/backend-api/codex")),
-            ("SUBLANE_CLAUDE_BASE_URL", m.clone()),
-            ("SUBLANE_ANTIGRAVITY_BASE_URL", m),
             ("SUBLANE_WORKSPACE_CAPACITY", "1000".to_owned()),
         ]);
+        env.extend(mock.env());
         env
     }
 

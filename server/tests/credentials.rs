@@ -1,0 +1,397 @@
+//! Tokens that stay alive (CRED-1..CRED-4), through the real server and the mock's OAuth
+//! endpoints, on a fake clock: when each provider refreshes, one refresh for many waiting
+//! requests, the backoff ladder and Retry-After, which token-endpoint answers are terminal, the
+//! 401 -> refresh -> retry path (HTTP and WebSocket), restarts, and bound conversations.
+//!
+//! The mock's token families: refresh tokens `<family>`, `<family>.1`, ... are single-use; access
+//! tokens are the provider's prefix plus the refresh token's name (`at-`, `sk-ant-oat01-`,
+//! `ya29.`), so the model calls logged under an access token say which refresh brought it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta};
+use common::{
+    TestServer,
+    rig::{Answer, MODEL, Rig, body},
+};
+use futures_util::{SinkExt, StreamExt};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sublane::{clock::FakeClock, mock_upstream::MockUpstream};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+
+const T0: i64 = 1_900_000_000;
+
+/// SubLane on a fake clock with the mock upstream, and helpers to add OAuth accounts and call
+/// each provider.
+struct Bed {
+    rig: Rig,
+    clock: FakeClock,
+}
+
+impl Bed {
+    async fn start(extra: &[(&str, &str)]) -> Bed {
+        let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let clock = FakeClock::new(DateTime::from_timestamp(T0, 0).unwrap());
+        let t =
+            Rig::server_with_clock(&mock, extra, tempfile::tempdir().unwrap(), Arc::new(clock.clone())).await;
+        Bed { rig: Rig::prepare(t, mock).await, clock }
+    }
+
+    /// The same data directory and clock in a new process.
+    async fn restart(self) -> Bed {
+        let Bed { rig, clock } = self;
+        let Rig { t, mock, .. } = rig;
+        let TestServer { server, dir, .. } = t;
+        server.shutdown().await.unwrap();
+        let t = Rig::server_with_clock(&mock, &[], dir, Arc::new(clock.clone())).await;
+        Bed { rig: Rig::prepare(t, mock).await, clock }
+    }
+
+    fn now(&self) -> i64 {
+        use sublane::clock::Clock;
+        self.clock.now().timestamp()
+    }
+
+    fn advance(&self, secs: i64) {
+        self.clock.advance(TimeDelta::seconds(secs));
+    }
+
+    /// An OAuth account in pool 1 whose access token expires `expires_in` seconds from now.
+    async fn oauth(&mut self, provider: &str, access: &str, refresh: Option<&str>, expires_in: i64) -> i64 {
+        let expires_at = DateTime::from_timestamp(self.now() + expires_in, 0).unwrap();
+        let credentials = json!({"kind": "oauth", "access_token": access, "refresh_token": refresh,
+            "expires_at": expires_at, "provider_account_id": "p-1"});
+        let (status, body) = self
+            .rig
+            .admin
+            .call(
+                Method::POST,
+                "/api/accounts",
+                Some(json!({"provider": provider, "name": access, "pool_ids": [1], "max_concurrency": 100,
+                    "credentials": credentials})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_i64().unwrap()
+    }
+
+    fn request(&self, provider: &str, session: Option<&str>) -> reqwest::RequestBuilder {
+        let (path, body) = match provider {
+            "codex" => ("/v1/responses", body(MODEL)),
+            "claude" => (
+                "/v1/messages",
+                json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}),
+            ),
+            "antigravity" => (
+                "/v1beta/models/gemini-3.1-pro-low:generateContent",
+                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+            ),
+            other => panic!("no call for {other}"),
+        };
+        let mut rb =
+            self.rig.http.post(format!("{}{path}", self.rig.t.base)).bearer_auth(&self.rig.key).json(&body);
+        if provider == "claude" {
+            rb = rb.header("anthropic-version", "2023-06-01");
+        }
+        if let Some(s) = session {
+            rb = rb.header("session_id", s);
+        }
+        rb
+    }
+
+    async fn call(&self, provider: &str) -> Answer {
+        Answer::read(self.request(provider, None).send().await.unwrap()).await
+    }
+
+    fn token_calls(&self, family: &str) -> usize {
+        self.rig.calls(&format!("token:{family}"))
+    }
+
+    fn model_calls(&self, access: &str) -> usize {
+        self.rig.calls(access)
+    }
+
+    async fn script_token(&self, family: &str, script: Value) {
+        self.rig.script(&format!("token:{family}"), script).await;
+    }
+
+    async fn token(&mut self, id: i64) -> Value {
+        self.rig.account_runtime(id).await["token"].clone()
+    }
+
+    /// The admin's "Refresh token": status, error code, Retry-After.
+    async fn refresh(&mut self, id: i64) -> (StatusCode, String, Option<u64>) {
+        let path = format!("/api/accounts/{id}/refresh");
+        let resp = self.rig.admin.request(Method::POST, &path).json(&json!({})).send().await.unwrap();
+        let status = resp.status();
+        let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        (status, body["error"]["code"].as_str().unwrap_or("").to_owned(), retry)
+    }
+}
+
+fn status(code: u16) -> Value {
+    json!({"kind": "status", "status": code})
+}
+
+fn refused(a: &Answer, retry_after: u64) {
+    assert_eq!((a.status, a.code()), (StatusCode::SERVICE_UNAVAILABLE, "account_refresh_failed"), "{a:?}");
+    assert_eq!(a.retry_after, Some(retry_after), "{a:?}");
+}
+
+/// CRED-1: a Codex token is refreshed on demand once it has 2 minutes or less left, never
+/// before; the rotated refresh token and the account id from the id token are stored before
+/// use, so a new process refreshes with the new one (the old one is spent).
+#[tokio::test]
+async fn codex_refreshes_within_two_minutes_of_expiry_and_stores_the_rotation() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.oauth("codex", "at-cx", Some("cx"), 600).await;
+    b.advance(600 - 121);
+    assert_eq!(b.call("codex").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("cx"), b.model_calls("at-cx")), (0, 1), "121 s left: no refresh yet");
+    b.advance(2);
+    assert_eq!(b.call("codex").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("cx"), b.model_calls("at-cx"), b.model_calls("at-cx.1")), (1, 1, 1));
+    let token = b.token(id).await;
+    assert_eq!(token["expires_at"], b.now() + 864_000, "{token}");
+    assert_eq!(token["refreshed_at"], b.now(), "{token}");
+    assert_eq!(token["refreshable"], true);
+    let (_, view) = b.rig.admin.call(Method::GET, &format!("/api/accounts/{id}"), None).await;
+    assert_eq!(view["credential"]["provider_account_id"], "acct-cx", "the id token's account id is kept");
+    // A refresh is no lifecycle change: the scheduler's view of the account is untouched.
+    let mut b = b.restart().await;
+    assert_eq!(b.token(id).await["refreshed_at"], b.now(), "stored with the sealed credential");
+    b.advance(864_000);
+    assert_eq!(b.call("codex").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("cx"), b.model_calls("at-cx.2")), (2, 1), "the stored rotation was used");
+}
+
+/// CRED-1: while a refresh fails, Codex may keep using a token with more than 30 s left that was
+/// not refused; Claude and Antigravity need a valid one. Antigravity refreshes with Google's form
+/// body and the configured client secret (the mock refuses anything else).
+#[tokio::test]
+async fn claude_and_antigravity_need_a_valid_token_while_codex_has_a_grace() {
+    let mut b = Bed::start(&[]).await;
+    b.oauth("codex", "at-g", Some("g"), 100).await;
+    b.oauth("claude", "sk-ant-oat01-h", Some("h"), 100).await;
+    b.oauth("antigravity", "ya29.k", Some("k"), 100).await;
+    b.script_token("g", json!({"steps": [status(500), status(500)]})).await;
+    for family in ["h", "k"] {
+        b.script_token(family, json!({"steps": [status(500)]})).await;
+    }
+    assert_eq!(b.call("codex").await.status, StatusCode::OK, "100 s left and not refused: usable");
+    assert_eq!((b.token_calls("g"), b.model_calls("at-g")), (1, 1));
+    refused(&b.call("claude").await, 30);
+    refused(&b.call("antigravity").await, 30);
+    assert_eq!(b.model_calls("sk-ant-oat01-h") + b.model_calls("ya29.k"), 0);
+    // 29 s left: Codex stops using it too; the second failure backs off a minute
+    b.advance(71);
+    refused(&b.call("codex").await, 60);
+    assert_eq!((b.token_calls("g"), b.model_calls("at-g")), (2, 1));
+    assert_eq!(b.call("claude").await.status, StatusCode::OK);
+    assert_eq!(b.call("antigravity").await.status, StatusCode::OK);
+    assert_eq!((b.model_calls("sk-ant-oat01-h.1"), b.model_calls("ya29.k.1")), (1, 1));
+    b.advance(60);
+    assert_eq!(b.call("codex").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("g"), b.model_calls("at-g.1")), (3, 1));
+}
+
+/// CRED-1: fifty requests on an expired account while the token endpoint is slow make exactly one
+/// refresh; every one of them uses the token it brought.
+#[tokio::test]
+async fn fifty_concurrent_requests_on_an_expired_account_make_one_refresh() {
+    let mut b = Bed::start(&[]).await;
+    b.oauth("claude", "sk-ant-oat01-fifty", Some("fifty"), -10).await;
+    b.script_token("fifty", json!({"delay_ms": 300})).await;
+    let answers = futures_util::future::join_all((0..50).map(|_| b.call("claude"))).await;
+    assert!(answers.iter().all(|a| a.status == StatusCode::OK), "{answers:?}");
+    assert_eq!(b.token_calls("fifty"), 1);
+    assert_eq!((b.model_calls("sk-ant-oat01-fifty"), b.model_calls("sk-ant-oat01-fifty.1")), (0, 50));
+}
+
+/// CRED-2, CRED-3: failed refreshes back off 30 s, 1 min, 2 min, 4 min, then 5 min; a longer
+/// Retry-After from the token endpoint is honoured up to 1 h. Nothing is tried inside a backoff,
+/// clients get 503 `account_refresh_failed` with the time left, and no cooldown is added.
+#[tokio::test]
+async fn failed_refreshes_follow_the_backoff_ladder_and_retry_after() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.oauth("claude", "sk-ant-oat01-lad", Some("lad"), -10).await;
+    let mut steps = vec![status(500); 6];
+    steps.push(json!({"kind": "status", "status": 429, "retry_after": "1200"}));
+    steps.push(json!({"kind": "status", "status": 503, "retry_after": "7200"}));
+    b.script_token("lad", json!({"steps": steps})).await;
+    for (n, wait) in [30, 60, 120, 240, 300, 300, 1200, 3600].into_iter().enumerate() {
+        refused(&b.call("claude").await, wait);
+        assert_eq!(b.token_calls("lad"), n + 1);
+        b.advance(wait as i64 - 1);
+        refused(&b.call("claude").await, 1);
+        assert_eq!(b.token_calls("lad"), n + 1, "nothing is tried inside the backoff");
+        let token = b.token(id).await;
+        assert_eq!(token["backoff_until"], b.now() + 1, "{token}");
+        assert!(token["last_error"].as_str().unwrap().starts_with("token_endpoint_"), "{token}");
+        b.advance(1);
+    }
+    assert_eq!(b.call("claude").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("lad"), b.model_calls("sk-ant-oat01-lad.1")), (9, 1));
+    let rt = b.rig.account_runtime(id).await;
+    assert!(rt["token"]["backoff_until"].is_null() && rt["token"]["last_error"].is_null(), "{rt}");
+    assert!(rt["temp_unschedulable_until"].is_null() && rt["overload_until"].is_null(), "{rt}");
+    assert!(rt["models"].as_array().unwrap().iter().all(|m| m["cooling_until"].is_null()), "{rt}");
+}
+
+/// CRED-4: only an explicit grant error marks re-authorization required; an HTML error page,
+/// unknown 400/401s, a rate limit and a misconfigured OAuth client only back off. A grant that
+/// is gone is not tried again.
+#[tokio::test]
+async fn only_explicit_grant_errors_require_re_authorization() {
+    let mut b = Bed::start(&[]).await;
+    let transient = [
+        ("html", json!({"kind": "html_error", "status": 502}), 30),
+        ("unknown400", status(400), 30),
+        ("unknown401", status(401), 30),
+        ("limited", json!({"kind": "status", "status": 429, "retry_after": "90"}), 90),
+    ];
+    for (family, step, wait) in transient {
+        let id = b.oauth("claude", &format!("sk-ant-oat01-{family}"), Some(family), 3600).await;
+        b.script_token(family, json!({"steps": [step]})).await;
+        assert_eq!(
+            b.refresh(id).await,
+            (StatusCode::SERVICE_UNAVAILABLE, "account_refresh_failed".into(), Some(wait))
+        );
+        let token = b.token(id).await;
+        assert!(token["reauth_required"].is_null(), "{family}: {token}");
+        assert_eq!(token["backoff_until"], b.now() + wait as i64, "{family}: {token}");
+    }
+    // Claude's invalid_grant
+    let gone = b.oauth("claude", "sk-ant-oat01-gone", Some("gone"), 3600).await;
+    b.script_token("gone", json!({"steps": [{"kind": "invalid_grant"}]})).await;
+    assert_eq!(b.refresh(gone).await.0, StatusCode::CONFLICT);
+    assert_eq!(b.token(gone).await["reauth_required"], "invalid_grant");
+    b.advance(600);
+    assert_eq!(b.refresh(gone).await.0, StatusCode::CONFLICT);
+    assert_eq!(b.token_calls("gone"), 1, "a grant that is gone is not tried again");
+    // Codex's refresh_token_reused: two accounts imported from one grant; the second one to
+    // refresh presents a spent token
+    let first = b.oauth("codex", "at-twin", Some("twin"), 3600).await;
+    let second = b.oauth("codex", "at-twin-copy", Some("twin"), 3600).await;
+    assert_eq!(b.refresh(first).await.0, StatusCode::OK);
+    assert_eq!(b.refresh(second).await.0, StatusCode::CONFLICT);
+    assert_eq!(b.token(second).await["reauth_required"], "refresh_token_reused");
+    assert!(b.token(first).await["reauth_required"].is_null());
+
+    // A misconfigured client (wrong Google secret, unknown Codex client id) is no dead grant.
+    let mut b =
+        Bed::start(&[("SUBLANE_GOOGLE_CLIENT_SECRET", "wrong"), ("SUBLANE_CODEX_CLIENT_ID", "app_wrong")])
+            .await;
+    for (provider, access, family) in [("antigravity", "ya29.cfg", "cfg"), ("codex", "at-cfg", "cfg-cx")] {
+        let id = b.oauth(provider, access, Some(family), 3600).await;
+        assert_eq!(
+            b.refresh(id).await,
+            (StatusCode::SERVICE_UNAVAILABLE, "account_refresh_failed".into(), Some(30))
+        );
+        let token = b.token(id).await;
+        assert!(token["reauth_required"].is_null(), "{provider}: {token}");
+        assert_eq!(token["last_error"], "token_endpoint_401", "{provider}: {token}");
+    }
+}
+
+/// CRED-4: a model endpoint's 401 on an OAuth account refreshes the token and retries once, on
+/// HTTP and on a WebSocket handshake; a refreshed token refused again requires re-authorization.
+/// Neither adds a credential pause or a cooldown.
+#[tokio::test]
+async fn a_refused_token_is_refreshed_and_the_call_retried_once() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.oauth("codex", "at-rf", Some("rf"), 3600).await;
+    b.rig.script("at-rf", json!({"steps": [status(401)]})).await;
+    assert_eq!(b.call("codex").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("rf"), b.model_calls("at-rf"), b.model_calls("at-rf.1")), (1, 1, 1));
+    let rt = b.rig.account_runtime(id).await;
+    assert!(rt["temp_unschedulable_until"].is_null(), "{rt}");
+    assert_eq!(rt["token"]["rejected"], false, "{rt}");
+    // refused again after its refresh: the grant is no good
+    b.rig.script("at-rf.1", json!({"steps": [status(401)]})).await;
+    b.rig.script("at-rf.2", json!({"steps": [status(401)]})).await;
+    refused(&b.call("codex").await, 3600);
+    assert_eq!((b.token_calls("rf"), b.model_calls("at-rf.2")), (2, 1));
+    assert_eq!(b.token(id).await["reauth_required"], "refreshed_token_refused");
+    refused(&b.call("codex").await, 3600);
+    assert_eq!((b.token_calls("rf"), b.model_calls("at-rf.2")), (2, 1), "the account is left out");
+
+    // The WebSocket path: the handshake's 401 refreshes and connects with the new token.
+    b.oauth("codex", "at-ws", Some("ws"), 3600).await;
+    b.rig.script("at-ws", json!({"refuse_websocket": 401})).await;
+    let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let create =
+        json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
+    ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let tungstenite::Message::Text(t) = msg else { continue };
+        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        assert_ne!(v["type"], "error", "{v}");
+        if v["type"] == "response.completed" {
+            break;
+        }
+    }
+    assert_eq!((b.token_calls("ws"), b.model_calls("at-ws.1")), (1, 1));
+}
+
+/// CRED-3: a token refused upstream is stored as refused with the sealed credential, so a new
+/// process refreshes before using it; a grant marked gone stays gone after a restart.
+#[tokio::test]
+async fn a_refused_token_and_a_gone_grant_survive_a_restart() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.oauth("claude", "sk-ant-oat01-rj", Some("rj"), 3600).await;
+    let gone = b.oauth("claude", "sk-ant-oat01-gone", Some("gone"), 3600).await;
+    b.script_token("gone", json!({"steps": [{"kind": "invalid_grant"}]})).await;
+    assert_eq!(b.refresh(gone).await.0, StatusCode::CONFLICT);
+    b.rig.script("sk-ant-oat01-rj", json!({"steps": [status(401)]})).await;
+    b.script_token("rj", json!({"steps": [status(500)]})).await;
+    refused(&b.call("claude").await, 30);
+    assert_eq!(b.token(id).await["rejected"], true);
+
+    let mut b = b.restart().await;
+    assert_eq!(b.token(id).await["rejected"], true);
+    assert_eq!(b.token(gone).await["reauth_required"], "invalid_grant");
+    for _ in 0..3 {
+        assert_eq!(b.call("claude").await.status, StatusCode::OK);
+    }
+    assert_eq!(b.model_calls("sk-ant-oat01-rj"), 1, "the refused token is never sent again");
+    assert_eq!((b.token_calls("rj"), b.model_calls("sk-ant-oat01-rj.1")), (2, 3));
+    assert_eq!((b.model_calls("sk-ant-oat01-gone"), b.token_calls("gone")), (0, 1));
+}
+
+/// CRED-4: a bound conversation keeps its account while that account's refresh fails (it is told
+/// `account_refresh_failed`, not moved), unbound requests go elsewhere, and the conversation comes
+/// back to its account once a refresh works.
+#[tokio::test]
+async fn a_bound_conversation_keeps_its_account_through_refresh_failures() {
+    let mut b = Bed::start(&[]).await;
+    b.oauth("codex", "at-ba", Some("ba"), 3600).await;
+    let send = |b: &Bed, session: Option<&'static str>| {
+        let rb = b.request("codex", session);
+        async move { Answer::read(rb.send().await.unwrap()).await }
+    };
+    assert_eq!(send(&b, Some("conv")).await.status, StatusCode::OK);
+    b.oauth("codex", "at-bb", Some("bb"), 10 * 864_000).await;
+    b.script_token("ba", json!({"steps": [status(500)]})).await;
+    b.advance(3600);
+    refused(&send(&b, Some("conv")).await, 30);
+    assert_eq!(b.model_calls("at-bb"), 0, "the conversation did not move");
+    assert_eq!(send(&b, None).await.status, StatusCode::OK);
+    assert_eq!(b.model_calls("at-bb"), 1, "an unbound request goes to the other account");
+    b.advance(30);
+    assert_eq!(send(&b, Some("conv")).await.status, StatusCode::OK);
+    assert_eq!((b.model_calls("at-ba.1"), b.model_calls("at-bb")), (1, 1));
+}
