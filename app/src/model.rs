@@ -415,6 +415,73 @@ pub struct AccountPatch {
     pub credentials: Option<CredentialInput>,
 }
 
+/// `POST /api/accounts/oauth/start` (CRED-5): begin a provider sign-in.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthStart {
+    pub provider: Provider,
+}
+
+/// A started sign-in: open `authorize_url`, sign in, paste back the code or the address the
+/// browser ended on (`redirect_uri?code=...`). Finish before `expires_at` (unix seconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OAuthStarted {
+    pub flow_id: String,
+    pub provider: Provider,
+    pub authorize_url: String,
+    pub redirect_uri: String,
+    pub expires_at: i64,
+}
+
+/// `POST /api/accounts/oauth/finish`: the pasted code of sign-in `flow_id`, and the new
+/// account's settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthFinish {
+    pub flow_id: String,
+    /// The code, `code#state`, or the whole callback URL.
+    pub code: String,
+    pub name: String,
+    #[serde(default)]
+    pub pool_ids: Vec<i64>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+}
+
+/// `POST /api/accounts/import`: a CLI credential file's content (Codex `auth.json`, Claude Code
+/// `.credentials.json`, Gemini / Antigravity OAuth JSON), and the new account's settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialImport {
+    pub provider: Provider,
+    pub file: String,
+    pub name: String,
+    #[serde(default)]
+    pub pool_ids: Vec<i64>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+}
+
+/// `POST /api/accounts/{id}/reauthorize` (ACC-3): new credentials for an account, every other
+/// setting kept. Exactly one way: a finished sign-in (`flow_id` + `code`), a credential `file`,
+/// or an `api_key`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reauthorize {
+    #[serde(default)]
+    pub flow_id: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<String>,
+}
+
 /// Whether a key can currently be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

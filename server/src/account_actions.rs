@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 
-use app::model::{AccountAction, AccountRuntime, AccountTest, AccountView, ModelRuntime};
+use app::model::{
+    AccountAction, AccountPatch, AccountRuntime, AccountTest, AccountView, CredentialImport, CredentialInput,
+    ModelRuntime, NewAccount, OAuthFinish, OAuthStarted, Provider, Reauthorize,
+};
 
 use crate::{
     accounts::{self, Lifecycle},
@@ -117,6 +120,84 @@ async fn refresh_token(s: &AppState, id: i64) -> Result<AccountView> {
             Err(Error::Conflict("the grant is gone: re-authorize the account to use it again".into()))
         }
     }
+}
+
+/// CRED-5: starts a provider sign-in (authorization code with PKCE).
+pub fn start_sign_in(s: &AppState, provider: Provider) -> Result<OAuthStarted> {
+    let started = s.onboarding.start(provider)?;
+    Ok(OAuthStarted {
+        flow_id: started.flow_id,
+        provider,
+        authorize_url: started.authorize_url,
+        redirect_uri: started.redirect_uri,
+        expires_at: started.expires_at.timestamp(),
+    })
+}
+
+/// CRED-5: a new account from a finished sign-in. The settings are checked before the code is
+/// spent, so a bad name does not cost a sign-in.
+pub async fn add_signed_in(s: &AppState, f: OAuthFinish) -> Result<AccountView> {
+    crate::validate::name("name", &f.name)?;
+    let (provider, credentials) = s.onboarding.finish(&f.flow_id, &f.code).await?;
+    let new = NewAccount {
+        provider,
+        name: f.name,
+        pool_ids: f.pool_ids,
+        priority: f.priority,
+        max_concurrency: f.max_concurrency,
+        credentials: Some(credentials),
+    };
+    accounts::create(&s.db, &*s.clock, &s.sealer, new).await
+}
+
+/// CRED-5: a new account from a CLI credential file.
+pub async fn add_imported(s: &AppState, i: CredentialImport) -> Result<AccountView> {
+    crate::validate::name("name", &i.name)?;
+    let credentials = s.onboarding.import(i.provider, &i.file).await?;
+    let new = NewAccount {
+        provider: i.provider,
+        name: i.name,
+        pool_ids: i.pool_ids,
+        priority: i.priority,
+        max_concurrency: i.max_concurrency,
+        credentials: Some(credentials),
+    };
+    accounts::create(&s.db, &*s.clock, &s.sealer, new).await
+}
+
+/// ACC-3 "Re-authorize": new credentials in one write, every other setting kept. It starts a new
+/// lifecycle revision (old limits go, ACC-4) and clears the refusal and re-authorization marks;
+/// conversations bound to the account stay bound.
+pub async fn reauthorize(s: &AppState, id: i64, r: Reauthorize) -> Result<AccountView> {
+    let account = accounts::get(&s.db, id).await?;
+    let credentials = match r {
+        Reauthorize { flow_id: Some(flow), code: Some(code), file: None, api_key: None } => {
+            let (provider, credentials) = s.onboarding.finish(&flow, &code).await?;
+            if provider != account.provider {
+                return Err(Error::invalid(format!(
+                    "that sign-in was for {}, the account is {}",
+                    provider.as_str(),
+                    account.provider.as_str()
+                )));
+            }
+            credentials
+        }
+        Reauthorize { flow_id: None, code: None, file: Some(file), api_key: None } => {
+            s.onboarding.import(account.provider, &file).await?
+        }
+        Reauthorize { flow_id: None, code: None, file: None, api_key: Some(api_key) } => {
+            CredentialInput::ApiKey { api_key }
+        }
+        _ => {
+            return Err(Error::invalid(
+                "send exactly one of: flow_id with code (a sign-in), file (a credential file), api_key",
+            ));
+        }
+    };
+    let patch = AccountPatch { credentials: Some(credentials), ..Default::default() };
+    let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
+    s.configuration_changed().await;
+    Ok(view)
 }
 
 /// API-1 limits: stores a concurrency limit and hands it to the scheduler at once, under a new

@@ -43,6 +43,8 @@ pub struct AppState {
     pub admission: Arc<Admission>,
     /// OAuth tokens per account: refresh, backoff, re-authorization (CRED-1..CRED-4).
     pub tokens: Arc<crate::credentials::Tokens>,
+    /// Sign-ins under way and credential files brought in (CRED-5).
+    pub onboarding: Arc<crate::credentials::onboarding::Onboarding>,
     /// Account selection, leases, queues and account state (ADM, RT, ACC, CD).
     pub scheduler: Arc<Scheduler>,
     /// Shutdown, hard stop, and the work a shutdown waits for (OPS-3).

@@ -43,6 +43,10 @@ pub enum Error {
     /// retry after the given seconds.
     #[error("{message}")]
     RefreshFailed { message: String, retry_after: u64 },
+    /// 502 `upstream_error`: a provider SubLane asked on the admin's behalf (a sign-in, a
+    /// credential check) did not answer usefully; trying again may work.
+    #[error("{0}")]
+    Upstream(String),
     /// 500 `internal_error`: a fault on our side; details go to the log only.
     #[error("internal error")]
     Internal(String),
@@ -78,6 +82,7 @@ impl Error {
             Error::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Busy | Error::RefreshFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Upstream(_) => StatusCode::BAD_GATEWAY,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -95,6 +100,7 @@ impl Error {
             Error::TooManyAttempts(_) => "too_many_login_attempts",
             Error::Busy => "busy",
             Error::RefreshFailed { .. } => "account_refresh_failed",
+            Error::Upstream(_) => "upstream_error",
             Error::Internal(_) => "internal_error",
         }
     }
@@ -140,6 +146,16 @@ impl From<sqlx::Error> for Error {
         }
         tracing::error!(error = %e, "database error");
         Error::Internal(e.to_string())
+    }
+}
+
+impl From<crate::credentials::onboarding::OnboardError> for Error {
+    fn from(e: crate::credentials::onboarding::OnboardError) -> Self {
+        use crate::credentials::onboarding::OnboardError;
+        match e {
+            OnboardError::Invalid(m) => Error::Invalid(m),
+            OnboardError::Upstream(m) => Error::Upstream(m),
+        }
     }
 }
 

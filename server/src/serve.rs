@@ -33,7 +33,7 @@ use crate::{
     auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
     clock::SharedClock,
     config::Config,
-    credentials::Tokens,
+    credentials::{Tokens, onboarding::Onboarding},
     crypto::Sealer,
     db, members,
     members::Bootstrap,
@@ -202,6 +202,12 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         Arc::clone(&clock),
         Arc::clone(&scheduler),
     ));
+    let onboarding = Arc::new(Onboarding::new(
+        http.clone(),
+        config.upstream.clone(),
+        config.oauth.clone(),
+        Arc::clone(&clock),
+    ));
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -213,6 +219,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         principals: Arc::new(Principals::new(generation.clone())),
         directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler), Arc::clone(&tokens))),
         tokens,
+        onboarding,
         generation,
         lifecycle,
         admission,

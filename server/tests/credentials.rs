@@ -395,3 +395,242 @@ async fn a_bound_conversation_keeps_its_account_through_refresh_failures() {
     assert_eq!(send(&b, Some("conv")).await.status, StatusCode::OK);
     assert_eq!((b.model_calls("at-ba.1"), b.model_calls("at-bb")), (1, 1));
 }
+
+/// Signs in at the mock's authorize page (it signs in at once) and returns where it sent the
+/// browser back to: `redirect_uri?code=...&state=...`.
+async fn sign_in_at(b: &mut Bed, provider: &str) -> (String, String) {
+    let (status, started) = b
+        .rig
+        .admin
+        .call(Method::POST, "/api/accounts/oauth/start", Some(json!({"provider": provider})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let authorize = started["authorize_url"].as_str().unwrap();
+    assert!(authorize.starts_with(&b.rig.mock.url()), "{authorize}");
+    assert!(authorize.contains("code_challenge_method=S256"), "{authorize}");
+    let no_redirects =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let resp = no_redirects.get(authorize).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FOUND, "{}", resp.text().await.unwrap());
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    assert!(location.starts_with(started["redirect_uri"].as_str().unwrap()), "{location}");
+    (started["flow_id"].as_str().unwrap().to_owned(), location)
+}
+
+/// The code and state in a callback address.
+fn code_and_state(location: &str) -> (String, String) {
+    let url = url::Url::parse(location).unwrap();
+    let get = |k: &str| url.query_pairs().find(|(n, _)| n == k).unwrap().1.into_owned();
+    (get("code"), get("state"))
+}
+
+/// The mock's grant family of a code `code-N`.
+fn family(code: &str) -> String {
+    format!("signin-{}", code.trim_start_matches("code-"))
+}
+
+impl Bed {
+    async fn finish(&mut self, flow_id: &str, code: &str, name: &str) -> (StatusCode, Value) {
+        let body = json!({"flow_id": flow_id, "code": code, "name": name, "pool_ids": [1]});
+        self.rig.admin.call(Method::POST, "/api/accounts/oauth/finish", Some(body)).await
+    }
+
+    async fn import(&mut self, provider: &str, file: Value, name: &str) -> (StatusCode, Value) {
+        let body = json!({"provider": provider, "file": file.to_string(), "name": name, "pool_ids": [1]});
+        self.rig.admin.call(Method::POST, "/api/accounts/import", Some(body)).await
+    }
+}
+
+/// CRED-5: each OAuth provider's sign-in with PKCE, the code pasted back as the whole callback
+/// address, Claude's `code#state`, or the query; the new account serves with the tokens the code
+/// brought (Codex with the ChatGPT account of its id token, Antigravity with its Cloud Code
+/// project).
+#[tokio::test]
+async fn each_provider_signs_in_with_pkce_and_a_pasted_code() {
+    let mut b = Bed::start(&[]).await;
+    for provider in ["codex", "claude", "antigravity"] {
+        let (flow, location) = sign_in_at(&mut b, provider).await;
+        let (code, state) = code_and_state(&location);
+        let pasted = match provider {
+            "codex" => location.clone(),
+            "claude" => format!("{code}#{state}"),
+            _ => location.split_once('?').unwrap().1.to_owned(),
+        };
+        let (status, view) = b.finish(&flow, &pasted, &format!("{provider}-signed-in")).await;
+        assert_eq!(status, StatusCode::CREATED, "{provider}: {view}");
+        assert_eq!(view["credential"]["kind"], "oauth");
+        let fam = family(&code);
+        let expected_id = match provider {
+            "codex" => json!(format!("acct-{fam}")),
+            "antigravity" => json!("mock-project"),
+            _ => Value::Null,
+        };
+        assert_eq!(view["credential"]["provider_account_id"], expected_id, "{provider}");
+        assert_eq!(b.call(provider).await.status, StatusCode::OK, "{provider}");
+        let access = match provider {
+            "codex" => format!("at-{fam}"),
+            "claude" => format!("sk-ant-oat01-{fam}"),
+            _ => format!("ya29.{fam}"),
+        };
+        let calls = b.rig.mock.state.calls(&access);
+        let lookups = calls.iter().filter(|c| c.path.ends_with(":loadCodeAssist")).count();
+        assert_eq!(calls.len() - lookups, 1, "{provider} serves with the signed-in token");
+        assert_eq!(lookups, usize::from(provider == "antigravity"), "the project is looked up once");
+        assert_eq!(b.token(view["id"].as_i64().unwrap()).await["refreshable"], true);
+    }
+}
+
+/// CRED-5: a sign-in's state is checked, its verifier is used once whatever the outcome, a code
+/// of another sign-in is refused by the provider (PKCE), and a sign-in lasts 10 minutes.
+#[tokio::test]
+async fn a_sign_in_is_checked_used_once_and_expires() {
+    let mut b = Bed::start(&[]).await;
+    let message = |v: &Value| v["error"]["message"].as_str().unwrap_or_default().to_owned();
+    // wrong state: refused, and the sign-in is spent
+    let (flow, location) = sign_in_at(&mut b, "claude").await;
+    let (code, _) = code_and_state(&location);
+    let (status, body) = b.finish(&flow, &format!("{code}#not-the-state"), "x").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("another sign-in"), "{body}");
+    let (status, body) = b.finish(&flow, &location, "x").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("already used"), "{body}");
+    // a finished sign-in cannot be finished again
+    let (flow, location) = sign_in_at(&mut b, "claude").await;
+    assert_eq!(b.finish(&flow, &location, "once").await.0, StatusCode::CREATED);
+    let (status, body) = b.finish(&flow, &location, "twice").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("already used"), "{body}");
+    // another sign-in's code: the provider checks the verifier and refuses it
+    let (first, _) = sign_in_at(&mut b, "codex").await;
+    let (_, other) = sign_in_at(&mut b, "codex").await;
+    let (other_code, _) = code_and_state(&other);
+    let (status, body) = b.finish(&first, &other_code, "mixed").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("refused the code"), "{body}");
+    // ten minutes
+    let (flow, location) = sign_in_at(&mut b, "codex").await;
+    b.advance(601);
+    let (status, body) = b.finish(&flow, &location, "late").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("expired"), "{body}");
+    // API-key providers have no sign-in; a bad name is refused before the code is spent
+    let (status, _) = b
+        .rig
+        .admin
+        .call(Method::POST, "/api/accounts/oauth/start", Some(json!({"provider": "openai_api"})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (flow, location) = sign_in_at(&mut b, "codex").await;
+    assert_eq!(b.finish(&flow, &location, " ").await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(b.finish(&flow, &location, "named").await.0, StatusCode::CREATED);
+    let (_, accounts) = b.rig.admin.call(Method::GET, "/api/accounts", None).await;
+    let names: Vec<&str> = accounts.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["once", "named"]);
+}
+
+/// CRED-5: each CLI credential file: a valid one is stored (an expired access token is refreshed
+/// at once); a spent refresh token, an expired token without one, another provider's file, an API
+/// key file and junk are refused with what to do.
+#[tokio::test]
+async fn credential_files_are_imported_and_wrong_ones_refused() {
+    let mut b = Bed::start(&[]).await;
+    let message = |v: &Value| v["error"]["message"].as_str().unwrap_or_default().to_owned();
+    let ms = |secs: i64| (T0 + secs) * 1000;
+    // Codex auth.json: stored as it is (no expiry in it); its refresh token works
+    let codex = json!({"auth_mode": "chatgpt", "OPENAI_API_KEY": null, "last_refresh": "2030-03-17T00:00:00Z",
+        "tokens": {"id_token": "", "access_token": "at-imp", "refresh_token": "imp", "account_id": "acct-imp"}});
+    let (status, view) = b.import("codex", codex.clone(), "codex-file").await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_eq!(view["credential"]["provider_account_id"], "acct-imp");
+    assert_eq!((b.token_calls("imp"), b.refresh(view["id"].as_i64().unwrap()).await.0), (0, StatusCode::OK));
+    // Claude .credentials.json with an expired access token: refreshed during the import
+    let claude = |access: &str, refresh: Option<&str>, expires: i64| {
+        json!({"claudeAiOauth": {"accessToken": access, "refreshToken": refresh, "expiresAt": expires,
+            "scopes": ["user:inference"], "subscriptionType": "max"}})
+    };
+    let (status, view) =
+        b.import("claude", claude("sk-ant-oat01-old", Some("cl-imp"), ms(-60)), "claude-file").await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_eq!(b.token_calls("cl-imp"), 1);
+    assert_eq!(b.token(view["id"].as_i64().unwrap()).await["expires_at"], b.now() + 28_800);
+    // ... whose refresh token was spent since: refused with what to do, nothing stored
+    b.script_token("cl-spent", json!({"steps": [{"kind": "invalid_grant"}]})).await;
+    let (status, body) =
+        b.import("claude", claude("sk-ant-oat01-x", Some("cl-spent"), ms(-60)), "spent").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("refresh token was refused (invalid_grant)"), "{body}");
+    let (status, body) = b.import("claude", claude("sk-ant-oat01-y", None, ms(-60)), "expired").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("no refresh token"), "{body}");
+    // Gemini CLI / Antigravity OAuth JSON: the Cloud Code project from the file, else looked up
+    let google = json!({"access_token": "ya29.imp", "refresh_token": "g-imp", "expiry_date": ms(3600), "token_type": "Bearer"});
+    let (status, view) = b.import("antigravity", google.clone(), "google-file").await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_eq!(view["credential"]["provider_account_id"], "mock-project");
+    let mut with_project = google.clone();
+    with_project["project_id"] = json!("proj-own");
+    let (_, view) = b.import("antigravity", with_project, "google-file-2").await;
+    assert_eq!(view["credential"]["provider_account_id"], "proj-own");
+    // wrong files
+    for (provider, file, says) in [
+        ("codex", claude("a", None, ms(60)), "Claude Code"),
+        ("claude", codex.clone(), "Codex auth.json"),
+        ("antigravity", json!({"OPENAI_API_KEY": "sk-proj-1", "tokens": null}), "OpenAI API key"),
+        ("claude", json!({"hello": "world"}), "not a Claude Code credential file"),
+        ("codex", json!({"tokens": {"refresh_token": "r"}}), "no tokens.access_token"),
+    ] {
+        let (status, body) = b.import(provider, file, "wrong").await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{provider}: {body}");
+        assert!(message(&body).contains(says), "{provider}: {body}");
+    }
+    let body = json!({"provider": "codex", "file": "not json", "name": "junk"});
+    let (status, body) = b.rig.admin.call(Method::POST, "/api/accounts/import", Some(body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(message(&body).contains("not JSON"), "{body}");
+}
+
+/// ACC-3 "Re-authorize": a sign-in replaces the tokens of an account that needs it, in one
+/// write; its name, pools, priority and concurrency stay, the re-authorization mark goes, and a
+/// conversation bound to it comes back to it.
+#[tokio::test]
+async fn re_authorize_keeps_settings_and_bindings() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.oauth("codex", "at-ra", Some("ra"), 3600).await;
+    let patch = json!({"priority": 3, "max_concurrency": 7});
+    assert_eq!(
+        b.rig.admin.call(Method::PATCH, &format!("/api/accounts/{id}"), Some(patch)).await.0,
+        StatusCode::OK
+    );
+    let send = |b: &Bed, session: Option<&'static str>| {
+        let rb = b.request("codex", session);
+        async move { Answer::read(rb.send().await.unwrap()).await }
+    };
+    assert_eq!(send(&b, Some("conv")).await.status, StatusCode::OK);
+    b.oauth("codex", "at-other", Some("other"), 3600).await;
+    b.script_token("ra", json!({"steps": [{"kind": "invalid_grant"}]})).await;
+    assert_eq!(b.refresh(id).await.0, StatusCode::CONFLICT);
+    refused(&send(&b, Some("conv")).await, 3600);
+    // the wrong ways are refused and change nothing
+    let (flow, location) = sign_in_at(&mut b, "claude").await;
+    let path = format!("/api/accounts/{id}/reauthorize");
+    let (status, _) =
+        b.rig.admin.call(Method::POST, &path, Some(json!({"flow_id": flow, "code": location}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a Claude sign-in for a Codex account");
+    let both = json!({"flow_id": "f", "code": "c", "api_key": "sk-1"});
+    assert_eq!(b.rig.admin.call(Method::POST, &path, Some(both)).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(b.token(id).await["reauth_required"], "refresh_token_invalidated");
+    // a Codex sign-in
+    let (flow, location) = sign_in_at(&mut b, "codex").await;
+    let (code, _) = code_and_state(&location);
+    let (status, view) =
+        b.rig.admin.call(Method::POST, &path, Some(json!({"flow_id": flow, "code": location}))).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(
+        (&view["name"], &view["priority"], &view["max_concurrency"], &view["pool_ids"]),
+        (&json!("at-ra"), &json!(3), &json!(7), &json!([1]))
+    );
+    assert!(b.token(id).await["reauth_required"].is_null());
+    assert_eq!(send(&b, Some("conv")).await.status, StatusCode::OK);
+    assert_eq!((b.model_calls(&format!("at-{}", family(&code))), b.model_calls("at-other")), (1, 0));
+}

@@ -1,7 +1,10 @@
 //! Admin: `GET/POST /api/accounts`, `GET/PATCH/DELETE /api/accounts/{id}`. Credentials are
 //! accepted here and never returned.
 
-use app::model::{AccountAction, AccountPatch, AccountRuntime, AccountTest, AccountView, NewAccount};
+use app::model::{
+    AccountAction, AccountPatch, AccountRuntime, AccountTest, AccountView, CredentialImport, NewAccount,
+    OAuthFinish, OAuthStart, OAuthStarted, Reauthorize,
+};
 use axum::{
     Json, Router,
     extract::State,
@@ -21,6 +24,10 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/accounts", get(list).post(create))
         .route("/accounts/runtime", get(runtime))
+        .route("/accounts/oauth/start", post(oauth_start))
+        .route("/accounts/oauth/finish", post(oauth_finish))
+        .route("/accounts/import", post(import))
+        .route("/accounts/{id}/reauthorize", post(reauthorize))
         .route("/accounts/{id}", get(show).patch(update).delete(remove))
         .route("/accounts/{id}/limits", patch(limits))
         .route("/accounts/{id}/resume", post(resume))
@@ -102,6 +109,43 @@ async fn refresh(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<AccountView>> {
     action(&s, id, AccountAction::RefreshToken).await
+}
+
+/// CRED-5: begins a provider sign-in; the answer has the authorize URL to open.
+async fn oauth_start(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiJson(b): ApiJson<OAuthStart>,
+) -> Result<Json<OAuthStarted>> {
+    Ok(Json(account_actions::start_sign_in(&s, b.provider)?))
+}
+
+/// CRED-5: a new account from the code of a started sign-in.
+async fn oauth_finish(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiJson(b): ApiJson<OAuthFinish>,
+) -> Result<(StatusCode, Json<AccountView>)> {
+    Ok((StatusCode::CREATED, Json(account_actions::add_signed_in(&s, b).await?)))
+}
+
+/// CRED-5: a new account from a CLI credential file.
+async fn import(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiJson(b): ApiJson<CredentialImport>,
+) -> Result<(StatusCode, Json<AccountView>)> {
+    Ok((StatusCode::CREATED, Json(account_actions::add_imported(&s, b).await?)))
+}
+
+/// ACC-3 "Re-authorize": new credentials, every other setting kept.
+async fn reauthorize(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(b): ApiJson<Reauthorize>,
+) -> Result<Json<AccountView>> {
+    Ok(Json(account_actions::reauthorize(&s, id, b).await?))
 }
 
 /// API-1: every account's live scheduling state.

@@ -20,6 +20,7 @@
 //! - While an account has no usable token the scheduler leaves it out (a credential block): a
 //!   bound conversation is told `account_refresh_failed` with Retry-After and keeps its binding.
 
+pub mod onboarding;
 pub mod refresh;
 
 use std::{

@@ -150,13 +150,23 @@ pub fn classify(status: u16, v: &Value, retry_after: Option<Duration>, now: Date
     Answer::Transient { reason, retry_after }
 }
 
-/// The ChatGPT account id in a Codex id token's claims (`https://api.openai.com/auth`).
-pub fn chatgpt_account_id(id_token: &str) -> Option<String> {
-    let payload = id_token.split('.').nth(1)?;
+/// The claims of a JWT, unverified: only read for facts the provider's own client reads too.
+fn jwt_claims(token: &str) -> Option<Value> {
+    let payload = token.split('.').nth(1)?;
     let bytes =
         base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
-    let claims: Value = serde_json::from_slice(&bytes).ok()?;
-    claims["https://api.openai.com/auth"]["chatgpt_account_id"].as_str().map(str::to_owned)
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The ChatGPT account id in a Codex id token's claims (`https://api.openai.com/auth`).
+pub fn chatgpt_account_id(id_token: &str) -> Option<String> {
+    jwt_claims(id_token)?["https://api.openai.com/auth"]["chatgpt_account_id"].as_str().map(str::to_owned)
+}
+
+/// When a JWT access token expires (its `exp`), for files that store no expiry (Codex
+/// `auth.json`).
+pub fn jwt_expiry(token: &str) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(jwt_claims(token)?["exp"].as_i64()?, 0)
 }
 
 #[cfg(test)]

@@ -129,11 +129,16 @@ fn token_name(family: &str, generation: u32) -> String {
     if generation == 0 { family.to_owned() } else { format!("{family}.{generation}") }
 }
 
+/// Codex: JSON (refresh, as Codex sends it) or a form (the code exchange, as Codex sends it).
 pub async fn codex_token(s: State<MockState>, m: Method, uri: Uri, h: HeaderMap, body: Bytes) -> Response {
+    if content_type_is(&h, b"application/x-www-form-urlencoded") {
+        let form: HashMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
+        return token(s.0, Issuer::Codex, &m, &uri, &h, &body, |k| form.get(k).cloned()).await;
+    }
     if !content_type_is(&h, b"application/json") {
         return json(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            json!({"error": {"code": "invalid_request", "message": "JSON body required"}}),
+            json!({"error": {"code": "invalid_request", "message": "JSON or form body required"}}),
         );
     }
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -276,6 +281,18 @@ pub async fn authorize(State(s): State<MockState>, Query(q): Query<HashMap<Strin
         return json(
             StatusCode::BAD_REQUEST,
             json!({"error": "invalid_request", "error_description": "PKCE S256 and response_type=code required"}),
+        );
+    }
+    let known: &[&str] =
+        if q.contains_key("access_type") || q["client_id"].ends_with(".apps.googleusercontent.com") {
+            &[DEFAULT_GOOGLE_CLIENT_ID]
+        } else {
+            &[DEFAULT_CODEX_CLIENT_ID, DEFAULT_CLAUDE_CLIENT_ID]
+        };
+    if !known.contains(&q["client_id"].as_str()) {
+        return json(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_client", "error_description": "unknown client_id"}),
         );
     }
     let mut grants = s.grants();
