@@ -21,8 +21,10 @@ rm -rf "$DATA"
 pids+=($!)
 SUBLANE_ADDR=$ADDR SUBLANE_DATA_DIR=$DATA SUBLANE_ADMIN_PASSWORD=$PASSWORD RUST_LOG=warn \
 SUBLANE_CODEX_BASE_URL=$MOCK/backend-api/codex SUBLANE_CODEX_USAGE_URL=$MOCK/backend-api/wham/usage \
-SUBLANE_CODEX_TOKEN_URL=$MOCK/oauth/token SUBLANE_CLAUDE_BASE_URL=$MOCK SUBLANE_CLAUDE_TOKEN_URL=$MOCK/v1/oauth/token \
-SUBLANE_ANTIGRAVITY_BASE_URL=$MOCK SUBLANE_GOOGLE_TOKEN_URL=$MOCK/token \
+SUBLANE_CODEX_TOKEN_URL=$MOCK/oauth/token SUBLANE_CODEX_AUTHORIZE_URL=$MOCK/oauth/authorize \
+SUBLANE_CLAUDE_BASE_URL=$MOCK SUBLANE_CLAUDE_TOKEN_URL=$MOCK/v1/oauth/token SUBLANE_CLAUDE_AUTHORIZE_URL=$MOCK/oauth/authorize \
+SUBLANE_ANTIGRAVITY_BASE_URL=$MOCK SUBLANE_GOOGLE_TOKEN_URL=$MOCK/token SUBLANE_GOOGLE_AUTHORIZE_URL=$MOCK/o/oauth2/v2/auth \
+SUBLANE_GOOGLE_CLIENT_SECRET=mock-google-client-secret \
 SUBLANE_OPENAI_BASE_URL=$MOCK/v1 SUBLANE_ANTHROPIC_BASE_URL=$MOCK \
   "$BIN/sublane" >/dev/null &
 pids+=($!)
@@ -35,7 +37,9 @@ api() { curl -fsS -b "$JAR" -c "$JAR" -H "Origin: $BASE" -H 'Content-Type: appli
 api -d "{\"username\":\"admin\",\"password\":\"$PASSWORD\"}" "$BASE/api/session" >/dev/null
 api -d '{"provider":"codex","name":"codex-plus-1","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-1","provider_account_id":"acct-demo-1"}}' "$BASE/api/accounts" >/dev/null
 api -d '{"provider":"codex","name":"codex-plus-2","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-2","provider_account_id":"acct-demo-2"}}' "$BASE/api/accounts" >/dev/null
-api -d '{"provider":"claude","name":"claude-max-1","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-claude-1"}}' "$BASE/api/accounts" >/dev/null
+# A Claude account whose access token has a minute left: the first Claude call refreshes it.
+SOON=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
+CLAUDE_ID=$(api -d "{\"provider\":\"claude\",\"name\":\"claude-max-1\",\"pool_ids\":[1],\"credentials\":{\"kind\":\"oauth\",\"access_token\":\"sk-ant-oat01-demo-claude\",\"refresh_token\":\"demo-claude\",\"expires_at\":\"$SOON\"}}" "$BASE/api/accounts" | sed -n 's/^{"id":\([0-9]*\).*/\1/p')
 KEY=$(api -d '{"name":"demo"}' "$BASE/api/me/keys" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
 
 # A little traffic, including one scripted upstream rate limit, so the records have variety.
@@ -46,6 +50,10 @@ for i in 1 2 3; do
 done
 curl -s -o /dev/null -H "x-api-key: $KEY" -H 'Content-Type: application/json' \
   -d '{"model":"claude-opus-4-8","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}' "$BASE/v1/messages"
+
+# The token refresh the Claude call made (CRED-1): the new expiry and the refresh time.
+TOKEN=$(api "$BASE/api/accounts/runtime" | python3 -c "import json,sys; a=[x for x in json.load(sys.stdin) if x['id']==$CLAUDE_ID][0]['token']; from datetime import datetime, timezone as tz; t=lambda s: datetime.fromtimestamp(s, tz.utc).strftime('%H:%M:%S UTC'); print(f\"refreshed at {t(a['refreshed_at'])}, the new token expires at {t(a['expires_at'])}\")")
+REFRESHES=$(curl -fs "$MOCK/__mock/accounts/token:demo-claude/calls" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 
 cat <<MSG
 
@@ -59,6 +67,13 @@ SubLane demo is running (mock upstream on $MOCK, data in $DATA).
 
   curl $BASE/v1/messages -H "x-api-key: $KEY" -H 'Content-Type: application/json' \\
        -d '{"model":"claude-opus-4-8","max_tokens":64,"messages":[{"role":"user","content":"Say hi"}]}'
+
+  Token refresh: claude-max-1's access token had a minute left, so the Claude call above
+  refreshed it first ($REFRESHES call to the mock's token endpoint): $TOKEN
+
+  Add an account in the web app (Admin -> Accounts -> Add account): "Sign in with the provider"
+  opens the mock's sign-in page, which signs in at once and sends the browser to a localhost
+  callback that does not load; paste that address back.
 
   Scheduling state (codex-plus-2 cooled for 5 s after its scripted 429):
   curl -s -b $JAR $BASE/api/accounts/runtime

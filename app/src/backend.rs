@@ -49,14 +49,34 @@ pub trait Backend: Send + Sync + 'static {
         id: i64,
         action: AccountAction,
     ) -> Result<AccountActionDone, AppError>;
-    /// Scheduling settings: concurrency limit (ADM-1) and priority (RT-5) (admins only).
-    async fn account_scheduling(
+    /// An account's name, pools, concurrency limit (ADM-1) and priority (RT-5) (admins only).
+    async fn account_settings(
         &self,
         me: &MemberView,
         id: i64,
-        max_concurrency: u32,
-        priority: i32,
+        settings: AccountSettings,
     ) -> Result<AccountView, AppError>;
+    /// Every pool, for choosing an account's pools (admins only).
+    async fn account_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError>;
+    /// CRED-5: starts a provider sign-in (admins only).
+    async fn start_sign_in(&self, me: &MemberView, provider: Provider) -> Result<OAuthStarted, AppError>;
+    /// CRED-5: a new account with credentials from `source` (admins only).
+    async fn add_account(
+        &self,
+        me: &MemberView,
+        provider: Provider,
+        settings: AccountSettings,
+        source: Reauthorize,
+    ) -> Result<AccountView, AppError>;
+    /// ACC-3 "Re-authorize": new credentials from `source`, every other setting kept.
+    async fn reauthorize(
+        &self,
+        me: &MemberView,
+        id: i64,
+        source: Reauthorize,
+    ) -> Result<AccountView, AppError>;
+    /// Deletes an account (admins only).
+    async fn delete_account(&self, me: &MemberView, id: i64) -> Result<(), AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

@@ -314,6 +314,7 @@ pub struct AccountRuntime {
     pub models: Vec<ModelRuntime>,
     /// OAuth accounts: the token lifecycle (CRED-1..CRED-4).
     pub token: Option<TokenState>,
+    pub pool_ids: Vec<i64>,
 }
 
 /// Per-model state of an account (API-1).
@@ -413,6 +414,15 @@ pub struct AccountPatch {
     pub priority: Option<i32>,
     pub max_concurrency: Option<u32>,
     pub credentials: Option<CredentialInput>,
+}
+
+/// An account's settings as the web app edits them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountSettings {
+    pub name: String,
+    pub pool_ids: Vec<i64>,
+    pub priority: i32,
+    pub max_concurrency: u32,
 }
 
 /// `POST /api/accounts/oauth/start` (CRED-5): begin a provider sign-in.

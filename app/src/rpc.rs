@@ -136,18 +136,98 @@ pub async fn run_account_action(id: i64, action: AccountAction) -> Result<Accoun
     )
 }
 
-/// An account's scheduling settings (admins).
-#[server(prefix = "/rpc", endpoint = "account_scheduling")]
-pub async fn set_account_scheduling(
+/// An account's name, pools (comma-separated pool ids), concurrency limit and priority (admins).
+#[server(prefix = "/rpc", endpoint = "account_settings")]
+pub async fn save_account_settings(
     id: i64,
+    name: String,
+    pools: String,
     max_concurrency: u32,
     priority: i32,
 ) -> Result<AccountView, AppError> {
     ssr::finish(
         async {
             let me = ssr::require_member().await?;
-            ssr::backend()?.account_scheduling(&me, id, max_concurrency, priority).await
+            let settings = AccountSettings { name, pool_ids: pool_list(&pools)?, priority, max_concurrency };
+            ssr::backend()?.account_settings(&me, id, settings).await
         }
         .await,
     )
+}
+
+/// Every pool, to choose an account's pools from (admins).
+#[server(prefix = "/rpc", endpoint = "account_pools")]
+pub async fn list_account_pools() -> Result<Vec<PoolChoice>, AppError> {
+    ssr::finish(async { ssr::backend()?.account_pools(&ssr::require_member().await?).await }.await)
+}
+
+/// CRED-5: starts a provider sign-in; the answer has the authorize URL (admins).
+#[server(prefix = "/rpc", endpoint = "account_sign_in")]
+pub async fn start_account_sign_in(provider: Provider) -> Result<OAuthStarted, AppError> {
+    ssr::finish(async { ssr::backend()?.start_sign_in(&ssr::require_member().await?, provider).await }.await)
+}
+
+/// CRED-5: adds an account with credentials from a finished sign-in (`flow_id` + `code`), a
+/// credential `file`, or an `api_key` (admins).
+#[server(prefix = "/rpc", endpoint = "add_account")]
+#[allow(clippy::too_many_arguments)]
+pub async fn add_account(
+    provider: Provider,
+    name: String,
+    pools: String,
+    max_concurrency: u32,
+    priority: i32,
+    flow_id: Option<String>,
+    code: Option<String>,
+    file: Option<String>,
+    api_key: Option<String>,
+) -> Result<AccountView, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            let settings = AccountSettings { name, pool_ids: pool_list(&pools)?, priority, max_concurrency };
+            let source = Reauthorize { flow_id, code, file, api_key };
+            ssr::backend()?.add_account(&me, provider, settings, source).await
+        }
+        .await,
+    )
+}
+
+/// ACC-3 "Re-authorize": new credentials for account `id`, every other setting kept (admins).
+#[server(prefix = "/rpc", endpoint = "reauthorize_account")]
+pub async fn reauthorize_account(
+    id: i64,
+    flow_id: Option<String>,
+    code: Option<String>,
+    file: Option<String>,
+    api_key: Option<String>,
+) -> Result<AccountView, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            ssr::backend()?.reauthorize(&me, id, Reauthorize { flow_id, code, file, api_key }).await
+        }
+        .await,
+    )
+}
+
+/// Deletes account `id` (admins).
+#[server(prefix = "/rpc", endpoint = "delete_account")]
+pub async fn delete_account(id: i64) -> Result<(), AppError> {
+    ssr::finish(async { ssr::backend()?.delete_account(&ssr::require_member().await?, id).await }.await)
+}
+
+/// Pool ids as the forms send them: `1,3`.
+#[cfg(feature = "ssr")]
+fn pool_list(pools: &str) -> Result<Vec<i64>, AppError> {
+    pools
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse().map_err(|_| {
+                AppError::new("invalid_request", format!("{p:?} is not a pool id")).with_status(422)
+            })
+        })
+        .collect()
 }

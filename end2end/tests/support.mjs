@@ -9,38 +9,69 @@ import { chromium } from 'playwright-core';
 export const ADMIN_PASSWORD = 'e2e-admin-password';
 const ROOT = resolve(import.meta.dirname, '..', '..');
 
-/** Starts `sublane` on 127.0.0.1 with a random port; resolves to { url, stop }. */
-export async function startServer() {
-  const dataDir = mkdtempSync(join(tmpdir(), 'sublane-e2e-'));
-  const bin = process.env.SUBLANE_BIN ?? join(ROOT, 'target', 'debug', 'sublane');
-  const child = spawn(bin, [], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      SUBLANE_ADDR: '127.0.0.1:0',
-      SUBLANE_DATA_DIR: dataDir,
-      SUBLANE_ADMIN_PASSWORD: ADMIN_PASSWORD,
-      SUBLANE_SITE_ROOT: join(ROOT, 'target', 'site'),
-      RUST_LOG: 'warn',
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const url = await new Promise((ok, fail) => {
+/** Starts `bin` with `env` and resolves to { child, url } once its stdout matches `ready`. */
+function spawnUntil(bin, args, env, ready) {
+  const child = spawn(bin, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((ok, fail) => {
     let out = '';
-    const timer = setTimeout(() => fail(new Error(`server did not start: ${out}`)), 20000);
+    const timer = setTimeout(() => fail(new Error(`${bin} did not start: ${out}`)), 20000);
     child.stdout.on('data', (chunk) => {
       out += chunk;
-      const m = out.match(/serving on (http:\/\/\S+)/);
-      if (m) { clearTimeout(timer); ok(m[1]); }
+      const m = out.match(ready);
+      if (m) { clearTimeout(timer); ok({ child, url: m[1] }); }
     });
-    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`server exited with ${code}: ${out}`)); });
+    child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`${bin} exited with ${code}: ${out}`)); });
   });
+}
+
+async function stopChild(child) {
+  child.kill('SIGTERM');
+  await new Promise((ok) => (child.exitCode !== null ? ok() : child.on('exit', ok)));
+}
+
+/** What points SubLane at the mock upstream: every provider's model, token and authorize URLs. */
+function mockEnv(m) {
+  return {
+    SUBLANE_CODEX_BASE_URL: `${m}/backend-api/codex`,
+    SUBLANE_CODEX_USAGE_URL: `${m}/backend-api/wham/usage`,
+    SUBLANE_CODEX_TOKEN_URL: `${m}/oauth/token`,
+    SUBLANE_CODEX_AUTHORIZE_URL: `${m}/oauth/authorize`,
+    SUBLANE_OPENAI_BASE_URL: `${m}/v1`,
+    SUBLANE_CLAUDE_BASE_URL: m,
+    SUBLANE_CLAUDE_TOKEN_URL: `${m}/v1/oauth/token`,
+    SUBLANE_CLAUDE_AUTHORIZE_URL: `${m}/oauth/authorize`,
+    SUBLANE_ANTHROPIC_BASE_URL: m,
+    SUBLANE_ANTIGRAVITY_BASE_URL: m,
+    SUBLANE_GOOGLE_TOKEN_URL: `${m}/token`,
+    SUBLANE_GOOGLE_AUTHORIZE_URL: `${m}/o/oauth2/v2/auth`,
+    SUBLANE_GOOGLE_CLIENT_SECRET: 'mock-google-client-secret',
+  };
+}
+
+/**
+ * Starts `sublane` on 127.0.0.1 with a random port, and with `{ mock: true }` the mock upstream
+ * it talks to; resolves to { url, mockUrl, stop }.
+ */
+export async function startServer({ mock = false } = {}) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'sublane-e2e-'));
+  const bin = process.env.SUBLANE_BIN ?? join(ROOT, 'target', 'debug', 'sublane');
+  const upstream = mock
+    ? await spawnUntil(join(ROOT, 'target', 'debug', 'mock-upstream'), ['--addr', '127.0.0.1:0'], {}, /listening on (http:\/\/\S+)/)
+    : null;
+  const { child, url } = await spawnUntil(bin, [], {
+    SUBLANE_ADDR: '127.0.0.1:0',
+    SUBLANE_DATA_DIR: dataDir,
+    SUBLANE_ADMIN_PASSWORD: ADMIN_PASSWORD,
+    SUBLANE_SITE_ROOT: join(ROOT, 'target', 'site'),
+    RUST_LOG: 'warn',
+    ...(upstream ? mockEnv(upstream.url) : {}),
+  }, /serving on (http:\/\/\S+)/);
   const stop = async () => {
-    child.kill('SIGTERM');
-    await new Promise((ok) => (child.exitCode !== null ? ok() : child.on('exit', ok)));
+    await stopChild(child);
+    if (upstream) await stopChild(upstream.child);
     rmSync(dataDir, { recursive: true, force: true });
   };
-  return { url, stop };
+  return { url, mockUrl: upstream?.url, stop };
 }
 
 export async function launchBrowser() {

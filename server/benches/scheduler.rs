@@ -20,7 +20,7 @@ use app::model::{CredentialInput, ModelPolicy, Provider};
 use sublane::{
     clock::SystemClock,
     credentials::TokenCell,
-    proxy::directory::{Account, PoolRoutes},
+    directory::{Account, PoolRoutes},
     scheduler::{Ask, ConversationKey, Scheduler, Settings, Step, store},
 };
 use tokio_util::sync::CancellationToken;

@@ -134,59 +134,73 @@ pub fn start_sign_in(s: &AppState, provider: Provider) -> Result<OAuthStarted> {
     })
 }
 
-/// CRED-5: a new account from a finished sign-in. The settings are checked before the code is
-/// spent, so a bad name does not cost a sign-in.
+/// CRED-5: a new account from a finished sign-in (its provider is the sign-in's).
 pub async fn add_signed_in(s: &AppState, f: OAuthFinish) -> Result<AccountView> {
-    crate::validate::name("name", &f.name)?;
-    let (provider, credentials) = s.onboarding.finish(&f.flow_id, &f.code).await?;
-    let new = NewAccount {
-        provider,
+    let settings = Settings {
         name: f.name,
         pool_ids: f.pool_ids,
         priority: f.priority,
         max_concurrency: f.max_concurrency,
-        credentials: Some(credentials),
     };
-    accounts::create(&s.db, &*s.clock, &s.sealer, new).await
+    let source = Reauthorize { flow_id: Some(f.flow_id), code: Some(f.code), ..Default::default() };
+    add(s, None, settings, source).await
 }
 
 /// CRED-5: a new account from a CLI credential file.
 pub async fn add_imported(s: &AppState, i: CredentialImport) -> Result<AccountView> {
-    crate::validate::name("name", &i.name)?;
-    let credentials = s.onboarding.import(i.provider, &i.file).await?;
-    let new = NewAccount {
-        provider: i.provider,
+    let settings = Settings {
         name: i.name,
         pool_ids: i.pool_ids,
         priority: i.priority,
         max_concurrency: i.max_concurrency,
+    };
+    add(s, Some(i.provider), settings, Reauthorize { file: Some(i.file), ..Default::default() }).await
+}
+
+/// A new account's settings, beside its credentials.
+pub struct Settings {
+    pub name: String,
+    pub pool_ids: Vec<i64>,
+    pub priority: Option<i32>,
+    pub max_concurrency: Option<u32>,
+}
+
+/// CRED-5: a new account of `provider` (the sign-in's when `None`) with credentials from
+/// `source`. The settings are checked before a sign-in's code is spent, so a bad name does not
+/// cost a sign-in.
+pub async fn add(
+    s: &AppState,
+    provider: Option<Provider>,
+    settings: Settings,
+    source: Reauthorize,
+) -> Result<AccountView> {
+    crate::validate::name("name", &settings.name)?;
+    let (provider, credentials) = credentials_from(s, provider, source).await?;
+    let new = NewAccount {
+        provider,
+        name: settings.name,
+        pool_ids: settings.pool_ids,
+        priority: settings.priority,
+        max_concurrency: settings.max_concurrency,
         credentials: Some(credentials),
     };
     accounts::create(&s.db, &*s.clock, &s.sealer, new).await
 }
 
-/// ACC-3 "Re-authorize": new credentials in one write, every other setting kept. It starts a new
-/// lifecycle revision (old limits go, ACC-4) and clears the refusal and re-authorization marks;
-/// conversations bound to the account stay bound.
-pub async fn reauthorize(s: &AppState, id: i64, r: Reauthorize) -> Result<AccountView> {
-    let account = accounts::get(&s.db, id).await?;
-    let credentials = match r {
-        Reauthorize { flow_id: Some(flow), code: Some(code), file: None, api_key: None } => {
-            let (provider, credentials) = s.onboarding.finish(&flow, &code).await?;
-            if provider != account.provider {
-                return Err(Error::invalid(format!(
-                    "that sign-in was for {}, the account is {}",
-                    provider.as_str(),
-                    account.provider.as_str()
-                )));
-            }
-            credentials
-        }
-        Reauthorize { flow_id: None, code: None, file: Some(file), api_key: None } => {
-            s.onboarding.import(account.provider, &file).await?
-        }
-        Reauthorize { flow_id: None, code: None, file: None, api_key: Some(api_key) } => {
-            CredentialInput::ApiKey { api_key }
+/// Credentials from exactly one source: a finished sign-in, a credential file, an API key.
+async fn credentials_from(
+    s: &AppState,
+    provider: Option<Provider>,
+    source: Reauthorize,
+) -> Result<(Provider, CredentialInput)> {
+    let given = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+    let (flow, code, file, key) =
+        (given(source.flow_id), given(source.code), given(source.file), given(source.api_key));
+    let (got, credentials) = match (flow, code, file, key, provider) {
+        (Some(flow), Some(code), None, None, _) => s.onboarding.finish(&flow, &code).await?,
+        (None, None, Some(file), None, Some(p)) => (p, s.onboarding.import(p, &file).await?),
+        (None, None, None, Some(api_key), Some(p)) => {
+            (p, CredentialInput::ApiKey { api_key: api_key.trim().to_owned() })
         }
         _ => {
             return Err(Error::invalid(
@@ -194,10 +208,46 @@ pub async fn reauthorize(s: &AppState, id: i64, r: Reauthorize) -> Result<Accoun
             ));
         }
     };
+    if let Some(p) = provider
+        && p != got
+    {
+        return Err(Error::invalid(format!("that sign-in was for {}, not {}", got.as_str(), p.as_str())));
+    }
+    Ok((got, credentials))
+}
+
+/// ACC-3 "Re-authorize": new credentials in one write, every other setting kept. It starts a new
+/// lifecycle revision (old limits go, ACC-4) and clears the refusal and re-authorization marks;
+/// conversations bound to the account stay bound.
+pub async fn reauthorize(s: &AppState, id: i64, source: Reauthorize) -> Result<AccountView> {
+    let account = accounts::get(&s.db, id).await?;
+    let (_, credentials) = credentials_from(s, Some(account.provider), source).await?;
     let patch = AccountPatch { credentials: Some(credentials), ..Default::default() };
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
     s.configuration_changed().await;
     Ok(view)
+}
+
+/// Edits an account's name, pools, concurrency limit (ADM-1) and priority (RT-5) together.
+pub async fn edit(s: &AppState, id: i64, settings: Settings) -> Result<AccountView> {
+    let patch = AccountPatch {
+        name: Some(settings.name),
+        pool_ids: Some(settings.pool_ids),
+        priority: settings.priority,
+        max_concurrency: settings.max_concurrency,
+        ..Default::default()
+    };
+    let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
+    limit_changed(s, &view);
+    s.configuration_changed().await;
+    Ok(view)
+}
+
+/// Deletes an account (ACC-5: its history stays); it serves nothing from now on.
+pub async fn delete(s: &AppState, id: i64) -> Result<()> {
+    accounts::delete(&s.db, &*s.clock, id).await?;
+    s.configuration_changed().await;
+    Ok(())
 }
 
 /// API-1 limits: stores a concurrency limit and hands it to the scheduler at once, under a new
@@ -275,6 +325,7 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
                 limited_models: r.map_or(0, |r| u32::try_from(r.limited_models).unwrap_or(u32::MAX)),
                 models,
                 token: tokens.remove(&a.id).flatten(),
+                pool_ids: a.pool_ids,
             }
         })
         .collect())

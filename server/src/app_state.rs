@@ -11,10 +11,8 @@ use crate::{
     clock::SharedClock,
     config::Config,
     crypto::Sealer,
-    proxy::{
-        auth::{Generation, Principals},
-        directory::Directory,
-    },
+    directory::{Directory, Generation},
+    proxy::auth::Principals,
     records::RecordSink,
     scheduler::{Scheduler, admission::Admission},
 };

@@ -12,6 +12,7 @@ pub mod config;
 pub mod credentials;
 pub mod crypto;
 pub mod db;
+pub mod directory;
 pub mod error;
 pub mod keys;
 pub mod members;

@@ -15,7 +15,7 @@ use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
 
 use crate::{
-    account_actions, accounts,
+    account_actions,
     app_state::AppState,
     auth::{client, session},
     keys, pools,
@@ -121,23 +121,62 @@ impl Backend for ServerBackend {
         Ok(AccountActionDone { account, test })
     }
 
-    async fn account_scheduling(
+    async fn account_settings(
         &self,
         me: &MemberView,
         id: i64,
-        max_concurrency: u32,
-        priority: i32,
+        settings: AccountSettings,
     ) -> Result<AccountView, AppError> {
         admin(me)?;
-        let s = &self.state;
-        let patch = AccountPatch {
-            max_concurrency: Some(max_concurrency),
-            priority: Some(priority),
-            ..Default::default()
-        };
-        let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
-        account_actions::limit_changed(s, &view);
+        Ok(account_actions::edit(&self.state, id, settings_of(settings)).await?)
+    }
+
+    async fn account_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError> {
+        admin(me)?;
+        let pools = pools::list(&self.state.db).await?;
+        Ok(pools.into_iter().map(|p| PoolChoice { id: p.id, name: p.name }).collect())
+    }
+
+    async fn start_sign_in(&self, me: &MemberView, provider: Provider) -> Result<OAuthStarted, AppError> {
+        admin(me)?;
+        Ok(account_actions::start_sign_in(&self.state, provider)?)
+    }
+
+    async fn add_account(
+        &self,
+        me: &MemberView,
+        provider: Provider,
+        settings: AccountSettings,
+        source: Reauthorize,
+    ) -> Result<AccountView, AppError> {
+        admin(me)?;
+        let view = account_actions::add(&self.state, Some(provider), settings_of(settings), source).await?;
+        self.state.configuration_changed().await;
         Ok(view)
+    }
+
+    async fn reauthorize(
+        &self,
+        me: &MemberView,
+        id: i64,
+        source: Reauthorize,
+    ) -> Result<AccountView, AppError> {
+        admin(me)?;
+        Ok(account_actions::reauthorize(&self.state, id, source).await?)
+    }
+
+    async fn delete_account(&self, me: &MemberView, id: i64) -> Result<(), AppError> {
+        admin(me)?;
+        Ok(account_actions::delete(&self.state, id).await?)
+    }
+}
+
+fn settings_of(s: AccountSettings) -> account_actions::Settings {
+    account_actions::Settings {
+        name: s.name,
+        pool_ids: s.pool_ids,
+        priority: Some(s.priority),
+        max_concurrency: Some(s.max_concurrency),
     }
 }
 

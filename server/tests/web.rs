@@ -131,7 +131,15 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
     for (endpoint, body) in [
         ("account_runtime", String::new()),
         ("account_action", format!("id={id}&action=disable")),
-        ("account_scheduling", format!("id={id}&max_concurrency=5&priority=1")),
+        ("account_settings", format!("id={id}&name=x&pools=1&max_concurrency=5&priority=1")),
+        ("account_pools", String::new()),
+        ("account_sign_in", "provider=codex".to_owned()),
+        (
+            "add_account",
+            "provider=openai_api&name=k&pools=1&max_concurrency=5&priority=0&api_key=sk-1".to_owned(),
+        ),
+        ("reauthorize_account", format!("id={id}&api_key=sk-1")),
+        ("delete_account", format!("id={id}")),
     ] {
         let resp = form(&member, endpoint, body).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{endpoint}");
@@ -146,15 +154,44 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
     assert_eq!(resp.status(), StatusCode::OK);
     let done: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(done["account"]["status"], "disabled");
-    let resp = form(&admin, "account_scheduling", format!("id={id}&max_concurrency=5&priority=3"))
-        .send()
-        .await
-        .unwrap();
+    let settings = format!("id={id}&name=web-codex-2&pools=&max_concurrency=5&priority=3");
+    let resp = form(&admin, "account_settings", settings).send().await.unwrap();
     let view: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!((&view["max_concurrency"], &view["priority"]), (&serde_json::json!(5), &serde_json::json!(3)));
-    let resp = form(&admin, "account_scheduling", format!("id={id}&max_concurrency=0&priority=3"))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(
+        (&view["name"], &view["max_concurrency"], &view["priority"], &view["pool_ids"]),
+        (
+            &serde_json::json!("web-codex-2"),
+            &serde_json::json!(5),
+            &serde_json::json!(3),
+            &serde_json::json!([])
+        )
+    );
+    let resp =
+        form(&admin, "account_settings", format!("id={id}&name=n&pools=1,x&max_concurrency=5&priority=3"))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "a pool id that is no number");
+    // an API key account added and deleted through the web app's functions
+    let add = "provider=anthropic_api&name=web-key&pools=1&max_concurrency=4&priority=0&api_key=sk-ant-api-1";
+    let resp = form(&admin, "add_account", add.to_owned()).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let added: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        (&added["credential"]["kind"], &added["pool_ids"]),
+        (&serde_json::json!("api_key"), &serde_json::json!([1]))
+    );
+    let both = "provider=anthropic_api&name=two&pools=1&max_concurrency=4&priority=0&api_key=k&file=x";
+    let resp = form(&admin, "add_account", both.to_owned()).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "exactly one source of credentials");
+    let resp = form(&admin, "delete_account", format!("id={}", added["id"])).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (status, _) = admin.call(Method::GET, &format!("/api/accounts/{}", added["id"]), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let resp =
+        form(&admin, "account_settings", format!("id={id}&name=n&pools=&max_concurrency=0&priority=3"))
+            .send()
+            .await
+            .unwrap();
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "the API's bounds hold here too");
 }

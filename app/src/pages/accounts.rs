@@ -1,48 +1,98 @@
-//! Admin -> Accounts (UI-3, without quota rows yet): one card per account with its state badges
-//! (every blocking dimension of ACC-1 that is in force), live load and queue, per-model counts and
-//! cooldowns, Scheduling settings, and the ACC-3 actions. Every control is a form posting to a
-//! server function, so the page also works without JavaScript.
+//! Admin -> Accounts (UI-3, without quota rows yet): "Add account" (CRED-5), then one card per
+//! account with its state badges (every blocking dimension of ACC-1 that is in force, and the
+//! token's state: expiry, last refresh, refresh backoff, re-authorization required), live load and
+//! queue, per-model counts and cooldowns, its settings, and the ACC-3 actions (Refresh token,
+//! Re-authorize, Delete after a confirmation). The card's controls are forms posting to server
+//! functions, so they also work without JavaScript; adding an account and re-authorizing one need
+//! it (a sign-in is started in place, a file is read in the browser).
 
 use chrono::{DateTime, Utc};
 use leptos::{either::Either, prelude::*};
 use leptos_meta::Title;
 
+use super::account_forms::{AddAccountForm, DeleteForm, ReauthorizeForm, SettingsForm, provider_label};
 use crate::{
     components::{ErrorNote, PageHeader, Timestamp},
-    model::{AccountAction, AccountRuntime, AccountStatus, AccountTest, ModelRuntime, Provider},
-    rpc::{RunAccountAction, SetAccountScheduling, list_account_runtime},
+    model::{
+        AccountAction, AccountRuntime, AccountStatus, AccountTest, ModelRuntime, PoolChoice, TokenState,
+    },
+    rpc::{
+        AddAccount, DeleteAccount, ReauthorizeAccount, RunAccountAction, SaveAccountSettings,
+        list_account_pools, list_account_runtime,
+    },
 };
 
-const INPUT: &str = "mt-1 block w-28 rounded-md border border-slate-300 bg-white px-2 py-1 text-sm focus:border-slate-900 focus:outline-none focus:ring-1 focus:ring-slate-900";
+/// The forms a card posts to, shared by every card.
+#[derive(Clone, Copy)]
+struct CardActions {
+    act: ServerAction<RunAccountAction>,
+    save: ServerAction<SaveAccountSettings>,
+    reauthorize: ServerAction<ReauthorizeAccount>,
+    delete: ServerAction<DeleteAccount>,
+}
+
 const ACTION: &str = "rounded-md border border-slate-300 bg-white px-2 py-1 text-xs font-medium text-slate-800 hover:bg-slate-100 focus-visible:outline-2 focus-visible:outline-offset-2 focus-visible:outline-slate-900 disabled:opacity-60";
 
 #[component]
 pub fn AccountsPage() -> impl IntoView {
-    let act = ServerAction::<RunAccountAction>::new();
-    let settings = ServerAction::<SetAccountScheduling>::new();
-    let accounts =
-        Resource::new(move || (act.version().get(), settings.version().get()), |_| list_account_runtime());
+    let actions = CardActions {
+        act: ServerAction::<RunAccountAction>::new(),
+        save: ServerAction::<SaveAccountSettings>::new(),
+        reauthorize: ServerAction::<ReauthorizeAccount>::new(),
+        delete: ServerAction::<DeleteAccount>::new(),
+    };
+    let add = ServerAction::<AddAccount>::new();
+    let CardActions { act, save, reauthorize, delete } = actions;
+    let accounts = Resource::new(
+        move || {
+            (
+                act.version().get(),
+                save.version().get(),
+                reauthorize.version().get(),
+                delete.version().get(),
+                add.version().get(),
+            )
+        },
+        |_| list_account_runtime(),
+    );
+    let pools = Resource::new(|| (), |_| list_account_pools());
+    let error_of =
+        |e: Option<Result<(), String>>| e.and_then(|r| r.err()).map(|m| view! { <ErrorNote message=m /> });
     view! {
         <Title text="Accounts" />
-        <PageHeader title="Accounts" description="Upstream accounts: their state, load and scheduling settings." />
+        <PageHeader title="Accounts" description="Upstream accounts: their state, load, tokens and settings." />
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                let pools = pools.await.unwrap_or_default();
+                view! { <AddAccountForm pools add /> }
+            })}
+        </Suspense>
         <div class="mb-4 space-y-2" aria-live="polite">
             {move || act.value().get().map(|r| match r {
                 Ok(done) => Either::Left(done.test.map(|t| view! { <TestNote test=t /> })),
                 Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
             })}
-            {move || settings.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> })}
+            {move || error_of(save.value().get().map(|r| r.map(|_| ()).map_err(|e| e.message)))}
+            {move || error_of(reauthorize.value().get().map(|r| r.map(|_| ()).map_err(|e| e.message)))}
+            {move || error_of(delete.value().get().map(|r| r.map_err(|e| e.message)))}
+            {move || reauthorize.value().get().and_then(|r| r.ok()).map(|a| view! {
+                <p role="status" class="rounded-md border border-emerald-200 bg-emerald-50 px-3 py-2 text-sm text-emerald-900">
+                    "New credentials for "{a.name}"."
+                </p>
+            })}
         </div>
         <Transition fallback=|| view! { <p class="text-sm text-slate-500">"Loading accounts…"</p> }>
             {move || Suspend::new(async move {
+                let all_pools = pools.await.unwrap_or_default();
                 match accounts.await {
                     Ok(list) if list.is_empty() => Either::Left(view! {
                         <p class="rounded-lg border border-dashed border-slate-300 bg-white p-6 text-sm text-slate-600">
-                            "No accounts yet. Add one with "<code>"POST /api/accounts"</code>"."
+                            "No accounts yet. Add one above."
                         </p>
                     }.into_any()),
                     Ok(list) => Either::Left(view! {
                         <div class="grid gap-4 lg:grid-cols-2" data-testid="account-cards">
-                            {list.into_iter().map(|a| view! { <AccountCard account=a act settings /> }).collect_view()}
+                            {list.into_iter().map(|a| view! { <AccountCard account=a pools=all_pools.clone() actions /> }).collect_view()}
                         </div>
                     }.into_any()),
                     Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
@@ -56,22 +106,9 @@ fn at(unix: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(unix, 0).unwrap_or_default()
 }
 
-fn provider_label(p: Provider) -> &'static str {
-    match p {
-        Provider::Codex => "OpenAI Codex",
-        Provider::Claude => "Claude",
-        Provider::Antigravity => "Antigravity",
-        Provider::OpenaiApi => "OpenAI API key",
-        Provider::AnthropicApi => "Anthropic API key",
-    }
-}
-
 #[component]
-fn AccountCard(
-    account: AccountRuntime,
-    act: ServerAction<RunAccountAction>,
-    settings: ServerAction<SetAccountScheduling>,
-) -> impl IntoView {
+fn AccountCard(account: AccountRuntime, pools: Vec<PoolChoice>, actions: CardActions) -> impl IntoView {
+    let CardActions { act, save, reauthorize, delete } = actions;
     let a = account;
     let id = a.id.to_string();
     let name = a.name.clone();
@@ -104,23 +141,11 @@ fn AccountCard(
                 {view! { <StateBadges account=a.clone() /> }.into_any()}
             </ul>
             {(!a.models.is_empty()).then(|| view! { <ModelTable models=a.models.clone() /> }.into_any())}
-            <section class="mt-4 border-t border-slate-100 pt-3" aria-label="Scheduling settings">
-                <h3 class="text-sm font-medium">"Scheduling settings"</h3>
-                <ActionForm action=settings>
-                    <input type="hidden" name="id" value=a.id.to_string() />
-                    <div class="mt-1 flex flex-wrap items-end gap-3">
-                        <label class="text-xs text-slate-600">"Concurrency limit"
-                            <input name="max_concurrency" type="number" min="1" max="1000" required value=a.max_concurrency.to_string() class=INPUT />
-                        </label>
-                        <label class="text-xs text-slate-600">"Priority"
-                            <input name="priority" type="number" required value=a.priority.to_string() class=INPUT />
-                        </label>
-                        <button type="submit" class=ACTION>"Save"</button>
-                    </div>
-                </ActionForm>
-            </section>
+            {a.token.clone().map(|t| view! { <TokenLine token=t /> })}
+            <SettingsForm account=a.clone() pools save />
             <div class="mt-3 flex flex-wrap gap-2" aria-label="Actions">
                 {action(AccountAction::Test, "Test")}
+                {a.provider.uses_oauth().then(|| action(AccountAction::RefreshToken, "Refresh token"))}
                 {action(AccountAction::ClearCooldown, "Clear cooldown")}
                 {action(AccountAction::Recover, "Recover state")}
                 {(status == AccountStatus::Error).then(|| action(AccountAction::ClearError, "Clear error"))}
@@ -134,6 +159,10 @@ fn AccountCard(
                 } else {
                     action(AccountAction::SchedulableOn, "Resume scheduling")
                 }}
+            </div>
+            <div class="mt-2 flex flex-wrap items-start gap-2">
+                <ReauthorizeForm account=a.clone() reauthorize />
+                <DeleteForm account=a.clone() delete />
             </div>
         </article>
     }
@@ -171,6 +200,16 @@ fn StateBadges(account: AccountRuntime) -> impl IntoView {
         let why = a.temp_unschedulable_reason.clone().unwrap_or_else(|| "paused".into());
         out.push(badge("bg-red-100 text-red-800", format!("paused ({why})"), Some(u)));
     }
+    if let Some(t) = &a.token {
+        if let Some(why) = &t.reauth_required {
+            out.push(badge("bg-red-100 text-red-800", format!("re-authorization required ({why})"), None));
+        } else if t.rejected {
+            out.push(badge("bg-amber-100 text-amber-800", "token refused upstream".into(), None));
+        }
+        if let Some(u) = t.backoff_until {
+            out.push(badge("bg-amber-100 text-amber-800", "token refresh failing".into(), Some(u)));
+        }
+    }
     if a.limited_models > 0 {
         let n = a.limited_models;
         out.push(badge(
@@ -180,6 +219,28 @@ fn StateBadges(account: AccountRuntime) -> impl IntoView {
         ));
     }
     out.collect_view()
+}
+
+/// The token's lifecycle (UI-3): when it expires, when it was last refreshed, and why refreshing
+/// waits.
+#[component]
+fn TokenLine(token: TokenState) -> impl IntoView {
+    let t = token;
+    view! {
+        <p class="mt-3 text-xs text-slate-600" data-testid="token">
+            "Token: "
+            {match t.expires_at {
+                Some(e) => Either::Left(view! { "expires " <Timestamp at=at(e) /> }),
+                None => Either::Right("no expiry known"),
+            }}
+            {t.refreshed_at.map(|r| view! { " · last refreshed " <Timestamp at=at(r) /> })}
+            {(!t.refreshable).then_some(" · no refresh token")}
+            {t.backoff_until.map(|u| view! {
+                " · refresh failed ("{t.last_error.clone().unwrap_or_default()}"), next try after " <Timestamp at=at(u) />
+            })}
+            {t.reauth_required.clone().map(|why| view! { <strong class="text-red-800">" · re-authorization required: "{why}</strong> })}
+        </p>
+    }
 }
 
 #[component]

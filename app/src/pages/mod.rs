@@ -1,5 +1,6 @@
 //! One module per page.
 
+mod account_forms;
 mod accounts;
 mod keys;
 mod login;

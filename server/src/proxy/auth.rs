@@ -6,14 +6,7 @@
 //! [`Generation`], which empties the cache at once (a revoked key stops working immediately).
 //! Expiry is checked against the clock on every use, cached or not.
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc, RwLock,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::{collections::HashMap, sync::RwLock, time::Duration};
 
 use axum::http::HeaderMap;
 use sqlx::SqlitePool;
@@ -31,19 +24,7 @@ pub const CACHE_TTL: Duration = Duration::from_secs(5);
 /// Entries kept before the cache is emptied (bounds memory under a flood of bad keys).
 const CACHE_MAX: usize = 10_000;
 
-/// A counter bumped by every configuration change; caches compare it to know they are stale.
-#[derive(Debug, Clone, Default)]
-pub struct Generation(Arc<AtomicU64>);
-
-impl Generation {
-    pub fn current(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
-    }
-
-    pub fn bump(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
-    }
-}
+pub use crate::directory::Generation;
 
 /// The principal behind a model request's key: 401 `invalid_api_key` when missing or refused,
 /// 500 when the lookup itself fails (a platform fault is never disguised as a bad key, ERR-1).

@@ -17,11 +17,12 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::directory::Account;
+
 use super::{
     Spec,
     attempt::{Attempt, Ending, REQUEST_DEADLINE, member_rpm, member_slot, new_request_id, stream_verdict},
     auth::authenticate_request,
-    directory::Account,
     error::GatewayError,
     failure::UpstreamFailure,
     relay::{self, Timing},

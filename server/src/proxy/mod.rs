@@ -4,7 +4,6 @@
 mod attempt;
 pub mod auth;
 pub mod call;
-pub mod directory;
 pub mod error;
 mod failure;
 pub mod models;

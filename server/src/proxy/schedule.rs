@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use super::directory::{Account, Snapshot};
 use super::{
     Spec, attempt::Attempt, auth::authenticate_request, error::GatewayError, request::RoutingFields,
 };
+use crate::directory::{Account, Snapshot};
 use crate::{
     app_state::AppState,
     records::Outcome,

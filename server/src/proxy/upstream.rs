@@ -17,11 +17,10 @@ use axum::{
 
 use super::{
     attempt::Attempt,
-    directory::Account,
     error::GatewayError,
     schedule::{self, retry_after_header},
 };
-use crate::{app_state::AppState, providers, records::Outcome};
+use crate::{app_state::AppState, directory::Account, providers, records::Outcome};
 
 /// CD-6: longest wait for upstream response headers on inference calls.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);

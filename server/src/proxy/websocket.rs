@@ -30,12 +30,13 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
 
+use crate::directory::Account;
+
 use super::{
     Spec,
     attempt::{Attempt, Ending, REQUEST_DEADLINE, member_admission, new_request_id, stream_verdict},
     auth::authenticate_request,
     call,
-    directory::Account,
     error::{GatewayError, Protocol},
     request::{RoutingFields, check_model},
     schedule::{self, Conversation},

@@ -38,7 +38,7 @@ use self::{
     runtime::Runtime,
     state::{AccountState, FailurePolicy},
 };
-use crate::{clock::SharedClock, proxy::directory::Account};
+use crate::{clock::SharedClock, directory::Account};
 
 /// Queue and binding settings (ADM-6, RT-1).
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use app::model::Provider;
 
 use super::state::{AccountState, Block};
-use crate::proxy::directory::{Account, Entry};
+use crate::directory::{Account, Entry};
 
 /// Live state of one account (one entry per account ever seen, by dense slot). The fields the
 /// eligibility scan reads sit in one small struct; the rest is behind a box, so scanning a

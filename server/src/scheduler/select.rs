@@ -10,7 +10,7 @@ use super::{
     Ask, Excluded, Inner, Lease, Refusal, Reservation, RoutingDecision, Rule, Scheduler, Step, Want,
     state::{AccountState, Block},
 };
-use crate::proxy::directory::{Account, Entry, PoolRoutes};
+use crate::directory::{Account, Entry, PoolRoutes};
 
 impl Scheduler {
     /// One decision for `ask` over `pool` (RT-1..RT-5, RT-7, RT-8, ADM-1, ADM-6, ADM-9).

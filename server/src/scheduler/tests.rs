@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::{clock::FakeClock, credentials::TokenCell, proxy::directory::PoolRoutes};
+use crate::{clock::FakeClock, credentials::TokenCell, directory::PoolRoutes};
 
 const CODEX: &[Provider] = &[Provider::Codex];
 

@@ -14,7 +14,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
 };
 
@@ -22,7 +22,6 @@ use app::model::{ModelPolicy, PolicyMode, Provider};
 use sqlx::SqlitePool;
 use tokio::sync::{Mutex, RwLock};
 
-use super::auth::Generation;
 use crate::{
     credentials::{Flags, TokenCell, Tokens, open_sealed},
     crypto::Sealer,
@@ -30,6 +29,19 @@ use crate::{
     scheduler::Scheduler,
 };
 
+/// A counter bumped by every configuration change; caches compare it to know they are stale.
+#[derive(Debug, Clone, Default)]
+pub struct Generation(Arc<AtomicU64>);
+
+impl Generation {
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
 /// One routable account with its opened credentials. Never logged (no Debug on secrets).
 pub struct Account {
     pub id: i64,
