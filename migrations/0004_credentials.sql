@@ -8,3 +8,6 @@ ALTER TABLE accounts ADD COLUMN token_rejected_at INTEGER;
 -- a re-authorization brings the account back (CRED-4).
 ALTER TABLE accounts ADD COLUMN reauth_required_at INTEGER;
 ALTER TABLE accounts ADD COLUMN reauth_reason TEXT;
+-- Goes up with every write of the credential or the marks above (a refresh, a refusal, a
+-- re-authorization): a process that read an older row never puts spent tokens back.
+ALTER TABLE accounts ADD COLUMN credential_version INTEGER NOT NULL DEFAULT 0;

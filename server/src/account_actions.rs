@@ -44,6 +44,10 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
     if let Some(state) = state {
         s.scheduler.apply(id, revision, state);
     }
+    if action == AccountAction::Recover {
+        // Every runtime block: the token refresh backoff too (a grant that is gone stays gone).
+        s.tokens.clear_backoff(id);
+    }
     // Enable/disable and the switch change what is routable: the directory is reloaded at once
     // (an account switched off serves no pool any more), and where capacity may have appeared,
     // waiters get it in queue order or look again (ADM-6).
@@ -105,6 +109,11 @@ async fn refresh_token(s: &AppState, id: i64) -> Result<AccountView> {
         return Err(Error::invalid("only OAuth accounts have tokens to refresh"));
     }
     let cell = token_cell(s, id).await?.ok_or_else(|| Error::invalid("the account has no credentials"))?;
+    if s.tokens.state(id).is_some_and(|t| !t.refreshable) {
+        return Err(Error::invalid(
+            "the account has no refresh token: re-authorize it to renew its access token",
+        ));
+    }
     match s.tokens.refresh_now(&cell).await {
         Ok(_) => accounts::get(&s.db, id).await,
         Err(TokenError::Unavailable { retry_after }) => {
@@ -174,7 +183,7 @@ pub async fn add(
     settings: Settings,
     source: Reauthorize,
 ) -> Result<AccountView> {
-    crate::validate::name("name", &settings.name)?;
+    accounts::check_new(&s.db, &settings.name, &settings.pool_ids, settings.max_concurrency).await?;
     let (provider, credentials) = credentials_from(s, provider, source).await?;
     let new = NewAccount {
         provider,
@@ -246,6 +255,7 @@ pub async fn edit(s: &AppState, id: i64, settings: Settings) -> Result<AccountVi
 /// Deletes an account (ACC-5: its history stays); it serves nothing from now on.
 pub async fn delete(s: &AppState, id: i64) -> Result<()> {
     accounts::delete(&s.db, &*s.clock, id).await?;
+    s.tokens.forget(id);
     s.configuration_changed().await;
     Ok(())
 }

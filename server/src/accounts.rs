@@ -142,6 +142,36 @@ pub async fn credentials(db: &SqlitePool, sealer: &Sealer, id: i64) -> Result<Op
     serde_json::from_slice(&plain).map(Some).map_err(|e| Error::Internal(e.to_string()))
 }
 
+/// Checks a new account's settings without writing anything: its name (valid and free), limit
+/// and pools. Onboarding calls it before it spends a sign-in's code or refreshes an imported
+/// file's token, so a settings mistake never costs a grant.
+pub async fn check_new(
+    db: &SqlitePool,
+    name: &str,
+    pool_ids: &[i64],
+    max_concurrency: Option<u32>,
+) -> Result<()> {
+    let name = validate::name("name", name)?;
+    let (lo, hi) = MAX_CONCURRENCY_RANGE;
+    validate::range("max_concurrency", max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY), lo, hi)?;
+    let taken: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM accounts WHERE name = ? COLLATE NOCASE AND deleted_at IS NULL")
+            .bind(&name)
+            .fetch_optional(db)
+            .await?;
+    if taken.is_some() {
+        return Err(Error::Conflict(format!("an account named {name:?} exists")));
+    }
+    for pool_id in pool_ids {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM pools WHERE id = ?").bind(pool_id).fetch_optional(db).await?;
+        if found.is_none() {
+            return Err(Error::invalid(format!("pool {pool_id} does not exist")));
+        }
+    }
+    Ok(())
+}
+
 pub async fn create(
     db: &SqlitePool,
     clock: &dyn Clock,
@@ -218,7 +248,8 @@ pub async fn update(
             "UPDATE accounts SET credential_kind = ?, sealed_credential = ?, token_expires_at = ?,
                     provider_account_id = ?, lifecycle_revision = lifecycle_revision + 1,
                     token_refreshed_at = NULL, token_rejected_at = NULL,
-                    reauth_required_at = NULL, reauth_reason = NULL
+                    reauth_required_at = NULL, reauth_reason = NULL,
+                    credential_version = credential_version + 1
              WHERE id = ?",
         )
         .bind(s.kind)

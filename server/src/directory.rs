@@ -187,6 +187,7 @@ struct AccountRow {
     token_refreshed_at: Option<i64>,
     reauth_reason: Option<String>,
     reauth_required_at: Option<i64>,
+    credential_version: i64,
 }
 
 impl Directory {
@@ -238,7 +239,7 @@ async fn load(
     let rows: Vec<AccountRow> = sqlx::query_as(
         "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.lifecycle_revision, a.sealed_credential,
                 (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids,
-                a.token_rejected_at, a.token_refreshed_at, a.reauth_reason, a.reauth_required_at
+                a.token_rejected_at, a.token_refreshed_at, a.reauth_reason, a.reauth_required_at, a.credential_version
          FROM accounts a
          WHERE a.deleted_at IS NULL AND a.status = 'active' AND a.schedulable = 1 AND a.sealed_credential IS NOT NULL
          ORDER BY a.id",
@@ -267,6 +268,7 @@ async fn load(
             row.reauth_required_at,
             row.reauth_reason,
             row.token_refreshed_at,
+            row.credential_version,
         );
         let open = || open_sealed(sealer, &sealed);
         let Some(cell) = tokens.cell(row.id, provider, &sealed, open, flags) else {

@@ -171,33 +171,48 @@ async fn codex_refreshes_within_two_minutes_of_expiry_and_stores_the_rotation() 
 }
 
 /// CRED-1: while a refresh fails, Codex may keep using a token with more than 30 s left that was
-/// not refused; Claude and Antigravity need a valid one. Antigravity refreshes with Google's form
-/// body and the configured client secret (the mock refuses anything else).
+/// not refused; Claude and Antigravity one that is still valid. Antigravity refreshes with
+/// Google's form body and the configured client secret (the mock refuses anything else), and
+/// Google's refresh token does not rotate.
 #[tokio::test]
-async fn claude_and_antigravity_need_a_valid_token_while_codex_has_a_grace() {
+async fn while_refreshing_fails_codex_keeps_30_s_of_grace_and_the_others_a_valid_token() {
     let mut b = Bed::start(&[]).await;
     b.oauth("codex", "at-g", Some("g"), 100).await;
     b.oauth("claude", "sk-ant-oat01-h", Some("h"), 100).await;
     b.oauth("antigravity", "ya29.k", Some("k"), 100).await;
-    b.script_token("g", json!({"steps": [status(500), status(500)]})).await;
-    for family in ["h", "k"] {
-        b.script_token(family, json!({"steps": [status(500)]})).await;
+    for family in ["g", "h", "k"] {
+        b.script_token(family, json!({"steps": [status(500), status(500)]})).await;
     }
-    assert_eq!(b.call("codex").await.status, StatusCode::OK, "100 s left and not refused: usable");
-    assert_eq!((b.token_calls("g"), b.model_calls("at-g")), (1, 1));
-    refused(&b.call("claude").await, 30);
-    refused(&b.call("antigravity").await, 30);
-    assert_eq!(b.model_calls("sk-ant-oat01-h") + b.model_calls("ya29.k"), 0);
-    // 29 s left: Codex stops using it too; the second failure backs off a minute
+    // 100 s left, the refresh fails: every provider serves with the old token
+    for (provider, family, old) in
+        [("codex", "g", "at-g"), ("claude", "h", "sk-ant-oat01-h"), ("antigravity", "k", "ya29.k")]
+    {
+        assert_eq!(b.call(provider).await.status, StatusCode::OK, "{provider}");
+        assert_eq!((b.token_calls(family), b.model_calls(old)), (1, 1), "{provider}");
+    }
+    // 29 s left and a second failure (a minute's backoff): Codex stops, the others go on
     b.advance(71);
     refused(&b.call("codex").await, 60);
-    assert_eq!((b.token_calls("g"), b.model_calls("at-g")), (2, 1));
     assert_eq!(b.call("claude").await.status, StatusCode::OK);
     assert_eq!(b.call("antigravity").await.status, StatusCode::OK);
-    assert_eq!((b.model_calls("sk-ant-oat01-h.1"), b.model_calls("ya29.k.1")), (1, 1));
-    b.advance(60);
-    assert_eq!(b.call("codex").await.status, StatusCode::OK);
-    assert_eq!((b.token_calls("g"), b.model_calls("at-g.1")), (3, 1));
+    assert_eq!((b.token_calls("g"), b.token_calls("h"), b.token_calls("k")), (2, 2, 2));
+    assert_eq!((b.model_calls("at-g"), b.model_calls("sk-ant-oat01-h"), b.model_calls("ya29.k")), (1, 2, 2));
+    // expired, still inside the backoff: nobody serves
+    b.advance(30);
+    for provider in ["codex", "claude", "antigravity"] {
+        refused(&b.call(provider).await, 30);
+    }
+    // the backoff is over and the endpoint answers
+    b.advance(30);
+    for (provider, new) in [("codex", "at-g.1"), ("claude", "sk-ant-oat01-h.1"), ("antigravity", "ya29.k.1")]
+    {
+        assert_eq!(b.call(provider).await.status, StatusCode::OK, "{provider}");
+        assert_eq!(b.model_calls(new), 1, "{provider}");
+    }
+    // Google kept its refresh token: the next refresh presents the same one again
+    b.advance(3600);
+    assert_eq!(b.call("antigravity").await.status, StatusCode::OK);
+    assert_eq!((b.token_calls("k"), b.model_calls("ya29.k.2")), (4, 1));
 }
 
 /// CRED-1: fifty requests on an expired account while the token endpoint is slow make exactly one
@@ -266,6 +281,18 @@ async fn only_explicit_grant_errors_require_re_authorization() {
         assert!(token["reauth_required"].is_null(), "{family}: {token}");
         assert_eq!(token["backoff_until"], b.now() + wait as i64, "{family}: {token}");
     }
+    // ACC-3 "Recover state" ends a refresh backoff
+    let (_, accounts) = b.rig.admin.call(Method::GET, "/api/accounts", None).await;
+    let limited = accounts.as_array().unwrap().iter().find(|a| a["name"] == "sk-ant-oat01-limited").unwrap()
+        ["id"]
+        .as_i64()
+        .unwrap();
+    b.rig.action(limited, "recover").await;
+    assert!(b.token(limited).await["backoff_until"].is_null());
+    assert_eq!(b.refresh(limited).await.0, StatusCode::OK);
+    // an account without a refresh token has nothing to refresh
+    let bare = b.oauth("claude", "sk-ant-oat01-bare", None, 3600).await;
+    assert_eq!(b.refresh(bare).await.0, StatusCode::UNPROCESSABLE_ENTITY);
     // Claude's invalid_grant
     let gone = b.oauth("claude", "sk-ant-oat01-gone", Some("gone"), 3600).await;
     b.script_token("gone", json!({"steps": [{"kind": "invalid_grant"}]})).await;
@@ -554,6 +581,10 @@ async fn credential_files_are_imported_and_wrong_ones_refused() {
     assert_eq!(status, StatusCode::CREATED, "{view}");
     assert_eq!(b.token_calls("cl-imp"), 1);
     assert_eq!(b.token(view["id"].as_i64().unwrap()).await["expires_at"], b.now() + 28_800);
+    // a settings mistake is found before the file's refresh token is spent
+    let (status, _) =
+        b.import("claude", claude("sk-ant-oat01-dup", Some("cl-dup"), ms(-60)), "claude-file").await;
+    assert_eq!((status, b.token_calls("cl-dup")), (StatusCode::CONFLICT, 0));
     // ... whose refresh token was spent since: refused with what to do, nothing stored
     b.script_token("cl-spent", json!({"steps": [{"kind": "invalid_grant"}]})).await;
     let (status, body) =
@@ -633,4 +664,73 @@ async fn re_authorize_keeps_settings_and_bindings() {
     assert!(b.token(id).await["reauth_required"].is_null());
     assert_eq!(send(&b, Some("conv")).await.status, StatusCode::OK);
     assert_eq!((b.model_calls(&format!("at-{}", family(&code))), b.model_calls("at-other")), (1, 0));
+    // a disabled account is re-authorized by a file; its Refresh token uses the new grant
+    b.rig.action(id, "disable").await;
+    let file =
+        json!({"tokens": {"access_token": "at-ra2", "refresh_token": "ra2", "account_id": "acct-ra2"}});
+    let (status, view) = b.rig.admin.call(Method::POST, &path, Some(json!({"file": file.to_string()}))).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(b.refresh(id).await.0, StatusCode::OK);
+    assert_eq!(b.token_calls("ra2"), 1);
+}
+
+/// CRED-3/CRED-4 and the queue (ADM-9): a conversation waiting for its account's slot is answered
+/// at once when that account turns out to need re-authorization, not at the queue timeout.
+#[tokio::test]
+async fn a_waiting_conversation_is_answered_when_its_account_needs_re_authorization() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.oauth("codex", "at-q", Some("q"), 3600).await;
+    b.rig.limit(id, 1).await;
+    assert_eq!(b.call("codex").await.status, StatusCode::OK);
+    b.rig.script("at-q", json!({"delay_ms": 2500})).await;
+    let send = |b: &Bed| {
+        let rb = b.request("codex", Some("conv-q"));
+        async move { Answer::read(rb.send().await.unwrap()).await }
+    };
+    assert_eq!(send(&b).await.status, StatusCode::OK, "binds the conversation");
+    let first = tokio::spawn(send(&b));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(send(&b));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    b.script_token("q", json!({"steps": [{"kind": "invalid_grant"}]})).await;
+    assert_eq!(b.refresh(id).await.0, StatusCode::CONFLICT);
+    let answer = waiting.await.unwrap();
+    refused(&answer, 3600);
+    assert!(started.elapsed() < std::time::Duration::from_millis(1200), "answered before the slot came back");
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+}
+
+/// CRED-3 on the WebSocket path: a new session moves off an account without a usable token, as an
+/// HTTP request does.
+#[tokio::test]
+async fn a_websocket_session_moves_off_an_account_without_a_usable_token() {
+    let mut b = Bed::start(&[]).await;
+    b.oauth("codex", "at-w1", Some("w1"), -10).await;
+    b.oauth("codex", "at-w2", Some("w2"), 3600).await;
+    b.script_token("w1", json!({"steps": [status(500)]})).await;
+    for _ in 0..2 {
+        let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        let create =
+            json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
+        ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
+        loop {
+            let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let tungstenite::Message::Text(t) = msg else { continue };
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            assert_ne!(v["type"], "error", "{v}");
+            if v["type"] == "response.completed" {
+                break;
+            }
+        }
+    }
+    assert_eq!(b.model_calls("at-w2"), 2, "both sessions were served by the account with a token");
+    assert!(b.token_calls("w1") <= 1, "the failing account was tried at most once (then backed off)");
 }

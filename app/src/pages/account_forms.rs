@@ -94,15 +94,7 @@ pub fn AddAccountForm(pools: Vec<PoolChoice>, add: ServerAction<AddAccount>) -> 
                     </div>
                     <fieldset class="text-sm" hidden=move || !provider.get().uses_oauth()>
                         <legend class="font-medium">"Method"</legend>
-                        {move || Method::for_provider(provider.get()).iter().filter(|_| provider.get().uses_oauth()).map(|m| {
-                            let m = *m;
-                            view! {
-                                <label class="mr-4 inline-flex items-center gap-1.5">
-                                    <input type="radio" checked=move || method.get() == m on:change=move |_| method.set(m) />
-                                    {m.label()}
-                                </label>
-                            }
-                        }).collect_view()}
+                        {move || view! { <MethodChoice provider=provider.get() method /> }}
                     </fieldset>
                 </div>
                 <div class="mt-4">
@@ -134,6 +126,26 @@ pub fn AddAccountForm(pools: Vec<PoolChoice>, add: ServerAction<AddAccount>) -> 
             </div>
         </section>
     }
+}
+
+/// A radio choice between a provider's ways to bring credentials in (none when it has one).
+#[component]
+fn MethodChoice(provider: Provider, method: RwSignal<Method>) -> impl IntoView {
+    let methods = Method::for_provider(provider);
+    (methods.len() > 1).then(|| {
+        methods
+            .iter()
+            .map(|m| {
+                let m = *m;
+                view! {
+                    <label class="mr-4 inline-flex items-center gap-1.5">
+                        <input type="radio" checked=move || method.get() == m on:change=move |_| method.set(m) />
+                        {m.label()}
+                    </label>
+                }
+            })
+            .collect_view()
+    })
 }
 
 /// The fields of one way to bring credentials in.
@@ -318,19 +330,9 @@ pub fn ReauthorizeForm(
             <summary class=format!("{ACTION} cursor-pointer list-none") aria-label=format!("Re-authorize: {name}")>"Re-authorize"</summary>
             <div class="mt-2 rounded-md border border-slate-200 p-3">
                 <p class="mb-2 text-xs text-slate-600">"New credentials replace the old ones at once; name, pools, priority and limits stay."</p>
-                {(Method::for_provider(provider).len() > 1).then(|| view! {
-                    <div class="mb-2">
-                        {Method::for_provider(provider).iter().map(|m| {
-                            let m = *m;
-                            view! {
-                                <label class="mr-4 inline-flex items-center gap-1.5">
-                                    <input type="radio" checked=move || method.get() == m on:change=move |_| method.set(m) />
-                                    {m.label()}
-                                </label>
-                            }
-                        }).collect_view()}
-                    </div>
-                })}
+                <div class="mb-2">
+                    <MethodChoice provider method />
+                </div>
                 <ActionForm action=reauthorize>
                     <input type="hidden" name="id" value=account.id.to_string() />
                     <CredentialFields provider=Signal::stored(provider) method=method.into() />

@@ -202,6 +202,6 @@ async fn update(
 }
 
 async fn remove(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<StatusCode> {
-    accounts::delete(&s.db, &*s.clock, id).await?;
+    account_actions::delete(&s, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

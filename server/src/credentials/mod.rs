@@ -6,14 +6,19 @@
 //! cell refreshes it first:
 //! - **One refresh at a time per account.** A rotating refresh token must never be spent twice:
 //!   callers queue on the cell's refresh lock, and those who waited use the tokens the refresh
-//!   brought.
+//!   brought. The refresh runs in a task of its own, so a client that goes away mid-refresh
+//!   never loses a token the provider has already rotated.
 //! - **Sealed before used.** A refresh's new tokens are sealed and stored (compare-and-swap on the
 //!   old sealed blob, so a concurrent re-authorization wins) before anyone uses them; a refresh
 //!   never starts a new lifecycle revision (cooldowns and bindings survive it).
+//! - **Versioned.** Every write of a credential or its marks raises `credential_version`; a cell
+//!   takes a row only when it is at least as new as what it holds, so a directory reload that
+//!   read the row before a refresh never puts a spent refresh token back. Marks (refused,
+//!   re-authorization required) are written only onto the credential they are about.
 //! - **Backoff per account** (in this process only): 30 s, 1 min, 2 min, 4 min, then 5 min, or the
 //!   token endpoint's Retry-After up to 1 h; no background polling: the next request after the
-//!   backoff tries again. A Codex token with more than 30 s left that was not refused upstream
-//!   stays usable meanwhile; Claude and Antigravity need a fresh one (CRED-1).
+//!   backoff tries again. Meanwhile a Codex token with more than 30 s left that was not refused
+//!   upstream stays usable; Claude and Antigravity tokens while they are valid (CRED-1).
 //! - **Terminal answers only mark re-authorization** (`invalid_grant`, a reused or revoked
 //!   refresh token, a refreshed token still refused upstream): stored with the account, so a
 //!   restart never revives it. Unknown errors only back off.
@@ -68,9 +73,10 @@ pub enum TokenError {
 /// The live state of one account's credentials.
 struct Held {
     credentials: CredentialInput,
-    /// The sealed blob these credentials are stored as: a directory reload that finds another
-    /// one means an admin changed them (re-authorization, new key).
+    /// The sealed blob these credentials are stored as (the compare-and-swap key of every write).
     sealed: Vec<u8>,
+    /// `credential_version` of what is held: a row with a lower one is older than this.
+    version: i64,
     /// The current access token was refused upstream: it is never used again (CRED-1, CRED-3).
     rejected: bool,
     reauth: Option<String>,
@@ -100,6 +106,7 @@ impl TokenCell {
             held: Mutex::new(Held {
                 credentials,
                 sealed: Vec::new(),
+                version: 0,
                 rejected: false,
                 reauth: None,
                 failures: 0,
@@ -131,21 +138,25 @@ pub struct Flags {
     pub reauth: Option<String>,
     /// The last successful refresh (unix ms).
     pub refreshed_at: Option<i64>,
+    /// `credential_version` of the row.
+    pub version: i64,
 }
 
 impl Flags {
-    /// From the `accounts` columns `token_rejected_at`, `reauth_required_at`, `reauth_reason`
-    /// and `token_refreshed_at` (unix seconds).
+    /// From the `accounts` columns `token_rejected_at`, `reauth_required_at`, `reauth_reason`,
+    /// `token_refreshed_at` (unix seconds) and `credential_version`.
     pub fn from_columns(
         rejected_at: Option<i64>,
         reauth_at: Option<i64>,
         reauth_reason: Option<String>,
         refreshed_at: Option<i64>,
+        version: i64,
     ) -> Flags {
         Flags {
             rejected: rejected_at.is_some(),
             reauth: reauth_at.map(|_| reauth_reason.unwrap_or_else(|| "reauth_required".into())),
             refreshed_at: refreshed_at.map(|s| s * 1000),
+            version,
         }
     }
 }
@@ -180,10 +191,12 @@ impl Tokens {
         self.clock.now().timestamp_millis()
     }
 
-    /// The cell of an account as the directory reads it. Stored credentials other than the ones
-    /// the cell holds (an admin's re-authorization or new key: another sealed blob) replace them
-    /// and clear the backoff; the ones a refresh wrote change nothing. `open` unseals the stored
-    /// credentials, called only when they are needed; `None` when they cannot be opened.
+    /// The cell of an account as the directory reads it. A row newer than what the cell holds
+    /// (a higher `credential_version`: an admin's re-authorization or new key, or another
+    /// process's write) replaces its credentials and marks and clears the backoff; the row the
+    /// cell's own writes produced changes nothing; an older row (read before a refresh that has
+    /// since been stored) is ignored. `open` unseals the stored credentials, called only when
+    /// they are needed; `None` when they cannot be opened.
     pub fn cell(
         &self,
         account_id: i64,
@@ -194,50 +207,53 @@ impl Tokens {
     ) -> Option<Arc<TokenCell>> {
         let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
         let known = cells.get(&account_id).filter(|c| c.provider == provider).cloned();
-        let (cell, replaced) = match known {
-            Some(cell) if cell.held().sealed == sealed => (cell, false),
+        let cell = match known {
             Some(cell) => {
-                let credentials = open()?;
-                let mut held = cell.held();
-                held.credentials = credentials;
-                held.sealed = sealed.to_vec();
-                held.failures = 0;
-                held.backoff_until = None;
-                held.last_error = None;
-                drop(held);
-                (cell, true)
+                let take = {
+                    let held = cell.held();
+                    Take::of(held.version, &held.sealed, flags.version, sealed)
+                };
+                if take == Take::Nothing {
+                    return Some(cell);
+                }
+                if take == Take::Everything {
+                    let credentials = open()?;
+                    let mut held = cell.held();
+                    held.credentials = credentials;
+                    held.sealed = sealed.to_vec();
+                    held.failures = 0;
+                    held.backoff_until = None;
+                    held.last_error = None;
+                }
+                cell
             }
             None => {
                 let cell = TokenCell::fixed(account_id, provider, open()?);
                 cell.held().sealed = sealed.to_vec();
                 cells.insert(account_id, Arc::clone(&cell));
-                (cell, true)
+                cell
             }
         };
         drop(cells);
         let mut held = cell.held();
+        held.version = flags.version;
         held.rejected = flags.rejected;
-        let was_blocked = held.reauth.is_some();
         held.reauth = flags.reauth;
         held.refreshed_at = held.refreshed_at.max(flags.refreshed_at);
         let blocked = held.reauth.is_some();
         drop(held);
-        if blocked {
-            self.scheduler.set_credential_block(account_id, Some(i64::MAX));
-        } else if replaced || was_blocked {
-            self.scheduler.set_credential_block(account_id, None);
-        }
+        self.scheduler.set_credential_block(account_id, blocked.then_some(i64::MAX));
         Some(cell)
     }
 
     /// Credentials to send upstream now, refreshing first when the access token is close to its
     /// end (or was refused). OAuth only; API keys are returned as they are.
-    pub async fn usable(&self, cell: &TokenCell) -> Result<CredentialInput, TokenError> {
+    pub async fn usable(self: &Arc<Self>, cell: &Arc<TokenCell>) -> Result<CredentialInput, TokenError> {
         self.usable_or_refresh(cell, false).await
     }
 
     /// An admin's "Refresh token" (ACC-3): now, whatever the expiry or the backoff.
-    pub async fn refresh_now(&self, cell: &TokenCell) -> Result<CredentialInput, TokenError> {
+    pub async fn refresh_now(self: &Arc<Self>, cell: &Arc<TokenCell>) -> Result<CredentialInput, TokenError> {
         self.usable_or_refresh(cell, true).await
     }
 
@@ -245,30 +261,52 @@ impl Tokens {
     /// comes back for one retry. `retried`: `used` is already the token a refresh brought for this
     /// request, so the grant is no good: re-authorization (CRED-4).
     pub async fn refused(
-        &self,
-        cell: &TokenCell,
+        self: &Arc<Self>,
+        cell: &Arc<TokenCell>,
         used: &CredentialInput,
         retried: bool,
     ) -> Result<CredentialInput, TokenError> {
+        let sealed = {
+            let held = cell.held();
+            if access_of(&held.credentials) != access_of(used) {
+                // Someone refreshed or re-authorized meanwhile: try with that.
+                return Ok(held.credentials.clone());
+            }
+            held.sealed.clone()
+        };
         if retried {
-            self.reauth_required(cell, "refreshed_token_refused").await;
+            self.reauth_required(cell, &sealed, "refreshed_token_refused").await;
             return Err(TokenError::ReauthRequired);
         }
-        let current = cell.current();
-        if access_of(&current) != access_of(used) {
-            return Ok(current); // someone refreshed meanwhile: try with that
-        }
-        self.mark_rejected(cell).await;
+        self.mark_rejected(cell, &sealed).await;
         self.usable_or_refresh(cell, false).await
     }
 
-    async fn usable_or_refresh(&self, cell: &TokenCell, forced: bool) -> Result<CredentialInput, TokenError> {
+    async fn usable_or_refresh(
+        self: &Arc<Self>,
+        cell: &Arc<TokenCell>,
+        forced: bool,
+    ) -> Result<CredentialInput, TokenError> {
         if let Some(ok) = self.check(cell, forced)? {
             return Ok(ok);
         }
-        // One refresh at a time: whoever waited here uses what the one before brought. A forced
-        // refresh (the admin's) still goes ahead unless one happened while it waited.
+        // The turn runs on its own task: a caller that goes away (a client disconnecting) never
+        // cancels a refresh between the provider's rotation and the store.
         let before = forced.then(|| cell.held().sealed.clone());
+        let (this, turn_cell) = (Arc::clone(self), Arc::clone(cell));
+        let turn = tokio::spawn(async move { this.refresh_turn(&turn_cell, before).await });
+        turn.await.unwrap_or(Err(TokenError::Unavailable { retry_after: 1 }))
+    }
+
+    /// One refresh turn under the cell's lock. Whoever waited for the lock uses what the turn
+    /// before brought; a forced refresh (`before`: the sealed blob when the admin asked) still
+    /// goes ahead unless one happened while it waited.
+    async fn refresh_turn(
+        &self,
+        cell: &TokenCell,
+        before: Option<Vec<u8>>,
+    ) -> Result<CredentialInput, TokenError> {
+        let forced = before.is_some();
         let _turn = cell.refreshing.lock().await;
         let refreshed_meanwhile = before.is_some_and(|b| b != cell.held().sealed);
         if (!forced || refreshed_meanwhile)
@@ -276,26 +314,25 @@ impl Tokens {
         {
             return Ok(ok);
         }
-        // Nothing to refresh with: usable while it lasts and is not refused; after that only a
-        // re-authorization helps.
         let plan = refresh_plan(&cell.held(), self.now_ms());
         let (refresh_token, sealed) = match plan {
             Plan::Refresh { refresh_token, sealed } => (refresh_token, sealed),
-            Plan::Dead => {
-                self.reauth_required(cell, "no_refresh_token").await;
+            // Nothing to refresh with: usable while it lasts and is not refused; after that only
+            // a re-authorization helps.
+            Plan::Dead { sealed } => {
+                self.reauth_required(cell, &sealed, "no_refresh_token").await;
                 return Err(TokenError::ReauthRequired);
             }
             Plan::Keep => return self.fallback(cell, &cell.held(), None),
         };
-        let provider = cell.provider;
         let now = self.clock.now();
         let answer =
-            refresh::refresh(&self.http, &self.urls, &self.clients, provider, &refresh_token, now).await;
+            refresh::refresh(&self.http, &self.urls, &self.clients, cell.provider, &refresh_token, now).await;
         match answer {
             Answer::Fresh(fresh) => self.store_fresh(cell, &sealed, fresh).await,
             Answer::Terminal(reason) => {
                 tracing::warn!(account_id = cell.account_id, %reason, "refresh refused: re-authorization required");
-                self.reauth_required(cell, &reason).await;
+                self.reauth_required(cell, &sealed, &reason).await;
                 Err(TokenError::ReauthRequired)
             }
             Answer::Transient { reason, retry_after } => {
@@ -325,7 +362,8 @@ impl Tokens {
     }
 
     /// `Some(credentials)` when they can be used as they are; `Ok(None)` when a refresh should be
-    /// tried now; an error when it may not be tried yet and nothing is usable.
+    /// tried now; an error when it may not be tried yet and nothing is usable (the scheduler then
+    /// leaves the account out until the backoff ends).
     fn check(&self, cell: &TokenCell, forced: bool) -> Result<Option<CredentialInput>, TokenError> {
         let held = cell.held();
         if held.reauth.is_some() {
@@ -340,13 +378,18 @@ impl Tokens {
         if fresh_enough && !forced {
             return Ok(Some(held.credentials.clone()));
         }
-        match held.backoff_until.filter(|until| *until > now) {
-            Some(until) if !forced => self.fallback(cell, &held, Some(until)).map(Some),
-            _ => Ok(None),
+        let Some(until) = held.backoff_until.filter(|until| *until > now && !forced) else { return Ok(None) };
+        let result = self.fallback(cell, &held, Some(until));
+        drop(held);
+        if result.is_err() {
+            self.scheduler.set_credential_block(cell.account_id, Some(until));
         }
+        result.map(Some)
     }
 
-    /// While refreshing is not possible: the current token if it may still be used (CRED-1).
+    /// While refreshing is not possible: the current token if it may still be used (CRED-1): a
+    /// Codex one with more than 30 s left, a Claude or Antigravity one while it is valid, and
+    /// never one that was refused.
     fn fallback(
         &self,
         cell: &TokenCell,
@@ -360,8 +403,7 @@ impl Tokens {
         };
         let grace = match cell.provider {
             Provider::Codex => ms(CODEX_GRACE),
-            // Claude and Antigravity need a valid token: one that a refresh was due for is not.
-            _ => ms(REFRESH_AHEAD),
+            _ => 0,
         };
         if !held.rejected && left.is_none_or(|l| l > grace) {
             return Ok(held.credentials.clone());
@@ -389,7 +431,7 @@ impl Tokens {
             }
         };
         let now = self.clock.now();
-        let sealed = match persist::fresh(
+        let (sealed, version) = match persist::fresh(
             &self.db,
             &self.sealer,
             cell.account_id,
@@ -399,7 +441,7 @@ impl Tokens {
         )
         .await
         {
-            Ok(Some(sealed)) => sealed,
+            Ok(Some(stored)) => stored,
             Ok(None) => {
                 // Re-authorized meanwhile: those credentials win; the directory brings them.
                 tracing::info!(
@@ -418,6 +460,7 @@ impl Tokens {
             let mut held = cell.held();
             held.credentials = credentials.clone();
             held.sealed = sealed;
+            held.version = version;
             held.rejected = false;
             held.failures = 0;
             held.backoff_until = None;
@@ -429,19 +472,72 @@ impl Tokens {
         Ok(credentials)
     }
 
-    async fn mark_rejected(&self, cell: &TokenCell) {
-        cell.held().rejected = true;
-        if let Err(e) = persist::rejected(&self.db, cell.account_id, self.clock.now()).await {
-            tracing::error!(account_id = cell.account_id, error = %e, "a refused token could not be recorded");
+    /// Marks the credential stored as `sealed` refused upstream, if it is still the current one.
+    async fn mark_rejected(&self, cell: &TokenCell, sealed: &[u8]) {
+        match persist::rejected(&self.db, cell.account_id, sealed, self.clock.now()).await {
+            Ok(Some(version)) => {
+                let mut held = cell.held();
+                if held.sealed == sealed {
+                    held.rejected = true;
+                    held.version = version;
+                }
+            }
+            Ok(None) => {} // replaced meanwhile: the mark is not about the current credential
+            Err(e) => {
+                tracing::error!(account_id = cell.account_id, error = %e, "a refused token could not be recorded");
+                cell.held().rejected = true;
+            }
         }
     }
 
-    async fn reauth_required(&self, cell: &TokenCell, reason: &str) {
-        cell.held().reauth = Some(reason.to_owned());
-        self.scheduler.set_credential_block(cell.account_id, Some(i64::MAX));
-        if let Err(e) = persist::reauth_required(&self.db, cell.account_id, reason, self.clock.now()).await {
-            tracing::error!(account_id = cell.account_id, error = %e, "re-authorization mark could not be stored");
+    /// Marks the credential stored as `sealed` as needing re-authorization, if it is still the
+    /// current one (a re-authorization meanwhile is never marked by the old grant's answer).
+    async fn reauth_required(&self, cell: &TokenCell, sealed: &[u8], reason: &str) {
+        let stored =
+            persist::reauth_required(&self.db, cell.account_id, sealed, reason, self.clock.now()).await;
+        let apply = |version: Option<i64>| {
+            let mut held = cell.held();
+            if held.sealed != sealed {
+                return false;
+            }
+            held.reauth = Some(reason.to_owned());
+            if let Some(v) = version {
+                held.version = v;
+            }
+            true
+        };
+        let applied = match stored {
+            Ok(Some(version)) => apply(Some(version)),
+            Ok(None) => false,
+            Err(e) => {
+                tracing::error!(account_id = cell.account_id, error = %e, "re-authorization mark could not be stored");
+                apply(None)
+            }
+        };
+        if applied {
+            self.scheduler.set_credential_block(cell.account_id, Some(i64::MAX));
         }
+    }
+
+    /// ACC-3 "Recover state": the refresh backoff goes (a grant that is gone stays gone).
+    pub fn clear_backoff(&self, account_id: i64) {
+        let Some(cell) = self.find(account_id) else { return };
+        let blocked = {
+            let mut held = cell.held();
+            held.failures = 0;
+            held.backoff_until = None;
+            held.last_error = None;
+            held.reauth.is_some()
+        };
+        if !blocked {
+            self.scheduler.set_credential_block(account_id, None);
+        }
+    }
+
+    /// A deleted account's cell goes, and its tokens with it.
+    pub fn forget(&self, account_id: i64) {
+        self.cells.lock().unwrap_or_else(|p| p.into_inner()).remove(&account_id);
+        self.scheduler.set_credential_block(account_id, None);
     }
 
     /// What may be shown of an account's tokens (UI-3): expiry, last refresh, backoff,
@@ -471,23 +567,45 @@ impl Tokens {
     /// (a disabled or switched-off account, for the admin's Test and Refresh token). `None` when
     /// the account has no credentials.
     pub async fn load(&self, id: i64) -> crate::error::Result<Option<Arc<TokenCell>>> {
-        if let Some(cell) = self.find(id) {
-            return Ok(Some(cell));
-        }
-        type Row = (String, Option<Vec<u8>>, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        type Row = (String, Option<Vec<u8>>, Option<i64>, Option<i64>, Option<String>, Option<i64>, i64);
         let row: Option<Row> = sqlx::query_as(
-            "SELECT provider, sealed_credential, token_rejected_at, reauth_required_at, reauth_reason, token_refreshed_at
+            "SELECT provider, sealed_credential, token_rejected_at, reauth_required_at, reauth_reason,
+                    token_refreshed_at, credential_version
              FROM accounts WHERE id = ? AND deleted_at IS NULL",
         )
         .bind(id)
         .fetch_optional(&self.db)
         .await?;
-        let (provider, sealed, rejected_at, reauth_at, reason, refreshed_at) =
+        let (provider, sealed, rejected_at, reauth_at, reason, refreshed_at, version) =
             row.ok_or(crate::error::Error::NotFound("account"))?;
         let (Some(provider), Some(sealed)) = (Provider::parse(&provider), sealed) else { return Ok(None) };
-        let flags = Flags::from_columns(rejected_at, reauth_at, reason, refreshed_at);
+        let flags = Flags::from_columns(rejected_at, reauth_at, reason, refreshed_at, version);
         let open = || open_sealed(&self.sealer, &sealed);
         Ok(self.cell(id, provider, &sealed, open, flags))
+    }
+}
+
+/// What a cell takes from a stored row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// The row is not newer than what the cell holds (it may be older: read before a refresh
+    /// the cell has since stored, holding a spent refresh token).
+    Nothing,
+    /// Newer marks on the same credential.
+    Marks,
+    /// Another credential: re-authorized, a new key.
+    Everything,
+}
+
+impl Take {
+    fn of(held_version: i64, held_sealed: &[u8], row_version: i64, row_sealed: &[u8]) -> Take {
+        if row_version < held_version || (row_version == held_version && row_sealed == held_sealed) {
+            Take::Nothing
+        } else if row_sealed == held_sealed {
+            Take::Marks
+        } else {
+            Take::Everything
+        }
     }
 }
 
@@ -504,7 +622,9 @@ enum Plan {
         sealed: Vec<u8>,
     },
     /// No refresh token, and the access token expired or was refused.
-    Dead,
+    Dead {
+        sealed: Vec<u8>,
+    },
     /// No refresh token, but the access token may still be used.
     Keep,
 }
@@ -516,7 +636,7 @@ fn refresh_plan(held: &Held, now_ms: i64) -> Plan {
         }
         CredentialInput::OAuth { expires_at, .. } => {
             let expired = expires_at.is_some_and(|e| e.timestamp_millis() <= now_ms);
-            if held.rejected || expired { Plan::Dead } else { Plan::Keep }
+            if held.rejected || expired { Plan::Dead { sealed: held.sealed.clone() } } else { Plan::Keep }
         }
         CredentialInput::ApiKey { .. } => Plan::Keep,
     }
@@ -543,7 +663,8 @@ mod persist {
     use super::*;
 
     /// Stores refreshed credentials if the stored ones are still `old` (a re-authorization
-    /// meanwhile wins); returns the new sealed blob, or `None` when they were replaced.
+    /// meanwhile wins); returns the new sealed blob and `credential_version`, or `None` when they
+    /// were replaced.
     pub(super) async fn fresh(
         db: &SqlitePool,
         sealer: &Sealer,
@@ -551,7 +672,7 @@ mod persist {
         old: &[u8],
         credentials: &CredentialInput,
         now: DateTime<Utc>,
-    ) -> crate::error::Result<Option<Vec<u8>>> {
+    ) -> crate::error::Result<Option<(Vec<u8>, i64)>> {
         let plain =
             serde_json::to_vec(credentials).map_err(|e| crate::error::Error::Internal(e.to_string()))?;
         let sealed = sealer.seal(SEAL_PURPOSE, &plain)?;
@@ -561,10 +682,12 @@ mod persist {
             }
             CredentialInput::ApiKey { .. } => (None, None),
         };
-        let done = sqlx::query(
+        let version: Option<i64> = sqlx::query_scalar(
             "UPDATE accounts SET sealed_credential = ?, token_expires_at = ?, token_refreshed_at = ?,
-                    token_rejected_at = NULL, provider_account_id = COALESCE(?, provider_account_id)
-             WHERE id = ? AND sealed_credential = ? AND deleted_at IS NULL",
+                    token_rejected_at = NULL, provider_account_id = COALESCE(?, provider_account_id),
+                    credential_version = credential_version + 1
+             WHERE id = ? AND sealed_credential = ? AND deleted_at IS NULL
+             RETURNING credential_version",
         )
         .bind(&sealed)
         .bind(expires_at)
@@ -572,36 +695,65 @@ mod persist {
         .bind(provider_account_id)
         .bind(account_id)
         .bind(old)
-        .execute(db)
+        .fetch_optional(db)
         .await?;
-        Ok((done.rows_affected() == 1).then_some(sealed))
+        Ok(version.map(|v| (sealed, v)))
     }
 
+    /// Marks the credential stored as `sealed` refused upstream; `None` when it was replaced.
     pub(super) async fn rejected(
         db: &SqlitePool,
         account_id: i64,
+        sealed: &[u8],
         now: DateTime<Utc>,
-    ) -> crate::error::Result<()> {
-        sqlx::query("UPDATE accounts SET token_rejected_at = ? WHERE id = ?")
-            .bind(to_unix(now))
-            .bind(account_id)
-            .execute(db)
-            .await?;
-        Ok(())
+    ) -> crate::error::Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "UPDATE accounts SET token_rejected_at = ?, credential_version = credential_version + 1
+             WHERE id = ? AND sealed_credential = ? RETURNING credential_version",
+        )
+        .bind(to_unix(now))
+        .bind(account_id)
+        .bind(sealed)
+        .fetch_optional(db)
+        .await?)
     }
 
+    /// Marks the credential stored as `sealed` as needing re-authorization; `None` when it was
+    /// replaced.
     pub(super) async fn reauth_required(
         db: &SqlitePool,
         account_id: i64,
+        sealed: &[u8],
         reason: &str,
         now: DateTime<Utc>,
-    ) -> crate::error::Result<()> {
-        sqlx::query("UPDATE accounts SET reauth_required_at = ?, reauth_reason = ? WHERE id = ?")
-            .bind(to_unix(now))
-            .bind(reason)
-            .bind(account_id)
-            .execute(db)
-            .await?;
-        Ok(())
+    ) -> crate::error::Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "UPDATE accounts SET reauth_required_at = ?, reauth_reason = ?,
+                    credential_version = credential_version + 1
+             WHERE id = ? AND sealed_credential = ? RETURNING credential_version",
+        )
+        .bind(to_unix(now))
+        .bind(reason)
+        .bind(account_id)
+        .bind(sealed)
+        .fetch_optional(db)
+        .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_takes_only_rows_newer_than_what_it_holds() {
+        // a reload that read the row before this process stored a refresh: ignored
+        assert_eq!(Take::of(3, b"refreshed", 2, b"spent"), Take::Nothing);
+        // the row the cell's own write produced
+        assert_eq!(Take::of(3, b"refreshed", 3, b"refreshed"), Take::Nothing);
+        // a mark written elsewhere on the same credential
+        assert_eq!(Take::of(3, b"refreshed", 4, b"refreshed"), Take::Marks);
+        // a re-authorization
+        assert_eq!(Take::of(3, b"refreshed", 4, b"new grant"), Take::Everything);
     }
 }

@@ -125,7 +125,7 @@ impl Onboarding {
                         .append_pair("client_id", &client.client_id)
                         .append_pair("response_type", "code")
                         .append_pair("redirect_uri", &client.redirect_uri)
-                        .append_pair("scope", "org:create_api_key user:profile user:inference");
+                        .append_pair("scope", &format!("org:create_api_key {}", refresh::CLAUDE_SCOPES));
                 }
                 _ => {
                     q.append_pair("access_type", "offline")

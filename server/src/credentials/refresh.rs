@@ -21,8 +21,9 @@ use serde_json::{Value, json};
 
 use crate::config::{OAuthClients, UpstreamUrls};
 
-/// Scopes Claude Code asks for when it refreshes (protocols.md §4).
-const CLAUDE_SCOPES: &str =
+/// Scopes Claude Code asks for when it refreshes (protocols.md §4); its sign-in asks for these
+/// and `org:create_api_key`, so a refresh never asks for more than was granted.
+pub const CLAUDE_SCOPES: &str =
     "user:profile user:inference user:sessions:claude_code user:mcp_servers user:file_upload";
 /// Longest a token endpoint may take.
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -123,10 +124,12 @@ pub fn classify(status: u16, v: &Value, retry_after: Option<Duration>, now: Date
             Some(access) => Answer::Fresh(Fresh {
                 access_token: access.to_owned(),
                 refresh_token: v["refresh_token"].as_str().filter(|t| !t.is_empty()).map(str::to_owned),
+                // No expires_in (a Codex answer may lack it): the access token's own `exp`.
                 expires_at: v["expires_in"]
                     .as_i64()
                     .filter(|s| *s > 0)
-                    .map(|s| now + chrono::Duration::seconds(s)),
+                    .map(|s| now + chrono::Duration::seconds(s))
+                    .or_else(|| jwt_expiry(access)),
                 provider_account_id: v["id_token"].as_str().and_then(chatgpt_account_id),
             }),
             None => Answer::Transient { reason: "token_endpoint_answer_unreadable".into(), retry_after },

@@ -10,8 +10,8 @@
 //!   redirects to `redirect_uri` with a code and the state, as after a real sign-in.
 //!
 //! A token family is one simulated grant: refresh tokens `<family>` (the first), then
-//! `<family>.1`, `<family>.2`, ...; access tokens carry the provider's prefix and the same
-//! suffix. A test scripts a family's token endpoint through `PUT /__mock/accounts/token:<family>`
+//! `<family>.1`, `<family>.2`, ... (Google keeps `<family>`: it does not rotate); access tokens
+//! carry the provider's prefix and the generation's suffix. A test scripts a family's token endpoint through `PUT /__mock/accounts/token:<family>`
 //! (steps: `invalid_grant`, `status` with Retry-After, `html_error`; `token_expires_in`), and its
 //! token calls are logged under that key, apart from model calls.
 
@@ -28,7 +28,10 @@ use serde_json::{Value, json};
 use sha2::Digest;
 
 use super::{MockState, Step, call, json};
-use crate::config::{DEFAULT_CLAUDE_CLIENT_ID, DEFAULT_CODEX_CLIENT_ID, DEFAULT_GOOGLE_CLIENT_ID};
+use crate::config::{
+    DEFAULT_CLAUDE_CLIENT_ID, DEFAULT_CLAUDE_REDIRECT_URI, DEFAULT_CODEX_CLIENT_ID,
+    DEFAULT_CODEX_REDIRECT_URI, DEFAULT_GOOGLE_CLIENT_ID, DEFAULT_GOOGLE_REDIRECT_URI,
+};
 
 /// The Google OAuth client secret the mock accepts (SubLane never ships one: it is configuration).
 pub const MOCK_GOOGLE_SECRET: &str = "mock-google-client-secret";
@@ -110,6 +113,7 @@ pub(crate) struct Grants {
 
 struct Pending {
     family: String,
+    state: String,
     challenge: String,
     redirect_uri: String,
     client_id: String,
@@ -229,7 +233,9 @@ async fn token(
         "refresh_token" => {
             let presented = split(&field("refresh_token").unwrap_or_default()).1;
             let current = grants.current.get(&family).copied().unwrap_or(0);
-            if presented != current {
+            // Codex and Claude rotate: a refresh token is single-use. Google keeps its refresh
+            // token: it may be presented again (only the family's first one is ever issued).
+            if presented != current && !(issuer == Issuer::Google && presented == 0) {
                 return issuer.invalid_grant(true); // single use: an old token was presented again
             }
             current + 1
@@ -240,9 +246,12 @@ async fn token(
             let verifier = field("code_verifier").unwrap_or_default();
             let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .encode(sha2::Sha256::digest(verifier.as_bytes()));
+            // Claude's exchange carries the state too.
+            let state_ok = issuer != Issuer::Claude || field("state").as_deref() == Some(p.state.as_str());
             if challenge != p.challenge
                 || field("redirect_uri").as_deref() != Some(p.redirect_uri.as_str())
                 || field("client_id").as_deref() != Some(p.client_id.as_str())
+                || !state_ok
             {
                 return issuer.invalid_grant(false);
             }
@@ -254,6 +263,12 @@ async fn token(
     let refresh = token_name(&family, generation);
     let access = format!("{}{}", issuer.access_prefix(), refresh);
     let mut answer = json!({"access_token": access, "refresh_token": refresh, "expires_in": lifetime, "token_type": "Bearer"});
+    if issuer == Issuer::Google && grant == "refresh_token" {
+        // Google answers a refresh without a refresh token: the old one stays valid.
+        if let Some(a) = answer.as_object_mut() {
+            a.remove("refresh_token");
+        }
+    }
     match issuer {
         Issuer::Codex => {
             // An unsigned id token with the ChatGPT account id, as Codex reads it.
@@ -295,6 +310,18 @@ pub async fn authorize(State(s): State<MockState>, Query(q): Query<HashMap<Strin
             json!({"error": "invalid_client", "error_description": "unknown client_id"}),
         );
     }
+    // Each client may only send its sign-ins back to its registered address.
+    let registered = match q["client_id"].as_str() {
+        DEFAULT_CODEX_CLIENT_ID => DEFAULT_CODEX_REDIRECT_URI,
+        DEFAULT_CLAUDE_CLIENT_ID => DEFAULT_CLAUDE_REDIRECT_URI,
+        _ => DEFAULT_GOOGLE_REDIRECT_URI,
+    };
+    if q["redirect_uri"] != registered {
+        return json(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_request", "error_description": "redirect_uri mismatch"}),
+        );
+    }
     let mut grants = s.grants();
     grants.next += 1;
     let n = grants.next;
@@ -303,6 +330,7 @@ pub async fn authorize(State(s): State<MockState>, Query(q): Query<HashMap<Strin
         code.clone(),
         Pending {
             family: format!("signin-{n}"),
+            state: q["state"].clone(),
             challenge: q["code_challenge"].clone(),
             redirect_uri: q["redirect_uri"].clone(),
             client_id: q["client_id"].clone(),

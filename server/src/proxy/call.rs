@@ -544,7 +544,7 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
 }
 
 /// ACC-2: how many times an unbound request may move to another account before any byte.
-const MAX_SWITCHES: u32 = 2;
+pub(super) const MAX_SWITCHES: u32 = 2;
 
 /// Reads a non-streaming upstream answer, at most [`MAX_UPSTREAM_JSON_BYTES`].
 async fn read_capped(upstream: reqwest::Response) -> Result<Bytes, GatewayError> {

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
 
-use crate::directory::Account;
+use crate::{credentials::TokenError, directory::Account, scheduler::Rule};
 
 use super::{
     Spec,
@@ -374,14 +374,35 @@ async fn route(
     let spec = Spec { protocol: Protocol::OpenAi, op: Operation::Responses, only };
     let pin = bound.as_ref().map(|b| b.account.id);
     let conversation = Conversation::of(headers, fields);
-    let (lease, upstream_model) =
-        schedule::schedule(s, spec, attempt, headers, conversation, pin, &[]).await?;
-    let account = Arc::clone(lease.account());
-    attempt.lease = Some(lease);
-    if bound.is_none() {
+    // The first turn moves off an account without a usable token like an HTTP request does
+    // (CRED-3): a conversation bound to it stays and is told; anything else tries another.
+    let mut tried: Vec<i64> = Vec::new();
+    let mut last_token_error: Option<GatewayError> = None;
+    loop {
+        let (lease, upstream_model) =
+            match schedule::schedule(s, spec, attempt, headers, conversation, pin, &tried).await {
+                Ok(chosen) => chosen,
+                Err(refused) => return Err(last_token_error.map_or(refused, |e| (e, Outcome::Error))),
+            };
+        let account = Arc::clone(lease.account());
+        attempt.lease = Some(lease);
+        if bound.is_some() {
+            return Ok(upstream_model);
+        }
         match connect(s, &account, headers).await {
-            Ok(upstream) => *bound = Some(Binding { account, upstream }),
-            Err(Refused { mut error, verdict }) => {
+            Ok(upstream) => {
+                *bound = Some(Binding { account, upstream });
+                return Ok(upstream_model);
+            }
+            Err(Refused { error, verdict: None, token: true })
+                if !attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding)
+                    && tried.len() < call::MAX_SWITCHES as usize =>
+            {
+                tried.push(account.id);
+                attempt.lease.take();
+                last_token_error = Some(error);
+            }
+            Err(Refused { mut error, verdict, .. }) => {
                 // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
                 // told the wait that is enforced.
                 if let (Some(lease), Some((status, body, hint))) = (attempt.lease.as_mut(), verdict) {
@@ -397,7 +418,6 @@ async fn route(
             }
         }
     }
-    Ok(upstream_model)
 }
 
 /// A handshake the upstream refused: the error for the client and, when the upstream answered,
@@ -405,11 +425,19 @@ async fn route(
 struct Refused {
     error: GatewayError,
     verdict: Option<(axum::http::StatusCode, Value, Option<Duration>)>,
+    /// The account had no usable token: nothing was sent.
+    token: bool,
 }
 
 impl From<GatewayError> for Refused {
     fn from(error: GatewayError) -> Self {
-        Refused { error, verdict: None }
+        Refused { error, verdict: None, token: false }
+    }
+}
+
+impl From<TokenError> for Refused {
+    fn from(e: TokenError) -> Self {
+        Refused { error: call::token_error(&e), verdict: None, token: true }
     }
 }
 
@@ -432,7 +460,7 @@ fn refused_handshake(status: axum::http::StatusCode) -> GatewayError {
 async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result<Upstream, Refused> {
     let mut retried = false;
     loop {
-        let credentials = s.tokens.usable(&account.tokens).await.map_err(|e| call::token_error(&e))?;
+        let credentials = s.tokens.usable(&account.tokens).await?;
         match handshake(s, account, &credentials, headers).await {
             Err(Refused { verdict: Some((StatusCode::UNAUTHORIZED, ..)), .. })
                 if account.provider.uses_oauth() =>
@@ -488,7 +516,11 @@ async fn handshake(
             let body =
                 resp.body().as_deref().and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
             let hint = schedule::retry_after_header(resp.headers(), s.clock.now());
-            Err(Refused { error: refused_handshake(status), verdict: Some((status, body, hint)) })
+            Err(Refused {
+                error: refused_handshake(status),
+                verdict: Some((status, body, hint)),
+                token: false,
+            })
         }
         Ok(Err(_)) => Err(GatewayError::upstream_unavailable().into()),
         Err(_) => Err(GatewayError::upstream_timeout().into()),

@@ -293,7 +293,8 @@ impl Scheduler {
         rt.refresh();
         match until {
             None if was != 0 => self.wake_locked_all(&mut inner),
-            Some(end) if end != i64::MAX => self.block_appeared(&mut inner, slot, end),
+            // Waiters for this account are answered now, whether the block ends or not.
+            Some(end) if end != was => self.block_appeared(&mut inner, slot, end),
             _ => {}
         }
     }

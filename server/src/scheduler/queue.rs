@@ -184,7 +184,10 @@ impl Scheduler {
                     let _ = tx.send(None);
                 }
             }
-            self.arm_timer(inner, pool_id, until);
+            // A block without an end (re-authorization required) needs no timer.
+            if until != i64::MAX {
+                self.arm_timer(inner, pool_id, until);
+            }
         }
     }
 
