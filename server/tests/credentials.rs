@@ -134,6 +134,30 @@ impl Bed {
     }
 }
 
+/// One WebSocket session with one turn, which must complete.
+async fn ws_turn(b: &Bed) {
+    let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let create =
+        json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
+    ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let tungstenite::Message::Text(t) = msg else { continue };
+        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        assert_ne!(v["type"], "error", "{v}");
+        if v["type"] == "response.completed" {
+            return;
+        }
+    }
+}
+
 fn status(code: u16) -> Value {
     json!({"kind": "status", "status": code})
 }
@@ -351,26 +375,7 @@ async fn a_refused_token_is_refreshed_and_the_call_retried_once() {
     // The WebSocket path: the handshake's 401 refreshes and connects with the new token.
     b.oauth("codex", "at-ws", Some("ws"), 3600).await;
     b.rig.script("at-ws", json!({"refuse_websocket": 401})).await;
-    let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    let create =
-        json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
-    ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
-    loop {
-        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let tungstenite::Message::Text(t) = msg else { continue };
-        let v: Value = serde_json::from_str(t.as_str()).unwrap();
-        assert_ne!(v["type"], "error", "{v}");
-        if v["type"] == "response.completed" {
-            break;
-        }
-    }
+    ws_turn(&b).await;
     assert_eq!((b.token_calls("ws"), b.model_calls("at-ws.1")), (1, 1));
 }
 
@@ -710,26 +715,7 @@ async fn a_websocket_session_moves_off_an_account_without_a_usable_token() {
     b.oauth("codex", "at-w2", Some("w2"), 3600).await;
     b.script_token("w1", json!({"steps": [status(500)]})).await;
     for _ in 0..2 {
-        let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
-        let mut req = url.into_client_request().unwrap();
-        req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
-        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-        let create =
-            json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
-        ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
-        loop {
-            let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-            let tungstenite::Message::Text(t) = msg else { continue };
-            let v: Value = serde_json::from_str(t.as_str()).unwrap();
-            assert_ne!(v["type"], "error", "{v}");
-            if v["type"] == "response.completed" {
-                break;
-            }
-        }
+        ws_turn(&b).await;
     }
     assert_eq!(b.model_calls("at-w2"), 2, "both sessions were served by the account with a token");
     assert!(b.token_calls("w1") <= 1, "the failing account was tried at most once (then backed off)");
