@@ -277,10 +277,10 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
     let accounts = accounts::list(&s.db).await?;
     // The token cells are the directory's: load it if this process has not yet, and read the
     // cells of accounts it leaves out (disabled, switched off) from the database.
-    s.directory.snapshot(&s.db, &s.sealer).await?;
+    let snapshot = s.directory.snapshot(&s.db, &s.sealer).await?;
     let mut tokens = HashMap::new();
     for a in accounts.iter().filter(|a| a.provider.uses_oauth()) {
-        if s.tokens.load(a.id).await?.is_some() {
+        if snapshot.routes_account(a.id) || s.tokens.load(a.id).await?.is_some() {
             tokens.insert(a.id, s.tokens.state(a.id));
         }
     }

@@ -164,6 +164,11 @@ impl Snapshot {
     pub fn pool(&self, id: i64) -> Option<&PoolRoutes> {
         self.pools.get(&id)
     }
+
+    /// Whether account `id` is routed (its token cell follows every reload).
+    pub fn routes_account(&self, id: i64) -> bool {
+        self.accounts.contains_key(&id)
+    }
 }
 
 pub struct Directory {
