@@ -17,15 +17,14 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 
 rm -rf "$DATA"
-"$BIN/mock-upstream" --addr "$MOCK_ADDR" >/dev/null &
+MOCK_OUT=$(mktemp)
+"$BIN/mock-upstream" --addr "$MOCK_ADDR" >"$MOCK_OUT" &
 pids+=($!)
+for _ in $(seq 100); do grep -q 'listening on' "$MOCK_OUT" && break; sleep 0.1; done
+grep -q 'listening on' "$MOCK_OUT" || { echo "the mock upstream did not start on $MOCK" >&2; exit 1; }
+# The mock prints the SUBLANE_* settings that point SubLane at it.
+set -a; source <(grep '^SUBLANE_' "$MOCK_OUT"); set +a
 SUBLANE_ADDR=$ADDR SUBLANE_DATA_DIR=$DATA SUBLANE_ADMIN_PASSWORD=$PASSWORD RUST_LOG=warn \
-SUBLANE_CODEX_BASE_URL=$MOCK/backend-api/codex SUBLANE_CODEX_USAGE_URL=$MOCK/backend-api/wham/usage \
-SUBLANE_CODEX_TOKEN_URL=$MOCK/oauth/token SUBLANE_CODEX_AUTHORIZE_URL=$MOCK/oauth/authorize \
-SUBLANE_CLAUDE_BASE_URL=$MOCK SUBLANE_CLAUDE_TOKEN_URL=$MOCK/v1/oauth/token SUBLANE_CLAUDE_AUTHORIZE_URL=$MOCK/oauth/authorize \
-SUBLANE_ANTIGRAVITY_BASE_URL=$MOCK SUBLANE_GOOGLE_TOKEN_URL=$MOCK/token SUBLANE_GOOGLE_AUTHORIZE_URL=$MOCK/o/oauth2/v2/auth \
-SUBLANE_GOOGLE_CLIENT_SECRET=mock-google-client-secret \
-SUBLANE_OPENAI_BASE_URL=$MOCK/v1 SUBLANE_ANTHROPIC_BASE_URL=$MOCK \
   "$BIN/sublane" >/dev/null &
 pids+=($!)
 

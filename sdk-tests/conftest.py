@@ -27,6 +27,19 @@ def _read_until(proc, pattern):
     raise RuntimeError(f"{proc.args[0]} exited before printing {pattern!r}")
 
 
+def _mock_env(proc):
+    """The mock upstream's URL and the SUBLANE_* settings it prints before it listens (they point
+    SubLane at it)."""
+    env = {}
+    for line in proc.stdout:
+        m = re.match(r"(SUBLANE_\w+)=(\S*)$", line.strip())
+        if m:
+            env[m.group(1)] = m.group(2)
+        elif m := re.search(r"listening on (\S+)", line):
+            return m.group(1), env
+    raise RuntimeError(f"{proc.args[0]} exited before it listened")
+
+
 def _api(base):
     """POSTs JSON to SubLane's admin API with a session cookie and this site's Origin."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
@@ -46,22 +59,14 @@ def _api(base):
 @pytest.fixture(scope="session")
 def gateway():
     mock = subprocess.Popen([BIN / "mock-upstream", "--addr", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
-    mock_url = _read_until(mock, r"listening on (\S+)")
+    mock_url, mock_env = _mock_env(mock)
     data = tempfile.mkdtemp(prefix="sublane-sdk-")
     env = {
         **os.environ,
         "SUBLANE_ADDR": "127.0.0.1:0",
         "SUBLANE_DATA_DIR": data,
         "SUBLANE_ADMIN_PASSWORD": ADMIN_PASSWORD,
-        "SUBLANE_CODEX_BASE_URL": f"{mock_url}/backend-api/codex",
-        "SUBLANE_OPENAI_BASE_URL": f"{mock_url}/v1",
-        "SUBLANE_CLAUDE_BASE_URL": mock_url,
-        "SUBLANE_ANTHROPIC_BASE_URL": mock_url,
-        "SUBLANE_ANTIGRAVITY_BASE_URL": mock_url,
-        "SUBLANE_CODEX_TOKEN_URL": f"{mock_url}/oauth/token",
-        "SUBLANE_CLAUDE_TOKEN_URL": f"{mock_url}/v1/oauth/token",
-        "SUBLANE_GOOGLE_TOKEN_URL": f"{mock_url}/token",
-        "SUBLANE_GOOGLE_CLIENT_SECRET": "mock-google-client-secret",
+        **mock_env,
         "RUST_LOG": "warn",
     }
     sublane = subprocess.Popen([BIN / "sublane"], env=env, stdout=subprocess.PIPE, text=True)

@@ -66,14 +66,14 @@ pub trait Backend: Send + Sync + 'static {
         me: &MemberView,
         provider: Provider,
         settings: AccountSettings,
-        source: Reauthorize,
+        source: CredentialSource,
     ) -> Result<AccountView, AppError>;
     /// ACC-3 "Re-authorize": new credentials from `source`, every other setting kept.
     async fn reauthorize(
         &self,
         me: &MemberView,
         id: i64,
-        source: Reauthorize,
+        source: CredentialSource,
     ) -> Result<AccountView, AppError>;
     /// Deletes an account (admins only).
     async fn delete_account(&self, me: &MemberView, id: i64) -> Result<(), AppError>;

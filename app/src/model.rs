@@ -416,13 +416,14 @@ pub struct AccountPatch {
     pub credentials: Option<CredentialInput>,
 }
 
-/// An account's settings as the web app edits them.
+/// An account's settings besides its credentials, as onboarding and the web app's edit form
+/// give them (unset priority and limit: the defaults, or unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AccountSettings {
     pub name: String,
     pub pool_ids: Vec<i64>,
-    pub priority: i32,
-    pub max_concurrency: u32,
+    pub priority: Option<i32>,
+    pub max_concurrency: Option<u32>,
 }
 
 /// `POST /api/accounts/oauth/start` (CRED-5): begin a provider sign-in.
@@ -476,12 +477,12 @@ pub struct CredentialImport {
     pub max_concurrency: Option<u32>,
 }
 
-/// `POST /api/accounts/{id}/reauthorize` (ACC-3): new credentials for an account, every other
-/// setting kept. Exactly one way: a finished sign-in (`flow_id` + `code`), a credential `file`,
-/// or an `api_key`.
+/// Where an account's credentials come from, exactly one way: a finished sign-in (`flow_id` +
+/// `code`), a credential `file`, or an `api_key`. The body of `POST /api/accounts/{id}/reauthorize`
+/// (ACC-3: new credentials, every other setting kept) and of the web app's Add account.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Reauthorize {
+pub struct CredentialSource {
     #[serde(default)]
     pub flow_id: Option<String>,
     #[serde(default)]

@@ -148,7 +148,12 @@ pub async fn save_account_settings(
     ssr::finish(
         async {
             let me = ssr::require_member().await?;
-            let settings = AccountSettings { name, pool_ids: pool_list(&pools)?, priority, max_concurrency };
+            let settings = AccountSettings {
+                name,
+                pool_ids: pool_list(&pools)?,
+                priority: Some(priority),
+                max_concurrency: Some(max_concurrency),
+            };
             ssr::backend()?.account_settings(&me, id, settings).await
         }
         .await,
@@ -185,8 +190,13 @@ pub async fn add_account(
     ssr::finish(
         async {
             let me = ssr::require_member().await?;
-            let settings = AccountSettings { name, pool_ids: pool_list(&pools)?, priority, max_concurrency };
-            let source = Reauthorize { flow_id, code, file, api_key };
+            let settings = AccountSettings {
+                name,
+                pool_ids: pool_list(&pools)?,
+                priority: Some(priority),
+                max_concurrency: Some(max_concurrency),
+            };
+            let source = CredentialSource { flow_id, code, file, api_key };
             ssr::backend()?.add_account(&me, provider, settings, source).await
         }
         .await,
@@ -205,7 +215,7 @@ pub async fn reauthorize_account(
     ssr::finish(
         async {
             let me = ssr::require_member().await?;
-            ssr::backend()?.reauthorize(&me, id, Reauthorize { flow_id, code, file, api_key }).await
+            ssr::backend()?.reauthorize(&me, id, CredentialSource { flow_id, code, file, api_key }).await
         }
         .await,
     )

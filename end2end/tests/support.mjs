@@ -18,7 +18,7 @@ function spawnUntil(bin, args, env, ready) {
     child.stdout.on('data', (chunk) => {
       out += chunk;
       const m = out.match(ready);
-      if (m) { clearTimeout(timer); ok({ child, url: m[1] }); }
+      if (m) { clearTimeout(timer); ok({ child, url: m[1], out }); }
     });
     child.on('exit', (code) => { clearTimeout(timer); fail(new Error(`${bin} exited with ${code}: ${out}`)); });
   });
@@ -29,23 +29,9 @@ async function stopChild(child) {
   await new Promise((ok) => (child.exitCode !== null ? ok() : child.on('exit', ok)));
 }
 
-/** What points SubLane at the mock upstream: every provider's model, token and authorize URLs. */
-function mockEnv(m) {
-  return {
-    SUBLANE_CODEX_BASE_URL: `${m}/backend-api/codex`,
-    SUBLANE_CODEX_USAGE_URL: `${m}/backend-api/wham/usage`,
-    SUBLANE_CODEX_TOKEN_URL: `${m}/oauth/token`,
-    SUBLANE_CODEX_AUTHORIZE_URL: `${m}/oauth/authorize`,
-    SUBLANE_OPENAI_BASE_URL: `${m}/v1`,
-    SUBLANE_CLAUDE_BASE_URL: m,
-    SUBLANE_CLAUDE_TOKEN_URL: `${m}/v1/oauth/token`,
-    SUBLANE_CLAUDE_AUTHORIZE_URL: `${m}/oauth/authorize`,
-    SUBLANE_ANTHROPIC_BASE_URL: m,
-    SUBLANE_ANTIGRAVITY_BASE_URL: m,
-    SUBLANE_GOOGLE_TOKEN_URL: `${m}/token`,
-    SUBLANE_GOOGLE_AUTHORIZE_URL: `${m}/o/oauth2/v2/auth`,
-    SUBLANE_GOOGLE_CLIENT_SECRET: 'mock-google-client-secret',
-  };
+/** The `SUBLANE_*` settings the mock printed before it listened: they point SubLane at it. */
+function mockEnv(out) {
+  return Object.fromEntries([...out.matchAll(/^(SUBLANE_\w+)=(\S*)$/gm)].map((m) => [m[1], m[2]]));
 }
 
 /**
@@ -64,7 +50,7 @@ export async function startServer({ mock = false } = {}) {
     SUBLANE_ADMIN_PASSWORD: ADMIN_PASSWORD,
     SUBLANE_SITE_ROOT: join(ROOT, 'target', 'site'),
     RUST_LOG: 'warn',
-    ...(upstream ? mockEnv(upstream.url) : {}),
+    ...(upstream ? mockEnv(upstream.out) : {}),
   }, /serving on (http:\/\/\S+)/);
   const stop = async () => {
     await stopChild(child);

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use app::model::{
-    AccountAction, AccountPatch, AccountRuntime, AccountTest, AccountView, CredentialImport, CredentialInput,
-    ModelRuntime, NewAccount, OAuthFinish, OAuthStarted, Provider, Reauthorize,
+    AccountAction, AccountPatch, AccountRuntime, AccountSettings, AccountTest, AccountView, CredentialImport,
+    CredentialInput, CredentialSource, ModelRuntime, NewAccount, OAuthFinish, OAuthStarted, Provider,
 };
 
 use crate::{
@@ -93,10 +93,9 @@ async fn test(s: &AppState, id: i64) -> Result<(AccountView, Option<AccountTest>
     Ok((account, Some(result)))
 }
 
-/// The account's token cell as the proxy uses it (read from the database when the directory has
-/// not loaded it: a disabled or switched-off account).
+/// The account's token cell as the proxy uses it, brought up to date with its row (also for an
+/// account the directory does not route: disabled or switched off).
 async fn token_cell(s: &AppState, id: i64) -> Result<Option<std::sync::Arc<crate::credentials::TokenCell>>> {
-    s.directory.snapshot(&s.db, &s.sealer).await?;
     s.tokens.load(id).await
 }
 
@@ -145,33 +144,25 @@ pub fn start_sign_in(s: &AppState, provider: Provider) -> Result<OAuthStarted> {
 
 /// CRED-5: a new account from a finished sign-in (its provider is the sign-in's).
 pub async fn add_signed_in(s: &AppState, f: OAuthFinish) -> Result<AccountView> {
-    let settings = Settings {
+    let settings = AccountSettings {
         name: f.name,
         pool_ids: f.pool_ids,
         priority: f.priority,
         max_concurrency: f.max_concurrency,
     };
-    let source = Reauthorize { flow_id: Some(f.flow_id), code: Some(f.code), ..Default::default() };
+    let source = CredentialSource { flow_id: Some(f.flow_id), code: Some(f.code), ..Default::default() };
     add(s, None, settings, source).await
 }
 
 /// CRED-5: a new account from a CLI credential file.
 pub async fn add_imported(s: &AppState, i: CredentialImport) -> Result<AccountView> {
-    let settings = Settings {
+    let settings = AccountSettings {
         name: i.name,
         pool_ids: i.pool_ids,
         priority: i.priority,
         max_concurrency: i.max_concurrency,
     };
-    add(s, Some(i.provider), settings, Reauthorize { file: Some(i.file), ..Default::default() }).await
-}
-
-/// A new account's settings, beside its credentials.
-pub struct Settings {
-    pub name: String,
-    pub pool_ids: Vec<i64>,
-    pub priority: Option<i32>,
-    pub max_concurrency: Option<u32>,
+    add(s, Some(i.provider), settings, CredentialSource { file: Some(i.file), ..Default::default() }).await
 }
 
 /// CRED-5: a new account of `provider` (the sign-in's when `None`) with credentials from
@@ -180,8 +171,8 @@ pub struct Settings {
 pub async fn add(
     s: &AppState,
     provider: Option<Provider>,
-    settings: Settings,
-    source: Reauthorize,
+    settings: AccountSettings,
+    source: CredentialSource,
 ) -> Result<AccountView> {
     accounts::check_new(&s.db, &settings.name, &settings.pool_ids, settings.max_concurrency).await?;
     let (provider, credentials) = credentials_from(s, provider, source).await?;
@@ -200,7 +191,7 @@ pub async fn add(
 async fn credentials_from(
     s: &AppState,
     provider: Option<Provider>,
-    source: Reauthorize,
+    source: CredentialSource,
 ) -> Result<(Provider, CredentialInput)> {
     let given = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
     let (flow, code, file, key) =
@@ -228,7 +219,7 @@ async fn credentials_from(
 /// ACC-3 "Re-authorize": new credentials in one write, every other setting kept. It starts a new
 /// lifecycle revision (old limits go, ACC-4) and clears the refusal and re-authorization marks;
 /// conversations bound to the account stay bound.
-pub async fn reauthorize(s: &AppState, id: i64, source: Reauthorize) -> Result<AccountView> {
+pub async fn reauthorize(s: &AppState, id: i64, source: CredentialSource) -> Result<AccountView> {
     let account = accounts::get(&s.db, id).await?;
     let (_, credentials) = credentials_from(s, Some(account.provider), source).await?;
     let patch = AccountPatch { credentials: Some(credentials), ..Default::default() };
@@ -238,7 +229,7 @@ pub async fn reauthorize(s: &AppState, id: i64, source: Reauthorize) -> Result<A
 }
 
 /// Edits an account's name, pools, concurrency limit (ADM-1) and priority (RT-5) together.
-pub async fn edit(s: &AppState, id: i64, settings: Settings) -> Result<AccountView> {
+pub async fn edit(s: &AppState, id: i64, settings: AccountSettings) -> Result<AccountView> {
     let patch = AccountPatch {
         name: Some(settings.name),
         pool_ids: Some(settings.pool_ids),

@@ -128,7 +128,7 @@ impl Backend for ServerBackend {
         settings: AccountSettings,
     ) -> Result<AccountView, AppError> {
         admin(me)?;
-        Ok(account_actions::edit(&self.state, id, settings_of(settings)).await?)
+        Ok(account_actions::edit(&self.state, id, settings).await?)
     }
 
     async fn account_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError> {
@@ -147,10 +147,10 @@ impl Backend for ServerBackend {
         me: &MemberView,
         provider: Provider,
         settings: AccountSettings,
-        source: Reauthorize,
+        source: CredentialSource,
     ) -> Result<AccountView, AppError> {
         admin(me)?;
-        let view = account_actions::add(&self.state, Some(provider), settings_of(settings), source).await?;
+        let view = account_actions::add(&self.state, Some(provider), settings, source).await?;
         self.state.configuration_changed().await;
         Ok(view)
     }
@@ -159,7 +159,7 @@ impl Backend for ServerBackend {
         &self,
         me: &MemberView,
         id: i64,
-        source: Reauthorize,
+        source: CredentialSource,
     ) -> Result<AccountView, AppError> {
         admin(me)?;
         Ok(account_actions::reauthorize(&self.state, id, source).await?)
@@ -168,15 +168,6 @@ impl Backend for ServerBackend {
     async fn delete_account(&self, me: &MemberView, id: i64) -> Result<(), AppError> {
         admin(me)?;
         Ok(account_actions::delete(&self.state, id).await?)
-    }
-}
-
-fn settings_of(s: AccountSettings) -> account_actions::Settings {
-    account_actions::Settings {
-        name: s.name,
-        pool_ids: s.pool_ids,
-        priority: Some(s.priority),
-        max_concurrency: Some(s.max_concurrency),
     }
 }
 

@@ -2,8 +2,8 @@
 //! accepted here and never returned.
 
 use app::model::{
-    AccountAction, AccountPatch, AccountRuntime, AccountTest, AccountView, CredentialImport, NewAccount,
-    OAuthFinish, OAuthStart, OAuthStarted, Reauthorize,
+    AccountAction, AccountPatch, AccountRuntime, AccountTest, AccountView, CredentialImport,
+    CredentialSource, NewAccount, OAuthFinish, OAuthStart, OAuthStarted,
 };
 use axum::{
     Json, Router,
@@ -143,7 +143,7 @@ async fn reauthorize(
     _: Admin,
     State(s): State<AppState>,
     ApiPath(id): ApiPath<i64>,
-    ApiJson(b): ApiJson<Reauthorize>,
+    ApiJson(b): ApiJson<CredentialSource>,
 ) -> Result<Json<AccountView>> {
     Ok(Json(account_actions::reauthorize(&s, id, b).await?))
 }

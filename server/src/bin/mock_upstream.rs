@@ -8,7 +8,8 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(name = "mock-upstream", about = "Simulated upstream providers for SubLane tests and demos")]
 struct Args {
-    /// Address to listen on (port 0 picks a free port; the chosen URL is printed).
+    /// Address to listen on (port 0 picks a free port). It prints the `SUBLANE_*` settings that
+    /// point SubLane at it, then `mock upstream listening on <url>`.
     #[arg(long, default_value = "127.0.0.1:4000")]
     addr: SocketAddr,
 }
@@ -20,6 +21,11 @@ async fn main() -> ExitCode {
         Ok(mock) => {
             #[allow(clippy::print_stdout)]
             {
+                // The settings that point SubLane at this mock, one `NAME=value` a line, then the
+                // line scripts wait for.
+                for (name, value) in mock.env() {
+                    println!("{name}={value}");
+                }
                 println!("mock upstream listening on {}", mock.url());
             }
             mock.wait().await;

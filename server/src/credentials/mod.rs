@@ -98,7 +98,8 @@ pub struct TokenCell {
 }
 
 impl TokenCell {
-    /// A cell that only hands out `credentials` (benchmarks and unit tests of other modules).
+    /// A new cell holding `credentials` (not stored anywhere: [`Tokens::cell`] sets what is;
+    /// benchmarks and other modules' unit tests use it as it is).
     pub fn fixed(account_id: i64, provider: Provider, credentials: CredentialInput) -> Arc<TokenCell> {
         Arc::new(TokenCell {
             account_id,
