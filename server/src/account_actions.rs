@@ -77,7 +77,7 @@ async fn test(s: &AppState, id: i64) -> Result<(AccountView, Option<AccountTest>
             }
         },
         None => match accounts::credentials(&s.db, &s.sealer, id).await? {
-            Some(c) => c,
+            Some(c) => std::sync::Arc::new(c),
             None => return Err(Error::invalid("the account has no credentials to test")),
         },
     };

@@ -78,7 +78,7 @@ pub async fn sign_in(
     let gate = || {
         from.throttle
             .check(username, from.ip)
-            .map_err(|wait| Error::TooManyAttempts(wait.as_secs_f64().ceil().max(1.0) as u64))
+            .map_err(|wait| Error::TooManyAttempts(crate::scheduler::state::retry_secs(wait)))
     };
     gate()?;
     let row = members::find_by_username(db, username).await?;

@@ -43,7 +43,7 @@ use crate::{
     clock::{SharedClock, to_unix},
     config::{OAuthClients, UpstreamUrls},
     crypto::Sealer,
-    scheduler::Scheduler,
+    scheduler::{Scheduler, state::retry_secs_until},
 };
 use refresh::Answer;
 
@@ -72,7 +72,8 @@ pub enum TokenError {
 
 /// The live state of one account's credentials.
 struct Held {
-    credentials: CredentialInput,
+    /// Shared with the requests using them: handing them out copies no token.
+    credentials: Arc<CredentialInput>,
     /// The sealed blob these credentials are stored as (the compare-and-swap key of every write).
     sealed: Vec<u8>,
     /// `credential_version` of what is held: a row with a lower one is older than this.
@@ -105,7 +106,7 @@ impl TokenCell {
             account_id,
             provider,
             held: Mutex::new(Held {
-                credentials,
+                credentials: Arc::new(credentials),
                 sealed: Vec::new(),
                 version: 0,
                 rejected: false,
@@ -121,12 +122,6 @@ impl TokenCell {
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The credentials as they are now, whatever their state (targets that need no refresh:
-    /// API keys; the Test action).
-    pub fn current(&self) -> CredentialInput {
-        self.held().credentials.clone()
     }
 }
 
@@ -220,7 +215,7 @@ impl Tokens {
                 if take == Take::Everything {
                     let credentials = open()?;
                     let mut held = cell.held();
-                    held.credentials = credentials;
+                    held.credentials = Arc::new(credentials);
                     held.sealed = sealed.to_vec();
                     held.failures = 0;
                     held.backoff_until = None;
@@ -249,12 +244,15 @@ impl Tokens {
 
     /// Credentials to send upstream now, refreshing first when the access token is close to its
     /// end (or was refused). OAuth only; API keys are returned as they are.
-    pub async fn usable(self: &Arc<Self>, cell: &Arc<TokenCell>) -> Result<CredentialInput, TokenError> {
+    pub async fn usable(self: &Arc<Self>, cell: &Arc<TokenCell>) -> Result<Arc<CredentialInput>, TokenError> {
         self.usable_or_refresh(cell, false).await
     }
 
     /// An admin's "Refresh token" (ACC-3): now, whatever the expiry or the backoff.
-    pub async fn refresh_now(self: &Arc<Self>, cell: &Arc<TokenCell>) -> Result<CredentialInput, TokenError> {
+    pub async fn refresh_now(
+        self: &Arc<Self>,
+        cell: &Arc<TokenCell>,
+    ) -> Result<Arc<CredentialInput>, TokenError> {
         self.usable_or_refresh(cell, true).await
     }
 
@@ -266,12 +264,12 @@ impl Tokens {
         cell: &Arc<TokenCell>,
         used: &CredentialInput,
         retried: bool,
-    ) -> Result<CredentialInput, TokenError> {
+    ) -> Result<Arc<CredentialInput>, TokenError> {
         let sealed = {
             let held = cell.held();
             if access_of(&held.credentials) != access_of(used) {
                 // Someone refreshed or re-authorized meanwhile: try with that.
-                return Ok(held.credentials.clone());
+                return Ok(Arc::clone(&held.credentials));
             }
             held.sealed.clone()
         };
@@ -287,7 +285,7 @@ impl Tokens {
         self: &Arc<Self>,
         cell: &Arc<TokenCell>,
         forced: bool,
-    ) -> Result<CredentialInput, TokenError> {
+    ) -> Result<Arc<CredentialInput>, TokenError> {
         if let Some(ok) = self.check(cell, forced)? {
             return Ok(ok);
         }
@@ -306,7 +304,7 @@ impl Tokens {
         &self,
         cell: &TokenCell,
         before: Option<Vec<u8>>,
-    ) -> Result<CredentialInput, TokenError> {
+    ) -> Result<Arc<CredentialInput>, TokenError> {
         let forced = before.is_some();
         let _turn = cell.refreshing.lock().await;
         let refreshed_meanwhile = before.is_some_and(|b| b != cell.held().sealed);
@@ -350,7 +348,7 @@ impl Tokens {
                 match result {
                     // The admin asked for a refresh: say it failed, though the old token serves on.
                     Ok(_) if forced => {
-                        Err(TokenError::Unavailable { retry_after: secs_until(until, self.now_ms()) })
+                        Err(TokenError::Unavailable { retry_after: retry_secs_until(until, self.now_ms()) })
                     }
                     Ok(c) => Ok(c),
                     Err(e) => {
@@ -365,19 +363,19 @@ impl Tokens {
     /// `Some(credentials)` when they can be used as they are; `Ok(None)` when a refresh should be
     /// tried now; an error when it may not be tried yet and nothing is usable (the scheduler then
     /// leaves the account out until the backoff ends).
-    fn check(&self, cell: &TokenCell, forced: bool) -> Result<Option<CredentialInput>, TokenError> {
+    fn check(&self, cell: &TokenCell, forced: bool) -> Result<Option<Arc<CredentialInput>>, TokenError> {
         let held = cell.held();
         if held.reauth.is_some() {
             return Err(TokenError::ReauthRequired);
         }
-        let CredentialInput::OAuth { expires_at, .. } = &held.credentials else {
-            return Ok(Some(held.credentials.clone()));
+        let CredentialInput::OAuth { expires_at, .. } = held.credentials.as_ref() else {
+            return Ok(Some(Arc::clone(&held.credentials)));
         };
         let now = self.now_ms();
         let fresh_enough =
             !held.rejected && expires_at.is_none_or(|e| e.timestamp_millis() - now > ms(REFRESH_AHEAD));
         if fresh_enough && !forced {
-            return Ok(Some(held.credentials.clone()));
+            return Ok(Some(Arc::clone(&held.credentials)));
         }
         let Some(until) = held.backoff_until.filter(|until| *until > now && !forced) else { return Ok(None) };
         let result = self.fallback(cell, &held, Some(until));
@@ -396,20 +394,20 @@ impl Tokens {
         cell: &TokenCell,
         held: &Held,
         until: Option<i64>,
-    ) -> Result<CredentialInput, TokenError> {
+    ) -> Result<Arc<CredentialInput>, TokenError> {
         let now = self.now_ms();
-        let left = match &held.credentials {
+        let left = match held.credentials.as_ref() {
             CredentialInput::OAuth { expires_at, .. } => expires_at.map(|e| e.timestamp_millis() - now),
-            CredentialInput::ApiKey { .. } => return Ok(held.credentials.clone()),
+            CredentialInput::ApiKey { .. } => return Ok(Arc::clone(&held.credentials)),
         };
         let grace = match cell.provider {
             Provider::Codex => ms(CODEX_GRACE),
             _ => 0,
         };
         if !held.rejected && left.is_none_or(|l| l > grace) {
-            return Ok(held.credentials.clone());
+            return Ok(Arc::clone(&held.credentials));
         }
-        Err(TokenError::Unavailable { retry_after: until.map_or(1, |u| secs_until(u, now)) })
+        Err(TokenError::Unavailable { retry_after: until.map_or(1, |u| retry_secs_until(u, now)) })
     }
 
     /// Seals and stores a refresh's tokens, then hands them out (CRED-1: sealed before used).
@@ -418,10 +416,10 @@ impl Tokens {
         cell: &TokenCell,
         old_sealed: &[u8],
         fresh: refresh::Fresh,
-    ) -> Result<CredentialInput, TokenError> {
-        let credentials = {
+    ) -> Result<Arc<CredentialInput>, TokenError> {
+        let credentials = Arc::new({
             let held = cell.held();
-            match &held.credentials {
+            match held.credentials.as_ref() {
                 CredentialInput::OAuth { refresh_token, provider_account_id, .. } => CredentialInput::OAuth {
                     access_token: fresh.access_token,
                     refresh_token: fresh.refresh_token.or_else(|| refresh_token.clone()),
@@ -430,7 +428,7 @@ impl Tokens {
                 },
                 other => other.clone(),
             }
-        };
+        });
         let now = self.clock.now();
         let (sealed, version) = match persist::fresh(
             &self.db,
@@ -459,7 +457,7 @@ impl Tokens {
         };
         {
             let mut held = cell.held();
-            held.credentials = credentials.clone();
+            held.credentials = Arc::clone(&credentials);
             held.sealed = sealed;
             held.version = version;
             held.rejected = false;
@@ -546,7 +544,9 @@ impl Tokens {
     pub fn state(&self, account_id: i64) -> Option<TokenState> {
         let cell = self.cells.lock().unwrap_or_else(|p| p.into_inner()).get(&account_id).cloned()?;
         let held = cell.held();
-        let CredentialInput::OAuth { expires_at, refresh_token, .. } = &held.credentials else { return None };
+        let CredentialInput::OAuth { expires_at, refresh_token, .. } = held.credentials.as_ref() else {
+            return None;
+        };
         let now = self.now_ms();
         Some(TokenState {
             expires_at: expires_at.map(to_unix),
@@ -631,7 +631,7 @@ enum Plan {
 }
 
 fn refresh_plan(held: &Held, now_ms: i64) -> Plan {
-    match &held.credentials {
+    match held.credentials.as_ref() {
         CredentialInput::OAuth { refresh_token: Some(r), .. } => {
             Plan::Refresh { refresh_token: r.clone(), sealed: held.sealed.clone() }
         }
@@ -648,11 +648,6 @@ fn access_of(c: &CredentialInput) -> &str {
         CredentialInput::OAuth { access_token, .. } => access_token,
         CredentialInput::ApiKey { api_key } => api_key,
     }
-}
-
-/// Whole seconds from `now` until `until` (unix ms), rounded up, at least 1 (a Retry-After).
-fn secs_until(until: i64, now: i64) -> u64 {
-    ((until - now).max(0) as u64).div_ceil(1000).max(1)
 }
 
 fn ms(d: Duration) -> i64 {

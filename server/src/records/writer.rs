@@ -2,6 +2,8 @@
 //! batch in a single transaction and prunes in the same transaction (REC-5), so the hot path never
 //! opens a transaction and pruning is atomic with the write.
 
+use std::sync::Arc;
+
 use sqlx::SqlitePool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -16,38 +18,25 @@ const BATCH: usize = 512;
 /// Rows per INSERT statement (18 parameters each; SQLite allows 32,766 per statement).
 const INSERT_ROWS: usize = 128;
 
-/// Where finished attempts are sent. Cheap to clone.
+/// Where finished attempts are sent. Cheap to clone: it is cloned with `AppState` on every
+/// request, so the close signal sits behind an `Arc` (cloning a `CancellationToken` takes a lock).
 #[derive(Clone, Debug)]
 pub struct RecordSink {
     tx: mpsc::Sender<NewRecord>,
-    closed: CancellationToken,
+    closed: Arc<CancellationToken>,
 }
 
 impl RecordSink {
     /// Queues a record. Waits only when the writer is thousands of records behind.
     pub async fn send(&self, record: NewRecord) {
-        let stopped = match self.tx.try_send(record) {
-            Ok(()) => false,
-            Err(mpsc::error::TrySendError::Full(record)) => self.tx.send(record).await.is_err(),
-            Err(mpsc::error::TrySendError::Closed(_)) => true,
-        };
-        if stopped {
-            tracing::error!("record writer stopped; a request record was dropped");
-        }
+        self.send_from(&mut Some(record)).await;
     }
 
     /// Queues the record in `slot`, waiting only when the writer is thousands behind. The record
     /// leaves `slot` only when it is queued: if this is cancelled while waiting, it is still there.
     pub async fn send_from(&self, slot: &mut Option<NewRecord>) {
         let Some(record) = slot.take() else { return };
-        let record = match self.tx.try_send(record) {
-            Ok(()) => return,
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                tracing::error!("record writer stopped; a request record was dropped");
-                return;
-            }
-            Err(mpsc::error::TrySendError::Full(record)) => record,
-        };
+        let Some(record) = self.try_send(record) else { return };
         *slot = Some(record);
         match self.tx.reserve().await {
             Ok(permit) => {
@@ -102,8 +91,8 @@ pub fn spawn_writer(
     retention: Retention,
 ) -> (RecordSink, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<NewRecord>(QUEUE);
-    let closed = CancellationToken::new();
-    let close = closed.clone();
+    let closed = Arc::new(CancellationToken::new());
+    let close = Arc::clone(&closed);
     let task = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
         loop {

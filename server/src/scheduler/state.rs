@@ -66,6 +66,11 @@ pub fn retry_secs(wait: Duration) -> u64 {
     (wait.as_secs_f64().ceil() as u64).clamp(RETRY_AFTER_MIN.as_secs(), RETRY_AFTER_MAX.as_secs())
 }
 
+/// [`retry_secs`] for the wait from `now` until `until` (unix ms).
+pub fn retry_secs_until(until: i64, now: i64) -> u64 {
+    retry_secs(Duration::from_millis(u64::try_from(until - now).unwrap_or(0)))
+}
+
 /// A Retry-After hint clamped to 1..=3600 s, or the fallback when there is none.
 pub fn clamp_retry(hint: Option<Duration>, fallback: Duration) -> Duration {
     hint.map_or(fallback, |d| d.clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX))
@@ -135,8 +140,7 @@ impl Block {
             return RETRY_AFTER_MAX.as_secs(); // until an admin re-authorizes
         }
         let Some(until) = self.until() else { return PROBE_RETRY_AFTER_SECS };
-        let secs = ((until - now).max(0) as u64).div_ceil(1000);
-        secs.clamp(1, RETRY_AFTER_MAX.as_secs())
+        retry_secs_until(until, now)
     }
 }
 
