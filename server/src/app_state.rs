@@ -51,6 +51,12 @@ pub struct AppState {
     pub logins: Arc<crate::auth::throttle::LoginThrottle>,
 }
 
+tokio::task_local! {
+    /// Within a JSON API request: whether its handler already applied its change (bumped the
+    /// generation and reloaded the directory), so the change tracker need not do it again.
+    pub static CHANGE_APPLIED: std::cell::Cell<bool>;
+}
+
 /// The server's shutdown (OPS-3) as the request path sees it. Shared behind one `Arc`: cloning a
 /// `CancellationToken` takes a lock, which the hot path does not need to pay per request.
 #[derive(Debug, Default)]
@@ -68,11 +74,15 @@ impl AppState {
     /// and the account directory is reloaded now, which brings membership, limits and lifecycle
     /// into the scheduler and lets waiters look again (an account added, enabled or moved may
     /// serve them).
+    ///
+    /// Call it after the change is written. A JSON API handler that calls it spares the request
+    /// the change tracker's own reload (`serve::track_changes`).
     pub async fn configuration_changed(&self) {
         self.generation.bump();
         if let Err(e) = self.directory.snapshot(&self.db, &self.sealer).await {
             tracing::error!(error = %e, "account directory could not be reloaded after a change");
         }
+        let _ = CHANGE_APPLIED.try_with(|applied| applied.set(true));
     }
 }
 

@@ -29,7 +29,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 use crate::{
-    app_state::{AppState, Lifecycle},
+    app_state::{AppState, CHANGE_APPLIED, Lifecycle},
     auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
     clock::SharedClock,
     config::Config,
@@ -335,20 +335,29 @@ fn draining(path: &str) -> Response {
 /// count: reads, signing in and out, and the web app's server functions (which bump the
 /// generation themselves where they change something) leave the caches and the account
 /// directory alone.
+/// A handler that applied its change itself (an account action) is not reloaded after twice.
 async fn track_changes(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let changes = changes_configuration(req.method(), req.uri().path());
-    let resp = next.run(req).await;
-    if changes && (resp.status().is_success() || resp.status().is_redirection()) {
+    let (resp, applied) = CHANGE_APPLIED
+        .scope(std::cell::Cell::new(false), async {
+            let resp = next.run(req).await;
+            (resp, CHANGE_APPLIED.with(std::cell::Cell::get))
+        })
+        .await;
+    if changes && !applied && (resp.status().is_success() || resp.status().is_redirection()) {
         s.configuration_changed().await;
     }
     resp
 }
 
-/// JSON API mutations other than the session's.
+/// JSON API mutations other than the session's, and other than starting a sign-in or refreshing
+/// a token (neither changes what is routed: a token cell is shared by every snapshot).
 fn changes_configuration(method: &Method, path: &str) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
         && path.starts_with("/api/")
         && path != "/api/session"
+        && path != "/api/accounts/oauth/start"
+        && !(path.starts_with("/api/accounts/") && path.ends_with("/refresh"))
 }
 
 /// `GET /healthz`: 200 when the database answers, 503 otherwise (OPS-4).
