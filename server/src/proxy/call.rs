@@ -172,7 +172,6 @@ async fn dispatch(
     // request of a new conversation moves like an unbound one, since the binding is made only
     // with the account that accepts it. When no other account can take it, the last upstream
     // answer goes back as it came (BUD-5).
-    let mut switches = 0;
     let mut tried: Vec<i64> = Vec::new();
     let mut last_failure: Option<UpstreamFailure> = None;
     let mut last_token_error: Option<GatewayError> = None;
@@ -200,12 +199,11 @@ async fn dispatch(
                 // CRED-3: no usable token on this account (the scheduler leaves it out now); no
                 // cooldown penalty. A conversation stays; anything else may move.
                 let error = token_error(&e);
-                if bound || switches >= MAX_SWITCHES {
+                if bound || tried.len() >= MAX_SWITCHES {
                     return attempt.fail(error, Outcome::Error, None).await;
                 }
                 tried.push(account.id);
                 attempt.lease.take();
-                switches += 1;
                 last_token_error = Some(error);
                 continue;
             }
@@ -227,7 +225,7 @@ async fn dispatch(
         } else {
             failure.account_cannot_serve() || failure.model_unsupported()
         };
-        if !may_move || switches >= MAX_SWITCHES {
+        if !may_move || tried.len() >= MAX_SWITCHES {
             return failure.respond(attempt).await;
         }
         tried.push(account.id);
@@ -235,7 +233,6 @@ async fn dispatch(
         if let Some(mut lease) = attempt.lease.take() {
             lease.settle(failure.verdict);
         }
-        switches += 1;
         last_failure = Some(failure);
     };
     let status = upstream.status();
@@ -544,7 +541,7 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
 }
 
 /// ACC-2: how many times an unbound request may move to another account before any byte.
-pub(super) const MAX_SWITCHES: u32 = 2;
+pub(super) const MAX_SWITCHES: usize = 2;
 
 /// Reads a non-streaming upstream answer, at most [`MAX_UPSTREAM_JSON_BYTES`].
 async fn read_capped(upstream: reqwest::Response) -> Result<Bytes, GatewayError> {

@@ -396,7 +396,7 @@ async fn route(
             }
             Err(Refused { error, verdict: None, token: true })
                 if !attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding)
-                    && tried.len() < call::MAX_SWITCHES as usize =>
+                    && tried.len() < call::MAX_SWITCHES =>
             {
                 tried.push(account.id);
                 attempt.lease.take();
@@ -465,10 +465,9 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
             Err(Refused { verdict: Some((StatusCode::UNAUTHORIZED, ..)), .. })
                 if account.provider.uses_oauth() =>
             {
-                s.tokens
-                    .refused(&account.tokens, &credentials, retried)
-                    .await
-                    .map_err(|e| call::token_error(&e))?;
+                // A second refusal, or a failed refresh, is a token error: the session may move
+                // to another account like an HTTP call (`token: true`).
+                s.tokens.refused(&account.tokens, &credentials, retried).await?;
                 retried = true;
             }
             other => return other,
