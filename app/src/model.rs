@@ -315,6 +315,80 @@ pub struct AccountRuntime {
     /// OAuth accounts: the token lifecycle (CRED-1..CRED-4).
     pub token: Option<TokenState>,
     pub pool_ids: Vec<i64>,
+    /// QT-3/QT-5: a fresh observation says the subscription quota is spent: new selections
+    /// leave the account out until then (unix s), when it is checked again.
+    #[serde(default)]
+    pub quota_exhausted_until: Option<i64>,
+    /// Quota windows as last observed, with pace (UI-3, PACE-1, PACE-2).
+    #[serde(default)]
+    pub quota: Vec<QuotaRow>,
+}
+
+/// One quota window of an account (QT-2) as the web app shows it: how much is used, when it
+/// resets, when it was observed, and the pace computed at that observation (PACE-1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaRow {
+    /// What the window is: "5-hour", "Weekly", or an Antigravity model id.
+    pub label: String,
+    /// A window of the main subscription limit (an extra named limit never excludes the account).
+    pub main: bool,
+    /// 0..=100; `None` when the provider did not say.
+    pub used_percent: Option<f64>,
+    pub window_minutes: Option<i64>,
+    /// Unix seconds.
+    pub resets_at: Option<i64>,
+    /// Unix seconds.
+    pub observed_at: i64,
+    /// This window (or model) excludes the account now (QT-3, QT-4).
+    pub exhausted: bool,
+    pub pace: Pace,
+}
+
+/// PACE-1/PACE-2: how far usage runs ahead of (positive) or behind (negative) an even pace, in
+/// percentage points, at the observation time; or why it is not shown.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Pace {
+    Shown { points: f64, elapsed_percent: f64 },
+    Hidden { reason: PaceHidden },
+}
+
+/// Why a quota row shows no pace (PACE-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PaceHidden {
+    /// The observation is older than the freshness limit.
+    Stale,
+    /// The last read of the account's quota failed.
+    RefreshFailed,
+    /// The window reset after the observation: its numbers no longer hold.
+    ResetPassed,
+    /// The window's length, reset time or usage is unknown.
+    WindowIncomplete,
+}
+
+impl Pace {
+    /// The pace in words: "+20 points faster than even pace".
+    pub fn describe(&self) -> String {
+        match *self {
+            Pace::Shown { points, .. } => {
+                let rounded = points.round();
+                if rounded == 0.0 {
+                    "on even pace".to_owned()
+                } else if rounded > 0.0 {
+                    format!("+{rounded:.0} points faster than even pace")
+                } else {
+                    format!("{:.0} points slower than even pace", rounded.abs())
+                }
+            }
+            Pace::Hidden { reason } => match reason {
+                PaceHidden::Stale => "pace hidden: the observation is stale".to_owned(),
+                PaceHidden::RefreshFailed => "pace hidden: the last quota read failed".to_owned(),
+                PaceHidden::ResetPassed => "pace hidden: the window has reset since".to_owned(),
+                PaceHidden::WindowIncomplete => "pace hidden: the window is not fully known".to_owned(),
+            },
+        }
+    }
 }
 
 /// Per-model state of an account (API-1).
@@ -572,6 +646,8 @@ pub enum RoutingRule {
     ParentSession,
     /// RT-5: round robin within the highest priority tier with room.
     UniformRotation,
+    /// RT-6: rotation weighted by each candidate's remaining quota.
+    QuotaWeightedRotation,
 }
 
 /// Accounts of the pool left out of the final choice, by reason (EXP-1).
@@ -620,6 +696,9 @@ impl RoutingDecision {
             (RoutingRule::UniformRotation, 0) => "no account could take it".to_owned(),
             (RoutingRule::UniformRotation, 1) => "rotation: 1 account left to choose".to_owned(),
             (RoutingRule::UniformRotation, n) => format!("rotation among {n} accounts"),
+            (RoutingRule::QuotaWeightedRotation, n) => {
+                format!("quota-weighted rotation among {n} accounts")
+            }
         };
         let e = &self.excluded;
         let reasons: Vec<String> = [

@@ -45,6 +45,7 @@ fn accounts(scheduler: &Scheduler, n: usize, limit: u32) -> Vec<Arc<Account>> {
                 priority: (i % 4) as i64,
                 max_concurrency: limit,
                 revision: 1,
+                quota_revision: 0,
                 pools: vec![1],
                 slot: scheduler.register(id),
                 generation: 0,

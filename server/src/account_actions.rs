@@ -44,6 +44,10 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
     if let Some(state) = state {
         s.scheduler.apply(id, revision, state);
     }
+    if matches!(action, AccountAction::Enable | AccountAction::Disable) {
+        // QT-2: quota observed before belongs to another period of the account.
+        s.quota.invalidate(id).await?;
+    }
     if action == AccountAction::Recover {
         // Every runtime block: the token refresh backoff too (a grant that is gone stays gone).
         s.tokens.clear_backoff(id);
@@ -224,6 +228,8 @@ pub async fn reauthorize(s: &AppState, id: i64, source: CredentialSource) -> Res
     let (_, credentials) = credentials_from(s, Some(account.provider), source).await?;
     let patch = AccountPatch { credentials: Some(credentials), ..Default::default() };
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
+    // QT-2: another grant; what was observed of the old one's quota no longer holds.
+    s.quota.invalidate(id).await?;
     s.configuration_changed().await;
     Ok(view)
 }
@@ -258,6 +264,17 @@ pub fn limit_changed(s: &AppState, view: &AccountView) {
     s.scheduler.set_limit(view.id, view.max_concurrency, s.generation.current());
 }
 
+/// How long the Accounts page waits for the quota reads it started.
+const QUOTA_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The Refresh quota button: every routed account's quota read now (coalesced, capped at two
+/// at once, failed ones backing off), waited for briefly.
+pub async fn refresh_quota(s: &AppState) -> Result<()> {
+    let snapshot = s.directory.snapshot(&s.db, &s.sealer).await?;
+    s.quota.read_now(&snapshot.accounts(), true, QUOTA_READ_WAIT).await;
+    Ok(())
+}
+
 /// API-1: every account's live scheduling state. Times are unix seconds, only while in the future.
 pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
     let now = s.clock.now().timestamp_millis();
@@ -269,6 +286,9 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
     // The token cells are the directory's: load it if this process has not yet, and read the
     // cells of accounts it leaves out (disabled, switched off) from the database.
     let snapshot = s.directory.snapshot(&s.db, &s.sealer).await?;
+    // QT-1: opening the page reads the quota of the accounts shown whose data is stale, so an
+    // admin sees current pace without traffic (briefly waited for; a slow read shows next time).
+    s.quota.read_now(&snapshot.accounts(), false, QUOTA_READ_WAIT).await;
     let mut tokens = HashMap::new();
     for a in accounts.iter().filter(|a| a.provider.uses_oauth()) {
         if snapshot.routes_account(a.id) || s.tokens.load(a.id).await?.is_some() {
@@ -279,6 +299,7 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
         .into_iter()
         .map(|a| {
             let r = live.get(&a.id);
+            let quota = s.quota.rows(a.id);
             let state = r.map(|r| r.state.clone()).unwrap_or_default();
             let requests = |model: &str| r.and_then(|r| r.requests.get(model).copied()).unwrap_or(0);
             let mut models: Vec<ModelRuntime> = state
@@ -327,6 +348,8 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
                 models,
                 token: tokens.remove(&a.id).flatten(),
                 pool_ids: a.pool_ids,
+                quota_exhausted_until: quota.1,
+                quota: quota.0,
             }
         })
         .collect())

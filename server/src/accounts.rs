@@ -247,7 +247,7 @@ pub async fn update(
         sqlx::query(
             "UPDATE accounts SET credential_kind = ?, sealed_credential = ?, token_expires_at = ?,
                     provider_account_id = ?, lifecycle_revision = lifecycle_revision + 1,
-                    token_refreshed_at = NULL, token_rejected_at = NULL,
+                    quota_revision = quota_revision + 1, token_refreshed_at = NULL, token_rejected_at = NULL,
                     reauth_required_at = NULL, reauth_reason = NULL,
                     credential_version = credential_version + 1
              WHERE id = ?",
@@ -294,14 +294,18 @@ pub async fn change(
     get(db, id).await?;
     let sql = match action {
         Lifecycle::Enable => {
-            "UPDATE accounts SET status = 'active', lifecycle_revision = lifecycle_revision + 1, updated_at = ?
+            "UPDATE accounts SET status = 'active', lifecycle_revision = lifecycle_revision + 1,
+                    quota_revision = quota_revision + 1, updated_at = ?
              WHERE id = ? AND status = 'disabled'"
         }
         Lifecycle::Disable => {
-            "UPDATE accounts SET status = 'disabled', lifecycle_revision = lifecycle_revision + 1, updated_at = ?
+            "UPDATE accounts SET status = 'disabled', lifecycle_revision = lifecycle_revision + 1,
+                    quota_revision = quota_revision + 1, updated_at = ?
              WHERE id = ? AND status <> 'disabled'"
         }
-        Lifecycle::ClearError => "UPDATE accounts SET status = 'active', updated_at = ? WHERE id = ? AND status = 'error'",
+        Lifecycle::ClearError => {
+            "UPDATE accounts SET status = 'active', updated_at = ? WHERE id = ? AND status = 'error'"
+        }
         Lifecycle::Schedulable(true) => "UPDATE accounts SET schedulable = 1, updated_at = ? WHERE id = ?",
         Lifecycle::Schedulable(false) => "UPDATE accounts SET schedulable = 0, updated_at = ? WHERE id = ?",
         Lifecycle::NewRevision => {

@@ -45,6 +45,8 @@ pub struct AppState {
     pub onboarding: Arc<crate::credentials::onboarding::Onboarding>,
     /// Account selection, leases, queues and account state (ADM, RT, ACC, CD).
     pub scheduler: Arc<Scheduler>,
+    /// Subscription quota observations and reads (QT, PACE).
+    pub quota: Arc<crate::quota::Quota>,
     /// Shutdown, hard stop, and the work a shutdown waits for (OPS-3).
     pub lifecycle: Arc<Lifecycle>,
     /// Failed sign-ins per username and address (ID-2).

@@ -156,6 +156,11 @@ pub struct Settings {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub binding_ttl: Option<Duration>,
+    /// Rotation weighted by each account's remaining subscription quota (RT-6); read at start
+    /// [env: SUBLANE_GATEWAY_QUOTA_WEIGHTED] [default: false]
+    #[arg(long, value_name = "BOOL")]
+    #[serde(default)]
+    pub gateway_quota_weighted: Option<bool>,
     #[command(flatten)]
     #[serde(default)]
     pub upstream: UpstreamSettings,
@@ -371,6 +376,10 @@ impl Settings {
             rate_limit_fallback: duration("SUBLANE_RATE_LIMIT_FALLBACK")?,
             overload_pause: duration("SUBLANE_OVERLOAD_PAUSE")?,
             binding_ttl: duration("SUBLANE_BINDING_TTL")?,
+            gateway_quota_weighted: parsed(
+                "SUBLANE_GATEWAY_QUOTA_WEIGHTED",
+                var("SUBLANE_GATEWAY_QUOTA_WEIGHTED").map(|v| v.to_ascii_lowercase()),
+            )?,
             upstream: UpstreamSettings {
                 codex_base_url: parse("SUBLANE_CODEX_BASE_URL")?,
                 codex_usage_url: parse("SUBLANE_CODEX_USAGE_URL")?,
@@ -429,6 +438,7 @@ impl Settings {
             rate_limit_fallback: over.rate_limit_fallback.or(self.rate_limit_fallback),
             overload_pause: over.overload_pause.or(self.overload_pause),
             binding_ttl: over.binding_ttl.or(self.binding_ttl),
+            gateway_quota_weighted: over.gateway_quota_weighted.or(self.gateway_quota_weighted),
             upstream: UpstreamSettings {
                 codex_base_url: o.codex_base_url.or(u.codex_base_url),
                 codex_usage_url: o.codex_usage_url.or(u.codex_usage_url),
@@ -484,6 +494,7 @@ impl Settings {
                 ..defaults.failure
             },
             binding_ttl: self.binding_ttl.filter(|d| !d.is_zero()).unwrap_or(defaults.binding_ttl),
+            quota_weighted: self.gateway_quota_weighted.unwrap_or(defaults.quota_weighted),
         };
         let u = self.upstream;
         let oa = self.oauth;

@@ -51,6 +51,9 @@ pub struct Account {
     pub max_concurrency: u32,
     /// Lifecycle revision (ACC-4): a new one discards old runtime limits.
     pub revision: i64,
+    /// Quota revision (QT-2): a new one (re-authorization, disable/enable) discards old quota
+    /// observations; Clear cooldown leaves it.
+    pub quota_revision: i64,
     /// Pools this account serves.
     pub pools: Vec<i64>,
     /// The account's dense index in the scheduler.
@@ -169,6 +172,11 @@ impl Snapshot {
     pub fn routes_account(&self, id: i64) -> bool {
         self.accounts.contains_key(&id)
     }
+
+    /// Every routed account.
+    pub fn accounts(&self) -> Vec<Arc<Account>> {
+        self.accounts.values().map(|(_, a)| Arc::clone(a)).collect()
+    }
 }
 
 pub struct Directory {
@@ -186,6 +194,7 @@ struct AccountRow {
     priority: i64,
     max_concurrency: i64,
     lifecycle_revision: i64,
+    quota_revision: i64,
     sealed_credential: Option<Vec<u8>>,
     pool_ids: Option<String>,
     token_rejected_at: Option<i64>,
@@ -242,7 +251,7 @@ async fn load(
         })
         .collect();
     let rows: Vec<AccountRow> = sqlx::query_as(
-        "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.lifecycle_revision, a.sealed_credential,
+        "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.lifecycle_revision, a.quota_revision, a.sealed_credential,
                 (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids,
                 a.token_rejected_at, a.token_refreshed_at, a.reauth_reason, a.reauth_required_at, a.credential_version
          FROM accounts a
@@ -264,6 +273,7 @@ async fn load(
                 && a.priority == row.priority
                 && a.max_concurrency == max_concurrency
                 && a.revision == row.lifecycle_revision
+                && a.quota_revision == row.quota_revision
                 && a.pools == account_pools
         });
         // The account's token cell: its stored flags always, its credentials only when they are
@@ -288,6 +298,7 @@ async fn load(
                 priority: row.priority,
                 max_concurrency,
                 revision: row.lifecycle_revision,
+                quota_revision: row.quota_revision,
                 slot: scheduler.register(row.id),
                 generation,
                 pools: account_pools.clone(),

@@ -20,6 +20,7 @@ pub mod mock_upstream;
 pub mod pools;
 pub mod providers;
 pub mod proxy;
+pub mod quota;
 pub mod records;
 pub mod scheduler;
 pub mod serve;

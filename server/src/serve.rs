@@ -206,6 +206,18 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         config.oauth.clone(),
         Arc::clone(&clock),
     ));
+    let quota = Arc::new(crate::quota::Quota::new(
+        db.clone(),
+        Arc::clone(&clock),
+        Arc::clone(&scheduler),
+        crate::quota::reads::Reads::new(
+            http.clone(),
+            config.upstream.clone(),
+            Arc::clone(&tokens),
+            Arc::clone(&admission),
+        ),
+    ));
+    quota.load().await.map_err(|e| StartError::Bootstrap(format!("quota observations: {e}")))?;
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -222,6 +234,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         lifecycle,
         admission,
         scheduler,
+        quota,
         logins: Arc::new(LoginThrottle::default()),
     };
     let app = router(state).into_make_service_with_connect_info::<PeerAddr>();

@@ -422,13 +422,16 @@ async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
     let a = Answer::read(gemini("gemini-3.1-pro-low").send().await.unwrap()).await;
     assert_eq!(a.code(), "model_rate_limited");
     assert!(a.retry_after.is_some_and(|s| (19..=20).contains(&s)));
-    assert_eq!(Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await.status, StatusCode::OK);
+    assert_eq!(
+        Answer::read(gemini("gemini-3.6-flash-high").send().await.unwrap()).await.status,
+        StatusCode::OK
+    );
     // a limit naming another model cools the whole account (CD-4)
     rig.script("ya29.limits", json!({"steps": [exhausted("some-other-model")]})).await;
-    let a = Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await;
+    let a = Answer::read(gemini("gemini-3.6-flash-high").send().await.unwrap()).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
     // BUD-5: the only account able to serve it is rate limited upstream
-    let a = Answer::read(gemini("gemini-3-flash").send().await.unwrap()).await;
+    let a = Answer::read(gemini("gemini-3.6-flash-high").send().await.unwrap()).await;
     assert_eq!(a.code(), "upstream_quota_exhausted");
     assert!(a.retry_after.is_some_and(|s| (1..=20).contains(&s)), "{a:?}");
     let rt = rig.account_runtime(id).await;

@@ -24,6 +24,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/accounts", get(list).post(create))
         .route("/accounts/runtime", get(runtime))
+        .route("/accounts/quota/refresh", post(refresh_quota))
         .route("/accounts/oauth/start", post(oauth_start))
         .route("/accounts/oauth/finish", post(oauth_finish))
         .route("/accounts/import", post(import))
@@ -153,6 +154,13 @@ async fn runtime(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<Account
     Ok(Json(account_actions::runtime(&s).await?))
 }
 
+/// QT-1: reads every routed account's quota now (the Accounts page's Refresh quota button);
+/// the answer is the runtime view with what the reads brought.
+async fn refresh_quota(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<AccountRuntime>>> {
+    account_actions::refresh_quota(&s).await?;
+    Ok(Json(account_actions::runtime(&s).await?))
+}
+
 /// `PATCH /api/accounts/{id}/limits` body (API-1).
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -196,7 +204,11 @@ async fn update(
     ApiPath(id): ApiPath<i64>,
     ApiJson(patch): ApiJson<AccountPatch>,
 ) -> Result<Json<AccountView>> {
+    let reauthorized = patch.credentials.is_some();
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
+    if reauthorized {
+        s.quota.invalidate(id).await?;
+    }
     account_actions::limit_changed(&s, &view);
     Ok(Json(view))
 }

@@ -38,9 +38,7 @@ pub async fn messages(Played { turn, body }: Played) -> Response {
         HeaderValue::from_str(&format!("req_mock_{}", turn.id))
             .unwrap_or(HeaderValue::from_static("req_mock")),
     );
-    h.insert("anthropic-ratelimit-unified-status", HeaderValue::from_static("allowed"));
-    h.insert("anthropic-ratelimit-unified-5h-utilization", HeaderValue::from_static("0.12"));
-    h.insert("anthropic-ratelimit-unified-7d-utilization", HeaderValue::from_static("0.40"));
+    super::quota::add_headers(&mut resp, &turn.script, super::quota::CLAUDE_HEADERS);
     resp
 }
 

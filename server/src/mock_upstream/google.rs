@@ -47,17 +47,6 @@ fn generate(Played { turn, body }: Played, stream: bool) -> Response {
     }
 }
 
-pub async fn fetch_available_models(Played { turn, .. }: Played) -> Response {
-    if let Some(resp) = scripted_error(&turn) {
-        return resp;
-    }
-    let body = turn.script.quota.clone().unwrap_or_else(|| {
-        let model = |frac: f64| json!({"quotaInfo": {"remainingFraction": frac, "resetTime": "2031-01-01T00:00:00Z"}, "supportsThinking": true});
-        json!({"models": {"gemini-3.1-pro-low": model(0.8), "gemini-3.6-flash-high": model(0.5), "claude-opus-4-6-thinking": model(0.2)}})
-    });
-    json(StatusCode::OK, body)
-}
-
 pub async fn load_code_assist(_: Played) -> Response {
     json(
         StatusCode::OK,

@@ -17,6 +17,7 @@ mod oauth;
 mod openai;
 mod openai_ws;
 mod play;
+mod quota;
 pub mod script;
 pub mod strict;
 
@@ -91,6 +92,16 @@ impl MockState {
         let script = inner.scripts.entry(credential.to_owned()).or_default();
         let step = script.steps.pop_front().unwrap_or(Step::Ok);
         Turn { script: script.clone(), step, id }
+    }
+
+    /// Logs a call that is not a model call (a quota read) under `key`, taking no step.
+    pub(crate) fn log(&self, key: &str, call: Call) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = inner.calls.entry(key.to_owned()).or_default();
+        if calls.len() >= MAX_CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(call);
     }
 
     fn enter(&self, credential: &str) -> Waiting {
@@ -208,7 +219,7 @@ pub fn router(state: MockState) -> Router {
         .route("/backend-api/codex/responses", post(openai::codex_responses).get(openai_ws::upgrade))
         .route("/backend-api/codex/responses/compact", post(openai::compact))
         .route("/backend-api/codex/models", get(openai::codex_models))
-        .route("/backend-api/wham/usage", get(openai::wham_usage))
+        .route("/backend-api/wham/usage", get(quota::wham_usage))
         .route("/oauth/token", post(oauth::codex_token))
         .route("/oauth/authorize", get(oauth::authorize))
         .route("/o/oauth2/v2/auth", get(oauth::authorize))
@@ -219,7 +230,7 @@ pub fn router(state: MockState) -> Router {
         // Antigravity (Cloud Code Assist) and Google OAuth
         .route("/v1internal:streamGenerateContent", post(google::stream_generate))
         .route("/v1internal:generateContent", post(google::generate_content))
-        .route("/v1internal:fetchAvailableModels", post(google::fetch_available_models))
+        .route("/v1internal:fetchAvailableModels", post(quota::fetch_available_models))
         .route("/v1internal:loadCodeAssist", post(google::load_code_assist))
         .route("/token", post(oauth::google_token))
         .layer(axum::middleware::from_fn(strict::check))

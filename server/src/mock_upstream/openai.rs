@@ -64,24 +64,6 @@ pub async fn codex_models() -> Response {
     )
 }
 
-pub async fn wham_usage(Played { turn, .. }: Played) -> Response {
-    if let Some(resp) = scripted_error(&turn) {
-        return resp;
-    }
-    let body = turn.script.quota.clone().unwrap_or_else(|| {
-        json!({
-            "plan_type": "plus",
-            "rate_limit": {
-                "allowed": true, "limit_reached": false,
-                "primary_window": {"used_percent": 12, "limit_window_seconds": 18000, "reset_after_seconds": 3600, "reset_at": 1_796_000_000},
-                "secondary_window": {"used_percent": 40, "limit_window_seconds": 604800, "reset_after_seconds": 86400, "reset_at": 1_796_080_000}
-            },
-            "credits": {"has_credits": false, "unlimited": false, "balance": "0"}
-        })
-    });
-    json(StatusCode::OK, body)
-}
-
 fn model(req: &Value) -> String {
     req["model"].as_str().unwrap_or("gpt-5.1-codex").to_owned()
 }
@@ -179,11 +161,7 @@ fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
         }
     };
     if codex {
-        let h = resp.headers_mut();
-        h.insert("x-codex-primary-used-percent", HeaderValue::from_static("12.0"));
-        h.insert("x-codex-primary-window-minutes", HeaderValue::from_static("300"));
-        h.insert("x-codex-secondary-used-percent", HeaderValue::from_static("40.0"));
-        h.insert("x-codex-secondary-window-minutes", HeaderValue::from_static("10080"));
+        super::quota::add_headers(&mut resp, &turn.script, super::quota::CODEX_HEADERS);
     }
     resp
 }

@@ -77,6 +77,11 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
             known.insert(resp_id);
             continue;
         }
+        if let Some(frame) = &turn.script.rate_limits_frame
+            && socket.send(Message::Text(frame.to_string().into())).await.is_err()
+        {
+            return;
+        }
         let (actions, _) = events(&turn, &model);
         for action in actions {
             match action {

@@ -23,8 +23,18 @@ pub struct Script {
     pub delay_ms: u64,
     /// Wait between deltas.
     pub delta_delay_ms: u64,
-    /// Body answered by quota endpoints (Codex `wham/usage`); a plausible default when unset.
+    /// Body answered by quota reads (Codex `wham/usage`, Antigravity `fetchAvailableModels`); a
+    /// plausible default when unset.
     pub quota: Option<serde_json::Value>,
+    /// Quota reads fail with this HTTP status.
+    pub quota_status: Option<u16>,
+    /// Wait before a quota read answers.
+    pub quota_delay_ms: u64,
+    /// Quota headers on every model answer (Codex `x-codex-*`, Claude
+    /// `anthropic-ratelimit-unified-*`), instead of the provider's defaults.
+    pub quota_headers: Option<std::collections::BTreeMap<String, String>>,
+    /// A `codex.rate_limits` frame sent before each WebSocket turn's events.
+    pub rate_limits_frame: Option<serde_json::Value>,
     /// Refuse WebSocket upgrades with this HTTP status (and the OpenAI error shape).
     pub refuse_websocket: Option<u16>,
     /// Token endpoints (`token:<family>`): lifetime of the access tokens they issue, in seconds.
@@ -41,6 +51,10 @@ impl Default for Script {
             delay_ms: 0,
             delta_delay_ms: 0,
             quota: None,
+            quota_status: None,
+            quota_delay_ms: 0,
+            quota_headers: None,
+            rate_limits_frame: None,
             refuse_websocket: None,
             token_expires_in: None,
         }

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::directory::Account;
+use crate::{directory::Account, quota};
 
 use super::{
     Spec,
@@ -209,6 +209,13 @@ async fn dispatch(
             }
         };
         let Sent { response: upstream, force_stream, rewrite } = sent;
+        // QT-2: every answer's quota headers, success or not (the request never waits for it).
+        if quota::observed(account.provider) {
+            let at = s.clock.now().timestamp_millis();
+            let status = upstream.status().as_u16();
+            s.quota
+                .observe(&account, quota::parse::headers(account.provider, status, upstream.headers(), at));
+        }
         if upstream.status().is_success() {
             if let Some(lease) = attempt.lease.as_mut() {
                 lease.accepted();
@@ -218,6 +225,10 @@ async fn dispatch(
         let policy = &s.scheduler.settings().failure;
         let failure =
             UpstreamFailure::read(upstream, account.provider, &upstream_model, s.clock.now(), policy).await;
+        if quota::observed(account.provider) {
+            let at = s.clock.now().timestamp_millis();
+            s.quota.observe(&account, failure.quota_observation(account.provider, at));
+        }
         let may_move = if bound {
             // RT-3: only off an account that does not support the (new) model; the scheduler
             // decides whether this conversation may move (a model switch, no continuation).

@@ -106,6 +106,25 @@ impl GatewayError {
         )
     }
 
+    /// ID-4 / PX-4: no account of the pool lists the model in its catalogue.
+    pub fn model_not_found(model: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!("model {model:?} is not served by any account of this key's pool"),
+        )
+    }
+
+    /// QT-5: the subscription quota of the account (or of the model on it) is spent. A bound
+    /// conversation is never moved for it; no retry helps before the quota resets.
+    pub fn quota_exhausted() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "quota_exhausted",
+            "the subscription quota of the account serving this request is exhausted",
+        )
+    }
+
     /// The model exists in no account of the pool (or the pool has no account for this protocol).
     pub fn no_available_account(model: &str) -> Self {
         Self::new(

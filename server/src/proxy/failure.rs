@@ -71,6 +71,12 @@ impl UpstreamFailure {
         UpstreamFailure { status, retry_after, body, verdict }
     }
 
+    /// What the body says of the subscription quota (QT-2: Codex `usage_limit_reached`,
+    /// Antigravity `QUOTA_EXHAUSTED` for one model).
+    pub(super) fn quota_observation(&self, provider: Provider, at: i64) -> crate::quota::Observation {
+        crate::quota::parse::error_body(provider, self.status.as_u16(), &self.body, at)
+    }
+
     /// The account cannot serve this request now, whoever asks: another account might.
     pub(super) fn account_cannot_serve(&self) -> bool {
         matches!(

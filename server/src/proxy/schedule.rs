@@ -85,6 +85,10 @@ pub(super) async fn schedule(
         let Some(pool) = snapshot.pool(attempt.principal.pool_id) else {
             return Err((GatewayError::no_available_account(model), Outcome::Rejected));
         };
+        if deadline.is_none() {
+            // QT-1: model traffic keeps the pool's quota data current, in the background.
+            s.quota.on_traffic(attempt.principal.pool_id, pool.accounts());
+        }
         let ask = Ask {
             member_id: attempt.principal.member_id,
             pool_id: attempt.principal.pool_id,
@@ -192,6 +196,8 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::ModelRateLimited(secs) => GatewayError::model_rate_limited(secs),
         Refusal::UpstreamQuotaExhausted(secs) => GatewayError::upstream_quota_exhausted(secs),
         Refusal::NoAccount => GatewayError::no_available_account(model),
+        Refusal::QuotaExhausted => GatewayError::quota_exhausted(),
+        Refusal::ModelNotFound => GatewayError::model_not_found(model),
         Refusal::CredentialsPaused(401) => GatewayError::upstream_unauthorized(),
         Refusal::RefreshFailed(secs) => GatewayError::account_refresh_failed(secs),
         Refusal::CredentialsPaused(_) => GatewayError::upstream_forbidden(),

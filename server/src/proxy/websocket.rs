@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
 
-use crate::{credentials::TokenError, directory::Account, scheduler::Rule};
+use crate::{credentials::TokenError, directory::Account, quota, scheduler::Rule};
 
 use super::{
     Spec,
@@ -231,7 +231,7 @@ async fn session(
             continue;
         }
         let answering = Answering {
-            provider: binding.account.provider,
+            account: &binding.account,
             model: &model,
             request_id: &request_id,
             started,
@@ -508,12 +508,20 @@ async fn handshake(
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
     let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+    let at = s.clock.now().timestamp_millis();
     match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
-        Ok(Ok((socket, _))) => Ok(socket),
+        Ok(Ok((socket, resp))) => {
+            // QT-2: the handshake's quota headers, as on an HTTP answer (accepted: 2xx-like).
+            s.quota.observe(account, quota::parse::headers(account.provider, 200, resp.headers(), at));
+            Ok(socket)
+        }
         Ok(Err(tungstenite::Error::Http(resp))) => {
             let status = resp.status();
             let body =
                 resp.body().as_deref().and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
+            let code = status.as_u16();
+            s.quota.observe(account, quota::parse::headers(account.provider, code, resp.headers(), at));
+            s.quota.observe(account, quota::parse::error_body(account.provider, code, &body, at));
             let hint = schedule::retry_after_header(resp.headers(), s.clock.now());
             Err(Refused {
                 error: refused_handshake(status),
@@ -566,7 +574,8 @@ impl SendLimits {
 
 /// The turn being answered, as the relay needs it.
 struct Answering<'a> {
-    provider: Provider,
+    /// The account answering: its quota frames and refusals are observed (QT-2).
+    account: &'a Arc<Account>,
     /// The model the client asked for (the account's verdicts are per model, CD-2/CD-4).
     model: &'a str,
     request_id: &'a str,
@@ -590,7 +599,8 @@ async fn relay_turn(
     upstream: &mut Upstream,
     turn: Answering<'_>,
 ) -> Turn {
-    let Answering { provider, model, request_id, started, mut lease } = turn;
+    let Answering { account, model, request_id, started, mut lease } = turn;
+    let provider = account.provider;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + REQUEST_DEADLINE;
     let (mut client_gone, mut upstream_gone) = (false, false);
@@ -617,12 +627,17 @@ async fn relay_turn(
                 }
                 observer.event(Some(&kind), &text, started.elapsed());
                 let terminal = matches!(kind.as_str(), "response.completed" | "response.incomplete" | "response.failed" | "error");
+                if kind == "codex.rate_limits" {
+                    s.quota.observe(account, quota::parse::codex_frame(&event, s.clock.now().timestamp_millis()));
+                }
                 if kind == "error" {
                     error_code = providers::observe::sanitize(
                         event["error"]["code"].as_str().or(event["error"]["type"].as_str()).unwrap_or("upstream_error"),
                     );
                     if let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok()) {
                         error_verdict = Some(schedule::verdict(provider, status, None, &event, model));
+                        let at = s.clock.now().timestamp_millis();
+                        s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), &event, at));
                     }
                 }
                 let out = if terminal || kind == "response.created" {

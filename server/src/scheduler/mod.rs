@@ -50,6 +50,8 @@ pub struct Settings {
     pub failure: FailurePolicy,
     /// A conversation binding unused this long is forgotten.
     pub binding_ttl: Duration,
+    /// RT-6: rotation weighted by remaining quota (`SUBLANE_GATEWAY_QUOTA_WEIGHTED`).
+    pub quota_weighted: bool,
 }
 
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -65,6 +67,7 @@ impl Default for Settings {
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             failure: FailurePolicy::default(),
             binding_ttl: DEFAULT_BINDING_TTL,
+            quota_weighted: false,
         }
     }
 }
@@ -137,6 +140,10 @@ pub enum Refusal {
     CredentialsPaused(u16),
     /// CRED-3: the account has no usable token; seconds until its refresh may be tried again.
     RefreshFailed(u64),
+    /// QT-5: the bound account's (or model's) quota is spent; or every account's is.
+    QuotaExhausted,
+    /// ID-4: no account of the pool lists the model (RT-8).
+    ModelNotFound,
     NoAccount,
     ShuttingDown,
 }
@@ -296,6 +303,30 @@ impl Scheduler {
             // Waiters for this account are answered now, whether the block ends or not.
             Some(end) if end != was => self.block_appeared(&mut inner, slot, end),
             _ => {}
+        }
+    }
+
+    /// QT-2: account `account_id`'s quota as just published for quota revision `revision`
+    /// (`None`: forgotten after a re-authorization or disable/enable). Older revisions' are
+    /// ignored. A block that ends early lets waiters look again.
+    pub fn set_quota(
+        self: &Arc<Self>,
+        account_id: i64,
+        revision: i64,
+        quota: Option<crate::quota::QuotaLive>,
+    ) {
+        let mut inner = self.lock();
+        let slot = inner.slot(account_id);
+        let rt = &mut inner.runtimes[slot];
+        let was = rt.quota_until;
+        if !rt.set_quota(revision, quota) {
+            return;
+        }
+        let until = rt.quota_until;
+        if until < was {
+            self.wake_locked_all(&mut inner);
+        } else if until > was {
+            self.block_appeared(&mut inner, slot, until);
         }
     }
 

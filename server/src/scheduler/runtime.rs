@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use app::model::Provider;
 
 use super::state::{AccountState, Block};
-use crate::directory::{Account, Entry};
+use crate::{
+    directory::{Account, Entry},
+    quota::{QuotaLive, observation::base_model},
+};
 
 /// Live state of one account (one entry per account ever seen, by dense slot). The fields the
 /// eligibility scan reads sit in one small struct; the rest is behind a box, so scanning a
@@ -22,6 +25,8 @@ pub(super) struct Runtime {
     /// CRED-3: no usable token until then (unix ms; `i64::MAX`: re-authorization required;
     /// 0: none). Kept apart from the persisted state: refresh backoff is per process.
     pub(super) credentials_until: i64,
+    /// QT-3: new selections leave the account out until then (unix ms; 0: not).
+    pub(super) quota_until: i64,
     pub(super) cold: Box<Cold>,
 }
 
@@ -38,6 +43,9 @@ pub(super) struct Cold {
     pub(super) pools: Vec<i64>,
     pub(super) provider: Option<Provider>,
     pub(super) requests: HashMap<String, u64>,
+    /// The account's quota as last published, and the quota revision it belongs to (QT-2).
+    pub(super) quota: Option<QuotaLive>,
+    pub(super) quota_revision: i64,
 }
 
 impl Runtime {
@@ -49,6 +57,7 @@ impl Runtime {
             blocked_until: i64::MIN,
             has_models: false,
             credentials_until: 0,
+            quota_until: 0,
             cold: Box::new(Cold {
                 account_id,
                 limit_generation: 0,
@@ -57,6 +66,8 @@ impl Runtime {
                 pools: Vec::new(),
                 provider: None,
                 requests: HashMap::new(),
+                quota: None,
+                quota_revision: 0,
             }),
         }
     }
@@ -68,13 +79,43 @@ impl Runtime {
         if self.credentials_until > now {
             return Some(Block::Credentials { until: self.credentials_until });
         }
-        self.cold.state.block(model, now)
+        if self.quota_until > now {
+            return Some(Block::QuotaExhausted { until: self.quota_until });
+        }
+        self.cold.state.block(model, now).or_else(|| {
+            let until = *self.cold.quota.as_ref()?.models.get(base_model(model))?;
+            (until > now).then_some(Block::ModelQuotaExhausted { until })
+        })
+    }
+
+    /// RT-8: whether the account serves `model`, as far as its provider's model list says (an
+    /// account whose provider lists no models serves whatever its protocol carries).
+    pub(super) fn supports(&self, model: &str) -> bool {
+        match self.cold.quota.as_ref().and_then(|q| q.catalogue.as_ref()) {
+            Some(c) if self.has_models => c.contains(base_model(model)) || c.contains(model),
+            _ => true,
+        }
     }
 
     /// Recomputes the caches after the state changed.
     pub(super) fn refresh(&mut self) {
-        self.blocked_until = self.cold.state.blocked_until().max(self.credentials_until);
-        self.has_models = !self.cold.state.models.is_empty();
+        self.blocked_until =
+            self.cold.state.blocked_until().max(self.credentials_until).max(self.quota_until);
+        self.has_models = !self.cold.state.models.is_empty()
+            || self.cold.quota.as_ref().is_some_and(|q| !q.models.is_empty() || q.catalogue.is_some());
+    }
+
+    /// Takes the account's newly published quota (`None`: forgotten) for quota revision
+    /// `revision`; an older revision's is ignored. Returns whether it was taken.
+    pub(super) fn set_quota(&mut self, revision: i64, quota: Option<QuotaLive>) -> bool {
+        if revision < self.cold.quota_revision {
+            return false;
+        }
+        self.cold.quota_revision = revision;
+        self.quota_until = quota.as_ref().map_or(0, |q| q.account_until);
+        self.cold.quota = quota;
+        self.refresh();
+        true
     }
 
     pub(super) fn stale(&self, e: &Entry) -> bool {
@@ -98,6 +139,10 @@ impl Runtime {
                 self.refresh();
             }
             self.revision = account.revision;
+        }
+        if account.quota_revision > self.cold.quota_revision {
+            // Re-authorized, disabled or enabled: what was observed before no longer holds.
+            self.set_quota(account.quota_revision, None);
         }
         if account.generation >= self.cold.synced_generation {
             self.cold.synced_generation = account.generation;

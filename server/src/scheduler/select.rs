@@ -121,6 +121,9 @@ impl Scheduler {
         let mut eligible = std::mem::take(&mut inner.scratch);
         eligible.clear();
         let mut blocked = Blocked::default();
+        // Accounts of the request's protocol, and those of them whose model list lacks the
+        // model: when that is all of them, the model is unknown to the pool (ID-4).
+        let (mut speaking, mut unlisted) = (0u32, 0u32);
         for (i, e) in entries.iter().enumerate() {
             if !ask.supported.contains(&e.provider) {
                 excluded.model_support += 1;
@@ -128,6 +131,12 @@ impl Scheduler {
             }
             if ask.only.is_some_and(|p| p != e.provider) {
                 excluded.policy += 1;
+                continue;
+            }
+            speaking += 1;
+            if inner.runtimes[e.slot].has_models && !inner.runtimes[e.slot].supports(ask.model) {
+                excluded.model_support += 1;
+                unlisted += 1;
                 continue;
             }
             // An account this request already tried (the account itself is touched only when it
@@ -141,7 +150,9 @@ impl Scheduler {
             }
             let rt = &inner.runtimes[e.slot];
             if let Some(b) = rt.block(ask.model, now) {
-                if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
+                if b.quota() {
+                    excluded.quota += 1;
+                } else if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
                     excluded.unavailable += 1;
                 } else {
                     excluded.cooldown += 1;
@@ -162,8 +173,19 @@ impl Scheduler {
                 // RT-5: one rotation position per pool and set of providers, so traffic of one
                 // protocol never decides which account serves the other's.
                 let turn = pool.next_turn(provider_set(ask));
-                let pick = eligible[turn % tier] as usize;
-                let decision = RoutingDecision::rotation(tier as u32, excluded);
+                let mut decision = RoutingDecision::rotation(tier as u32, excluded);
+                let weighted = if self.settings.quota_weighted {
+                    weighted_pick(inner, entries, &eligible[..tier], ask.model, turn, now)
+                } else {
+                    None
+                };
+                let pick = match weighted {
+                    Some(i) => {
+                        decision.rule = Rule::QuotaWeightedRotation;
+                        i
+                    }
+                    None => eligible[turn % tier] as usize,
+                };
                 inner.scratch = eligible;
                 return (Step::Go(self.lease(inner, &accounts[pick], ask, reserved, now)), decision);
             }
@@ -174,6 +196,7 @@ impl Scheduler {
                     Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned(), avoid };
                 self.enqueue(inner, ask, want, blocked.soonest_end())
             }
+            None if unlisted > 0 && unlisted == speaking => Step::Refuse(Refusal::ModelNotFound),
             None => Step::Refuse(blocked.refusal(now)),
         };
         inner.scratch = eligible;
@@ -274,9 +297,56 @@ pub(super) fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusa
             Refusal::CredentialsPaused(status)
         }
         Block::Credentials { .. } => Refusal::RefreshFailed(b.retry_after(now)),
+        // QT-5: the conversation stays; its account's (or model's) quota is spent.
+        b if b.quota() => Refusal::QuotaExhausted,
         b if b.account_wide() => Refusal::AccountCooling(b.retry_after(now)),
         b => model_refusal(b, now),
     }
+}
+
+/// RT-6: a pick among the top tier's candidates (positions in the pool) with shares
+/// proportional to each one's remaining quota of its tightest window (Antigravity: of the
+/// requested model). Only when every candidate is of the same provider, one SubLane observes,
+/// and all have fresh, complete numbers; otherwise `None` (uniform rotation).
+///
+/// The pick is the rotation turn spread by the golden ratio over the weights' sum: an
+/// equidistributed sequence, so shares follow the weights closely with no state to keep.
+fn weighted_pick(
+    inner: &Inner,
+    entries: &[Entry],
+    tier: &[u32],
+    model: &str,
+    turn: usize,
+    now: i64,
+) -> Option<usize> {
+    let provider = entries[*tier.first()? as usize].provider;
+    if !matches!(provider, Provider::Codex | Provider::Claude | Provider::Antigravity) || tier.len() < 2 {
+        return None;
+    }
+    let per_model = (provider == Provider::Antigravity).then_some(model);
+    let mut weights = Vec::with_capacity(tier.len());
+    for &i in tier {
+        let e = &entries[i as usize];
+        if e.provider != provider {
+            return None;
+        }
+        let quota = inner.runtimes[e.slot].cold.quota.as_ref()?;
+        let (left, _) = quota.snapshot.remaining(per_model, now)?;
+        weights.push(left);
+    }
+    let total: f64 = weights.iter().sum();
+    if total.is_nan() || total <= 0.0 {
+        return None;
+    }
+    const GOLDEN: f64 = 0.618_033_988_749_894_9;
+    let mut x = ((turn as f64) * GOLDEN).fract() * total;
+    for (k, w) in weights.iter().enumerate() {
+        if x < *w {
+            return Some(tier[k] as usize);
+        }
+        x -= w;
+    }
+    tier.iter().zip(&weights).rev().find(|(_, w)| **w > 0.0).map(|(i, _)| *i as usize)
 }
 
 /// The providers a request may use, as a bit set (its rotation position's key).
@@ -292,9 +362,9 @@ fn provider_set(ask: &Ask<'_>) -> usize {
 /// soonest end among those.
 #[derive(Default)]
 struct Blocked {
-    /// Per kind (rate limited, overloaded, credentials, model cooling, model limited): how many
-    /// accounts, and the block of that kind that ends soonest.
-    kinds: [(u32, Option<Block>); 5],
+    /// Per kind (rate limited, overloaded, credentials, model cooling, model limited, quota):
+    /// how many accounts, and the block of that kind that ends soonest.
+    kinds: [(u32, Option<Block>); 6],
     /// The soonest end of any timed block (a probe has none), for the pool's timer.
     soonest_end: Option<i64>,
 }
@@ -307,6 +377,7 @@ impl Blocked {
             Block::TempUnschedulable { .. } | Block::Credentials { .. } => 2,
             Block::ModelCooling { .. } | Block::Probing => 3,
             Block::ModelLimited { .. } => 4,
+            Block::QuotaExhausted { .. } | Block::ModelQuotaExhausted { .. } => 5,
         };
         if let Some(until) = b.until() {
             self.soonest_end = Some(self.soonest_end.map_or(until, |s| s.min(until)));
@@ -343,7 +414,10 @@ impl Blocked {
                 _ => Refusal::NoAccount,
             },
             3 => Refusal::ModelCooling(retry),
-            _ => Refusal::ModelRateLimited(retry),
+            4 => Refusal::ModelRateLimited(retry),
+            // Every account's (or the model's) subscription quota is spent: no retry helps
+            // before a reset, so the answer is the quota error, not a cooldown to wait out.
+            _ => Refusal::QuotaExhausted,
         }
     }
 

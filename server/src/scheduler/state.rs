@@ -107,6 +107,15 @@ pub enum Block {
     Credentials {
         until: i64,
     },
+    /// A fresh quota observation says the account's subscription quota is spent (QT-3): until
+    /// the observation stops being fresh or the window resets, when it is checked again.
+    QuotaExhausted {
+        until: i64,
+    },
+    /// The same for one Antigravity model (QT-4).
+    ModelQuotaExhausted {
+        until: i64,
+    },
 }
 
 impl Block {
@@ -117,7 +126,9 @@ impl Block {
             | Block::Overloaded { until }
             | Block::TempUnschedulable { until }
             | Block::ModelCooling { until }
-            | Block::ModelLimited { until } => Some(*until),
+            | Block::ModelLimited { until }
+            | Block::QuotaExhausted { until }
+            | Block::ModelQuotaExhausted { until } => Some(*until),
             Block::Credentials { until } => (*until != i64::MAX).then_some(*until),
             Block::Probing => None,
         }
@@ -130,7 +141,13 @@ impl Block {
                 | Block::Overloaded { .. }
                 | Block::TempUnschedulable { .. }
                 | Block::Credentials { .. }
+                | Block::QuotaExhausted { .. }
         )
+    }
+
+    /// A quota block (QT-3, QT-4): answered `quota_exhausted`, counted as a quota exclusion.
+    pub fn quota(&self) -> bool {
+        matches!(self, Block::QuotaExhausted { .. } | Block::ModelQuotaExhausted { .. })
     }
 
     /// Seconds until the block ends, rounded up and bounded to 1..=3600 for Retry-After. A
