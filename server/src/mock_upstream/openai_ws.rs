@@ -26,7 +26,7 @@ pub async fn upgrade(
     if let Some(status) = s.script(&credential(&headers)).refuse_websocket {
         let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::FORBIDDEN);
         let (kind, code) = match status.as_u16() {
-            429 => ("usage_limit_reached", "usage_limit_reached"),
+            429 => ("rate_limit_exceeded", "rate_limit_exceeded"),
             401 => ("invalid_request_error", "invalid_api_key"),
             _ => ("invalid_request_error", "account_deactivated"),
         };

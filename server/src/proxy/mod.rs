@@ -73,6 +73,9 @@ pub fn router() -> Router<AppState> {
             get(move |state: State<AppState>, headers: HeaderMap| models::list(state, headers, only)),
         );
     }
+    for path in ["/v1beta/models", "/antigravity/v1beta/models"] {
+        r = r.route(path, get(models::list_gemini));
+    }
     for path in [
         "/v1beta/models/{model_action}",
         "/v1/models/{model_action}",

@@ -1,9 +1,15 @@
-//! `GET /v1/models` (PX-4): the models the caller's pool can serve. A metadata operation: no
-//! model slot, no record (REC-1), no upstream call.
+//! `GET /v1/models` and `GET /v1beta/models` (PX-4): the models the caller's pool can serve
+//! through the protocol asked in, in that protocol's list shape. A metadata operation: a
+//! workspace slot (ADM-2), no model slot, no record (REC-1), no upstream call.
 //!
-//! The list is the pool's allow-list when it has one; otherwise SubLane's catalogue for the
-//! providers that have accounts in the pool, minus the deny-list, plus the pool's aliases.
-//! Anthropic clients (they send `anthropic-version`) get Anthropic's list shape, others OpenAI's.
+//! Which protocol: Gemini for `/v1beta/models`, Anthropic when the client sends
+//! `anthropic-version` (Anthropic SDKs and Claude Code always do), OpenAI otherwise. The models
+//! of an account are its provider's own list where SubLane read one (Antigravity's
+//! `fetchAvailableModels`), else the provider's usual models below. The pool's policy then
+//! applies: an allow-list keeps only what it names, a deny-list removes, aliases are added for
+//! models that are served.
+
+use std::collections::BTreeSet;
 
 use app::model::{PolicyMode, Provider};
 use axum::{
@@ -19,10 +25,12 @@ use super::{
     auth::authenticate_request,
     error::{GatewayError, Protocol},
 };
-use crate::app_state::AppState;
+use crate::{app_state::AppState, providers::Operation, quota::observation::base_model};
 
-/// Models each provider family is known to serve. Upstream catalogue discovery will refine this.
-pub fn catalogue(provider: Provider) -> &'static [&'static str] {
+/// The usual models of each provider, for accounts whose provider publishes no list SubLane
+/// reads. They only fill `/v1/models`: a request for another model still reaches the upstream,
+/// whose answer decides (RT-3).
+pub fn usual_models(provider: Provider) -> &'static [&'static str] {
     match provider {
         Provider::Codex => &["gpt-5.1-codex", "gpt-5.1-codex-mini", "gpt-5.1-codex-max", "gpt-5.1"],
         Provider::OpenaiApi => &["gpt-5.1", "gpt-5.1-codex", "gpt-5.1-codex-mini", "gpt-5-mini"],
@@ -39,9 +47,19 @@ pub fn catalogue(provider: Provider) -> &'static [&'static str] {
     }
 }
 
+/// `GET /v1/models` (OpenAI or Anthropic shape) under the plain and provider-prefixed paths.
 pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Provider>) -> Response {
-    let anthropic = headers.contains_key("anthropic-version");
-    let protocol = if anthropic { Protocol::Anthropic } else { Protocol::OpenAi };
+    let protocol =
+        if headers.contains_key("anthropic-version") { Protocol::Anthropic } else { Protocol::OpenAi };
+    answer(s, headers, only, protocol).await
+}
+
+/// `GET /v1beta/models` (Gemini shape): the models of the pool's Antigravity accounts.
+pub async fn list_gemini(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    answer(s, headers, Some(Provider::Antigravity), Protocol::Gemini).await
+}
+
+async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protocol: Protocol) -> Response {
     let request_id = new_request_id();
     let fail = |e: GatewayError| e.render(protocol, Some(&request_id));
     let principal = match authenticate_request(&s, &headers).await {
@@ -52,41 +70,63 @@ pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Pr
     let Some(_slot) = s.admission.workspace() else { return fail(GatewayError::workspace_busy()) };
     let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {
         Ok(snap) => snap,
-        Err(_) => {
-            return fail(GatewayError::internal());
-        }
+        Err(_) => return fail(GatewayError::internal()),
     };
-    let mut ids: Vec<String> = Vec::new();
+    let speaks = match protocol {
+        Protocol::OpenAi => Operation::Responses.providers(),
+        Protocol::Anthropic => Operation::Messages.providers(),
+        Protocol::Gemini => Operation::GeminiGenerate.providers(),
+    };
+    let mut served: BTreeSet<String> = BTreeSet::new();
+    let mut ids: BTreeSet<String> = BTreeSet::new();
     if let Some(pool) = snapshot.pool(principal.pool_id) {
-        let policy = &pool.policy;
-        if policy.mode == PolicyMode::Allow {
-            ids.extend(policy.models.iter().cloned());
-        } else {
-            for provider in pool.providers().into_iter().filter(|p| only.is_none_or(|o| o == *p)) {
-                for id in catalogue(provider) {
-                    let denied = policy.mode == PolicyMode::Deny && policy.models.iter().any(|m| m == id);
-                    if !denied {
-                        ids.push((*id).to_owned());
-                    }
-                }
+        for account in pool.accounts() {
+            if !speaks.contains(&account.provider) || only.is_some_and(|o| o != account.provider) {
+                continue;
+            }
+            match s.quota.catalogue(account.id) {
+                Some(listed) => served.extend(listed),
+                None => served.extend(usual_models(account.provider).iter().map(|m| (*m).to_owned())),
             }
         }
-        ids.extend(policy.aliases.keys().cloned());
+        let policy = &pool.policy;
+        let allowed = |m: &str| match policy.mode {
+            PolicyMode::All => true,
+            PolicyMode::Allow => policy.models.iter().any(|p| p == m),
+            PolicyMode::Deny => !policy.models.iter().any(|p| p == m),
+        };
+        ids.extend(served.iter().filter(|m| allowed(m)).cloned());
+        for (alias, target) in &policy.aliases {
+            if served.contains(base_model(target)) && allowed(target) {
+                ids.insert(alias.clone());
+            }
+        }
     }
-    ids.sort();
-    ids.dedup();
-    let body = if anthropic {
-        let data: Vec<Value> = ids
-            .iter()
-            .map(|id| json!({"type": "model", "id": id, "display_name": id, "created_at": "2025-01-01T00:00:00Z"}))
-            .collect();
-        json!({"data": data, "has_more": false, "first_id": ids.first(), "last_id": ids.last()})
-    } else {
-        let data: Vec<Value> = ids
-            .iter()
-            .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "sublane"}))
-            .collect();
-        json!({"object": "list", "data": data})
+    let body = match protocol {
+        Protocol::Anthropic => {
+            let data: Vec<Value> = ids
+                .iter()
+                .map(|id| json!({"type": "model", "id": id, "display_name": id, "created_at": "2025-01-01T00:00:00Z"}))
+                .collect();
+            json!({"data": data, "has_more": false, "first_id": ids.first(), "last_id": ids.last()})
+        }
+        Protocol::Gemini => {
+            let models: Vec<Value> = ids
+                .iter()
+                .map(|id| {
+                    json!({"name": format!("models/{id}"), "displayName": id,
+                           "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]})
+                })
+                .collect();
+            json!({ "models": models })
+        }
+        Protocol::OpenAi => {
+            let data: Vec<Value> = ids
+                .iter()
+                .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "sublane"}))
+                .collect();
+            json!({"object": "list", "data": data})
+        }
     };
     let mut resp = Json(body).into_response();
     if let Ok(v) = request_id.parse() {

@@ -132,8 +132,17 @@ impl Snapshot {
                 }
             }
         }
+        // A denial ends only with a strictly newer acceptance: a read that started at the same
+        // instant as a refused call does not undo it.
         match &o.denial {
-            Some(d) if self.denial.as_ref().is_none_or(|x| x.observed_at <= o.at) => self.denial = d.clone(),
+            Some(d)
+                if self
+                    .denial
+                    .as_ref()
+                    .is_none_or(|x| x.observed_at < o.at || (x.observed_at == o.at && d.is_some())) =>
+            {
+                self.denial = d.clone()
+            }
             _ => {}
         }
         if let Some(c) = &o.catalogue {

@@ -189,8 +189,11 @@ pub fn error_body(provider: Provider, status: u16, body: &Value, at: i64) -> Obs
     let e = &body["error"];
     match provider {
         Provider::Codex => {
-            let kind = e["type"].as_str().or(e["code"].as_str()).unwrap_or("");
-            if matches!(kind, "usage_limit_reached" | "usage_not_included") {
+            let kind = [e["type"].as_str(), e["code"].as_str()]
+                .into_iter()
+                .flatten()
+                .find(|k| matches!(*k, "usage_limit_reached" | "usage_not_included"));
+            if let Some(kind) = kind {
                 let resets = json_secs(&e["resets_at"])
                     .or_else(|| json_f64(&e["resets_in_seconds"]).map(|s| at + (s.max(0.0) * 1000.0) as i64));
                 o.denial = Some(Some(Denial { reason: kind.to_owned(), resets_at: resets, observed_at: at }));

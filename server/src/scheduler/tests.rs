@@ -725,3 +725,148 @@ fn xorshift(seed: u64) -> impl FnMut() -> u64 {
         rng
     }
 }
+
+/// A quota snapshot of one main window `used` % observed at `at` (unix ms), and per-model
+/// remaining fractions.
+fn quota(at: i64, used: Option<f64>, models: &[(&str, f64)]) -> crate::quota::QuotaLive {
+    use crate::quota::observation::{ModelQuota, Snapshot, Window};
+    let snapshot = Snapshot {
+        windows: used
+            .map(|u| Window {
+                id: "primary".into(),
+                main: true,
+                used_percent: Some(u),
+                window_minutes: Some(300),
+                resets_at: None,
+                limit_reached: false,
+                observed_at: at,
+            })
+            .into_iter()
+            .collect(),
+        models: models
+            .iter()
+            .map(|(m, f)| ModelQuota {
+                model: (*m).into(),
+                remaining_fraction: Some(*f),
+                resets_at: None,
+                observed_at: at,
+            })
+            .collect(),
+        observed_at: at,
+        ..Snapshot::default()
+    };
+    crate::quota::QuotaLive::of(Arc::new(snapshot), at)
+}
+
+/// Picks per account id over `n` decisions, and the rule of the last one.
+fn shares(b: &Bed, a: &Ask<'_>, n: usize) -> (std::collections::HashMap<i64, usize>, Rule) {
+    let mut picks = std::collections::HashMap::new();
+    let mut rule = Rule::UniformRotation;
+    for _ in 0..n {
+        let (step, d) = b.scheduler.decide(&b.pool, a, None);
+        let Step::Go(l) = step else { panic!("no account") };
+        *picks.entry(l.account().id).or_insert(0) += 1;
+        rule = d.rule;
+    }
+    (picks, rule)
+}
+
+#[tokio::test]
+async fn quota_weighted_rotation_follows_remaining_quota_and_falls_back_to_uniform() {
+    let settings = Settings { quota_weighted: true, ..Settings::default() };
+    let b = bed(&[(1, 0, 10), (2, 0, 10), (3, 0, 10)], settings);
+    let now = b.scheduler.now();
+    // remaining 60 %, 30 %, 10 %: shares within two points over many selections
+    for (id, used) in [(1, 40.0), (2, 70.0), (3, 90.0)] {
+        b.scheduler.set_quota(id, 0, Some(quota(now, Some(used), &[])));
+    }
+    let (picks, rule) = shares(&b, &ask(None), 10_000);
+    assert_eq!(rule, Rule::QuotaWeightedRotation);
+    for (id, want) in [(1, 0.6), (2, 0.3), (3, 0.1)] {
+        let got = picks[&id] as f64 / 10_000.0;
+        assert!((got - want).abs() < 0.02, "account {id}: {got} against {want}");
+    }
+    // one candidate without numbers: uniform for all
+    b.scheduler.set_quota(3, 0, None);
+    let (picks, rule) = shares(&b, &ask(None), 300);
+    assert_eq!(rule, Rule::UniformRotation);
+    assert!(picks.values().all(|n| *n == 100), "{picks:?}");
+    // stale numbers: uniform
+    b.scheduler.set_quota(3, 0, Some(quota(now, Some(90.0), &[])));
+    b.clock.advance(chrono::TimeDelta::seconds(121));
+    let (_, rule) = shares(&b, &ask(None), 3);
+    assert_eq!(rule, Rule::UniformRotation, "stale data falls back to uniform rotation");
+    // switched off (the default): uniform whatever the numbers
+    let off = bed(&[(1, 0, 10), (2, 0, 10)], Settings::default());
+    let now = off.scheduler.now();
+    off.scheduler.set_quota(1, 0, Some(quota(now, Some(0.0), &[])));
+    off.scheduler.set_quota(2, 0, Some(quota(now, Some(99.0), &[])));
+    let (picks, rule) = shares(&off, &ask(None), 100);
+    assert_eq!((rule, picks[&1], picks[&2]), (Rule::UniformRotation, 50, 50));
+}
+
+#[tokio::test]
+async fn quota_weighting_needs_one_observed_provider_and_uses_the_requested_antigravity_model() {
+    let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+    let settings = Settings { quota_weighted: true, ..Settings::default() };
+    let s = Scheduler::new(settings, Arc::new(clock.clone()), store::Writer::discard());
+    let now = s.now();
+    // a Codex and an OpenAI API account in one tier: mixed providers, uniform
+    let mixed = PoolRoutes::new(
+        ModelPolicy::default(),
+        vec![
+            account(&s, 1, Provider::Codex, vec![1], 0, 1),
+            account(&s, 2, Provider::OpenaiApi, vec![1], 0, 1),
+        ],
+    );
+    s.set_quota(1, 0, Some(quota(now, Some(10.0), &[])));
+    let both = [Provider::Codex, Provider::OpenaiApi];
+    let a = Ask { supported: &both, ..ask(None) };
+    let (_, d) = s.decide(&mixed, &a, None);
+    assert_eq!(d.rule, Rule::UniformRotation);
+    // Antigravity: the requested model's fraction, nothing else
+    let ag = PoolRoutes::new(
+        ModelPolicy::default(),
+        vec![
+            account(&s, 3, Provider::Antigravity, vec![1], 0, 1),
+            account(&s, 4, Provider::Antigravity, vec![1], 0, 1),
+        ],
+    );
+    s.set_quota(3, 0, Some(quota(now, Some(99.0), &[("g-pro", 0.9), ("g-flash", 0.1)])));
+    s.set_quota(4, 0, Some(quota(now, Some(1.0), &[("g-pro", 0.1), ("g-flash", 0.9)])));
+    let only_ag = [Provider::Antigravity];
+    let pro = Ask { supported: &only_ag, model: "g-pro(high)", ..ask(None) };
+    let mut on_3 = 0;
+    for _ in 0..1000 {
+        let (step, d) = s.decide(&ag, &pro, None);
+        assert_eq!(d.rule, Rule::QuotaWeightedRotation);
+        if matches!(step, Step::Go(l) if l.account().id == 3) {
+            on_3 += 1;
+        }
+    }
+    assert!((880..=920).contains(&on_3), "{on_3} of 1000 on the account with 90 % of g-pro left");
+    // a model one of them has no number for: uniform
+    let other = Ask { supported: &only_ag, model: "g-other", ..ask(None) };
+    assert_eq!(s.decide(&ag, &other, None).1.rule, Rule::UniformRotation);
+}
+
+#[tokio::test]
+async fn spent_quota_is_a_quota_exclusion_and_a_bound_conversation_hears_quota_exhausted() {
+    let b = bed(&[(1, 0, 10), (2, 0, 10)], Settings::default());
+    let now = b.scheduler.now();
+    let l = b.go(&ask(Some("c")));
+    let bound = l.account().id;
+    drop(l);
+    b.scheduler.set_quota(bound, 0, Some(quota(now, Some(100.0), &[])));
+    assert!(matches!(
+        b.scheduler.decide(&b.pool, &ask(Some("c")), None).0,
+        Step::Refuse(Refusal::QuotaExhausted)
+    ));
+    let (step, d) = b.scheduler.decide(&b.pool, &ask(None), None);
+    assert!(matches!(step, Step::Go(l) if l.account().id != bound));
+    assert_eq!((d.excluded.quota, d.candidates), (1, 1));
+    // an older quota revision never overwrites a newer one
+    b.scheduler.set_quota(bound, 2, None);
+    b.scheduler.set_quota(bound, 1, Some(quota(now, Some(100.0), &[])));
+    assert!(matches!(b.scheduler.decide(&b.pool, &ask(Some("c")), None).0, Step::Go(_)));
+}
