@@ -77,6 +77,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<AccountView, AppError>;
     /// Deletes an account (admins only).
     async fn delete_account(&self, me: &MemberView, id: i64) -> Result<(), AppError>;
+    /// QT-1: reads every account's quota now (the Refresh quota button; admins only).
+    async fn refresh_quota(&self, me: &MemberView) -> Result<(), AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

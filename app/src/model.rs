@@ -339,6 +339,8 @@ pub struct QuotaRow {
     pub resets_at: Option<i64>,
     /// Unix seconds.
     pub observed_at: i64,
+    /// Seconds between the observation and this answer (for "observed N minutes ago").
+    pub age_secs: i64,
     /// This window (or model) excludes the account now (QT-3, QT-4).
     pub exhausted: bool,
     pub pace: Pace,

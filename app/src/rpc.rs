@@ -128,6 +128,12 @@ pub async fn list_account_runtime() -> Result<Vec<AccountRuntime>, AppError> {
     ssr::finish(async { ssr::backend()?.account_runtime(&ssr::require_member().await?).await }.await)
 }
 
+/// QT-1: reads every account's quota now (admins; the Accounts page's Refresh quota button).
+#[server(prefix = "/rpc", endpoint = "refresh_quota")]
+pub async fn refresh_quota() -> Result<(), AppError> {
+    ssr::finish(async { ssr::backend()?.refresh_quota(&ssr::require_member().await?).await }.await)
+}
+
 /// An ACC-3 action on an account (admins).
 #[server(prefix = "/rpc", endpoint = "account_action")]
 pub async fn run_account_action(id: i64, action: AccountAction) -> Result<AccountActionDone, AppError> {

@@ -169,6 +169,11 @@ impl Backend for ServerBackend {
         admin(me)?;
         Ok(account_actions::delete(&self.state, id).await?)
     }
+
+    async fn refresh_quota(&self, me: &MemberView) -> Result<(), AppError> {
+        admin(me)?;
+        Ok(account_actions::refresh_quota(&self.state).await?)
+    }
 }
 
 /// Admin-only backend calls refuse other members (the JSON API's `Admin` extractor, here).

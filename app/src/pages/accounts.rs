@@ -1,8 +1,9 @@
-//! Admin -> Accounts (UI-3, without quota rows yet): "Add account" (CRED-5), then one card per
-//! account with its state badges (every blocking dimension of ACC-1 that is in force, and the
-//! token's state: expiry, last refresh, refresh backoff, re-authorization required), live load and
-//! queue, per-model counts and cooldowns, its settings, and the ACC-3 actions (Refresh token,
-//! Re-authorize, Delete after a confirmation). The card's controls are forms posting to server
+//! Admin -> Accounts (UI-3): "Add account" (CRED-5) and "Refresh quota" (QT-1), then one card
+//! per account with its state badges (every blocking dimension of ACC-1 that is in force, quota
+//! exhausted, and the token's state: expiry, last refresh, refresh backoff, re-authorization
+//! required), live load and queue, quota rows with pace bars (PACE), per-model counts and
+//! cooldowns, its settings, and the ACC-3 actions (Refresh token, Re-authorize, Delete after a
+//! confirmation). Loading the page reads stale quota (the server waits briefly for it). The card's controls are forms posting to server
 //! functions, so they also work without JavaScript; adding an account and re-authorizing one need
 //! it (a sign-in is started in place, a file is read in the browser).
 
@@ -10,14 +11,17 @@ use chrono::{DateTime, Utc};
 use leptos::{either::Either, prelude::*};
 use leptos_meta::Title;
 
-use super::account_forms::{AddAccountForm, DeleteForm, ReauthorizeForm, SettingsForm, provider_label};
+use super::{
+    account_forms::{AddAccountForm, DeleteForm, ReauthorizeForm, SettingsForm, provider_label},
+    quota_rows::QuotaRows,
+};
 use crate::{
     components::{ErrorNote, PageHeader, Timestamp},
     model::{
         AccountAction, AccountRuntime, AccountStatus, AccountTest, ModelRuntime, PoolChoice, TokenState,
     },
     rpc::{
-        AddAccount, DeleteAccount, ReauthorizeAccount, RunAccountAction, SaveAccountSettings,
+        AddAccount, DeleteAccount, ReauthorizeAccount, RefreshQuota, RunAccountAction, SaveAccountSettings,
         list_account_pools, list_account_runtime,
     },
 };
@@ -42,6 +46,7 @@ pub fn AccountsPage() -> impl IntoView {
         delete: ServerAction::<DeleteAccount>::new(),
     };
     let add = ServerAction::<AddAccount>::new();
+    let refresh = ServerAction::<RefreshQuota>::new();
     let CardActions { act, save, reauthorize, delete } = actions;
     let accounts = Resource::new(
         move || {
@@ -51,6 +56,7 @@ pub fn AccountsPage() -> impl IntoView {
                 reauthorize.version().get(),
                 delete.version().get(),
                 add.version().get(),
+                refresh.version().get(),
             )
         },
         |_| list_account_runtime(),
@@ -67,6 +73,11 @@ pub fn AccountsPage() -> impl IntoView {
                 view! { <AddAccountForm pools add /> }
             })}
         </Suspense>
+        <ActionForm action=refresh attr:class="mb-4">
+            <button type="submit" class=ACTION disabled=move || refresh.pending().get()>
+                {move || if refresh.pending().get() { "Reading quota…" } else { "Refresh quota" }}
+            </button>
+        </ActionForm>
         <div class="mb-4 space-y-2" aria-live="polite">
             {move || act.value().get().map(|r| match r {
                 Ok(done) => Either::Left(done.test.map(|t| view! { <TestNote test=t /> })),
@@ -75,6 +86,7 @@ pub fn AccountsPage() -> impl IntoView {
             {move || error_of(save.value().get().map(|r| r.map(|_| ()).map_err(|e| e.message)))}
             {move || error_of(reauthorize.value().get().map(|r| r.map(|_| ()).map_err(|e| e.message)))}
             {move || error_of(delete.value().get().map(|r| r.map_err(|e| e.message)))}
+            {move || error_of(refresh.value().get().map(|r| r.map_err(|e| e.message)))}
             {move || reauthorize.value().get().and_then(|r| r.ok()).map(|a| view! {
                 <p role="status" class="rounded-md border border-emerald-200 bg-emerald-50 px-3 py-2 text-sm text-emerald-900">
                     "New credentials for "{a.name}"."
@@ -140,6 +152,7 @@ fn AccountCard(account: AccountRuntime, pools: Vec<PoolChoice>, actions: CardAct
             <ul class="mt-3 flex flex-wrap gap-1.5" aria-label="State" data-testid="badges">
                 {view! { <StateBadges account=a.clone() /> }.into_any()}
             </ul>
+            {view! { <QuotaRows rows=a.quota.clone() name=a.name.clone() /> }.into_any()}
             {(!a.models.is_empty()).then(|| view! { <ModelTable models=a.models.clone() /> }.into_any())}
             {a.token.clone().map(|t| view! { <TokenLine token=t /> })}
             <SettingsForm account=a.clone() pools save />
@@ -189,6 +202,10 @@ fn StateBadges(account: AccountRuntime) -> impl IntoView {
     });
     if !a.schedulable {
         out.push(badge("bg-slate-200 text-slate-700", "not scheduling".into(), None));
+    }
+    if let Some(u) = a.quota_exhausted_until {
+        // QT-5: its own state; checked again at that time (no promise that it has recovered).
+        out.push(badge("bg-red-100 text-red-800", "quota exhausted".into(), Some(u)));
     }
     if let Some(u) = a.rate_limit_reset_at {
         out.push(badge("bg-amber-100 text-amber-800", "rate limited".into(), Some(u)));

@@ -5,6 +5,7 @@ mod accounts;
 mod keys;
 mod login;
 mod placeholders;
+mod quota_rows;
 mod requests;
 
 pub use accounts::AccountsPage;

@@ -230,6 +230,7 @@ impl Snapshot {
                 window_minutes: w.window_minutes,
                 resets_at: w.resets_at.map(secs),
                 observed_at: secs(w.observed_at),
+                age_secs: secs(now - w.observed_at).max(0),
                 exhausted: w.main && w.exhausted() && fresh_until(w.observed_at, w.resets_at, now).is_some(),
                 pace: pace(
                     w.used_percent,
@@ -252,6 +253,7 @@ impl Snapshot {
                 window_minutes: None,
                 resets_at: m.resets_at.map(secs),
                 observed_at: secs(m.observed_at),
+                age_secs: secs(now - m.observed_at).max(0),
                 exhausted: blocks.models.iter().any(|(b, _)| b == base_model(&m.model)),
                 // Antigravity does not say how long its windows are: no even pace to compare.
                 pace: pace(used, None, m.resets_at, m.observed_at, self.read_failed_at, now),

@@ -195,7 +195,8 @@ impl Quota {
         for account in accounts.iter().filter(|a| Reads::readable(a.provider)) {
             let backing_off =
                 self.reads.state().backoff.get(&account.id).is_some_and(|(_, next)| *next > now);
-            let wanted = if force { !backing_off } else { self.due(account, now) };
+            // A read under way is joined (and waited for) whether or not a new one is due.
+            let wanted = !backing_off && (force || self.stale(account, now));
             if wanted && let Some(rx) = self.start_read(Arc::clone(account)) {
                 started.push(rx);
             }
@@ -215,6 +216,11 @@ impl Quota {
             return false;
         }
         drop(st);
+        self.stale(account, now)
+    }
+
+    /// Nothing fresh is known of the account (for Antigravity: or its model list is unknown).
+    fn stale(&self, account: &Account, now: i64) -> bool {
         let stale = self
             .observed_at(account.id, account.quota_revision)
             .is_none_or(|at| now - at > FRESH_MS || at > now);
