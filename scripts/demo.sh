@@ -31,18 +31,45 @@ pids+=($!)
 for _ in $(seq 100); do curl -fs "$BASE/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fs "$BASE/healthz" >/dev/null || { echo "SubLane did not start on $BASE" >&2; exit 1; }
 
+# Quota as each mock account reports it (its usage read and the headers of its answers agree):
+# codex-plus-1 runs ahead of an even pace, codex-plus-2 behind, codex-plus-3 has spent its 5-hour
+# window, and the Claude account is a little behind. Each 5-hour window is half gone now.
+NOW=$(date +%s)
+codex_quota() { # <5-hour used %> <weekly used %> <limit reached> <credential> [<more script fields>]
+  local used=$1 reached=$3
+  curl -fs -X PUT -H 'Content-Type: application/json' "$MOCK/__mock/accounts/$4" -d "{ ${5:-}
+    \"quota\": {\"plan_type\": \"plus\", \"rate_limit\": {\"allowed\": $([ "$reached" = true ] && echo false || echo true), \"limit_reached\": $reached,
+      \"primary_window\": {\"used_percent\": $used, \"limit_window_seconds\": 18000, \"reset_at\": $((NOW + 9000))},
+      \"secondary_window\": {\"used_percent\": $2, \"limit_window_seconds\": 604800, \"reset_at\": $((NOW + 302400))}}},
+    \"quota_headers\": {\"x-codex-primary-used-percent\": \"$used\", \"x-codex-primary-window-minutes\": \"300\",
+      \"x-codex-primary-reset-at\": \"$((NOW + 9000))\", \"x-codex-secondary-used-percent\": \"$2\",
+      \"x-codex-secondary-window-minutes\": \"10080\", \"x-codex-secondary-reset-at\": \"$((NOW + 302400))\"}}" >/dev/null
+}
+codex_quota 70 55 false demo-codex-1
+# codex-plus-2's first call is also a scripted upstream rate limit, so the records have variety.
+codex_quota 25 30 false demo-codex-2 '"steps": [{"kind": "status", "status": 429, "retry_after": "5"}],'
+codex_quota 100 80 true demo-codex-3
+CLAUDE_QUOTA="{\"quota_headers\": {\"anthropic-ratelimit-unified-status\": \"allowed\",
+  \"anthropic-ratelimit-unified-5h-utilization\": \"0.45\", \"anthropic-ratelimit-unified-5h-reset\": \"$((NOW + 9000))\",
+  \"anthropic-ratelimit-unified-7d-utilization\": \"0.30\", \"anthropic-ratelimit-unified-7d-reset\": \"$((NOW + 302400))\"}}"
+for c in sk-ant-oat01-demo-claude sk-ant-oat01-demo-claude.1; do
+  curl -fs -X PUT -H 'Content-Type: application/json' -d "$CLAUDE_QUOTA" "$MOCK/__mock/accounts/$c" >/dev/null
+done
+
 JAR=$(mktemp)
 api() { curl -fsS -b "$JAR" -c "$JAR" -H "Origin: $BASE" -H 'Content-Type: application/json' "$@"; }
 api -d "{\"username\":\"admin\",\"password\":\"$PASSWORD\"}" "$BASE/api/session" >/dev/null
 api -d '{"provider":"codex","name":"codex-plus-1","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-1","provider_account_id":"acct-demo-1"}}' "$BASE/api/accounts" >/dev/null
 api -d '{"provider":"codex","name":"codex-plus-2","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-2","provider_account_id":"acct-demo-2"}}' "$BASE/api/accounts" >/dev/null
+api -d '{"provider":"codex","name":"codex-plus-3","pool_ids":[1],"credentials":{"kind":"oauth","access_token":"demo-codex-3","provider_account_id":"acct-demo-3"}}' "$BASE/api/accounts" >/dev/null
 # A Claude account whose access token has a minute left: the first Claude call refreshes it.
 SOON=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
 CLAUDE_ID=$(api -d "{\"provider\":\"claude\",\"name\":\"claude-max-1\",\"pool_ids\":[1],\"credentials\":{\"kind\":\"oauth\",\"access_token\":\"sk-ant-oat01-demo-claude\",\"refresh_token\":\"demo-claude\",\"expires_at\":\"$SOON\"}}" "$BASE/api/accounts" | sed -n 's/^{"id":\([0-9]*\).*/\1/p')
 KEY=$(api -d '{"name":"demo"}' "$BASE/api/me/keys" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
 
-# A little traffic, including one scripted upstream rate limit, so the records have variety.
-curl -fs -X PUT -H 'Content-Type: application/json' -d '{"steps":[{"kind":"status","status":429,"retry_after":"5"}]}' "$MOCK/__mock/accounts/demo-codex-2" >/dev/null
+# A little traffic.
+# The Accounts page (here its JSON) reads every Codex account's quota: codex-plus-3 is spent.
+api "$BASE/api/accounts/runtime" >/dev/null
 for i in 1 2 3; do
   curl -s -o /dev/null -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
     -d '{"model":"gpt-5.1-codex","stream":true,"input":"hello"}' "$BASE/v1/responses"
@@ -73,6 +100,11 @@ SubLane demo is running (mock upstream on $MOCK, data in $DATA).
   Add an account in the web app (Admin -> Accounts -> Add account): "Sign in with the provider"
   opens the mock's sign-in page, which signs in at once and sends the browser to a localhost
   callback that does not load; paste that address back.
+
+  Quota (Admin -> Accounts): pace bars for each account; codex-plus-1 runs ahead of an even
+  pace, codex-plus-2 and claude-max-1 behind it, and codex-plus-3 is "quota exhausted", so new
+  requests leave it out. Pace is shown while the observation is fresh (2 minutes); opening the
+  page reads the Codex accounts again, the Claude one is observed from its answers.
 
   Scheduling state (codex-plus-2 cooled for 5 s after its scripted 429):
   curl -s -b $JAR $BASE/api/accounts/runtime

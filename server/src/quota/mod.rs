@@ -42,6 +42,9 @@ pub struct QuotaLive {
     pub models: HashMap<String, i64>,
     /// The models the account serves, when its provider listed them.
     pub catalogue: Option<HashSet<String>>,
+    /// RT-6: the tightest main window's remaining percentage and until when it is fresh,
+    /// worked out once here rather than per decision.
+    pub remaining: Option<(f64, i64)>,
     pub snapshot: Arc<Snapshot>,
 }
 
@@ -52,6 +55,7 @@ impl QuotaLive {
             account_until,
             models: models.into_iter().collect(),
             catalogue: snapshot.catalogue.as_ref().map(|c| c.iter().cloned().collect()),
+            remaining: snapshot.remaining(None, now),
             snapshot,
         }
     }

@@ -318,11 +318,11 @@ impl Scheduler {
         let mut inner = self.lock();
         let slot = inner.slot(account_id);
         let rt = &mut inner.runtimes[slot];
-        let was = rt.quota_until;
+        let was = rt.cold.quota_until;
         if !rt.set_quota(revision, quota) {
             return;
         }
-        let until = rt.quota_until;
+        let until = rt.cold.quota_until;
         if until < was {
             self.wake_locked_all(&mut inner);
         } else if until > was {

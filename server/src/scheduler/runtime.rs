@@ -25,8 +25,6 @@ pub(super) struct Runtime {
     /// CRED-3: no usable token until then (unix ms; `i64::MAX`: re-authorization required;
     /// 0: none). Kept apart from the persisted state: refresh backoff is per process.
     pub(super) credentials_until: i64,
-    /// QT-3: new selections leave the account out until then (unix ms; 0: not).
-    pub(super) quota_until: i64,
     pub(super) cold: Box<Cold>,
 }
 
@@ -46,6 +44,9 @@ pub(super) struct Cold {
     /// The account's quota as last published, and the quota revision it belongs to (QT-2).
     pub(super) quota: Option<QuotaLive>,
     pub(super) quota_revision: i64,
+    /// QT-3: new selections leave the account out until then (unix ms; 0: not). Folded into
+    /// `blocked_until`, so the scan's fast path never reads it.
+    pub(super) quota_until: i64,
 }
 
 impl Runtime {
@@ -57,7 +58,6 @@ impl Runtime {
             blocked_until: i64::MIN,
             has_models: false,
             credentials_until: 0,
-            quota_until: 0,
             cold: Box::new(Cold {
                 account_id,
                 limit_generation: 0,
@@ -68,6 +68,7 @@ impl Runtime {
                 requests: HashMap::new(),
                 quota: None,
                 quota_revision: 0,
+                quota_until: 0,
             }),
         }
     }
@@ -79,8 +80,8 @@ impl Runtime {
         if self.credentials_until > now {
             return Some(Block::Credentials { until: self.credentials_until });
         }
-        if self.quota_until > now {
-            return Some(Block::QuotaExhausted { until: self.quota_until });
+        if self.cold.quota_until > now {
+            return Some(Block::QuotaExhausted { until: self.cold.quota_until });
         }
         self.cold.state.block(model, now).or_else(|| {
             let until = *self.cold.quota.as_ref()?.models.get(base_model(model))?;
@@ -100,7 +101,7 @@ impl Runtime {
     /// Recomputes the caches after the state changed.
     pub(super) fn refresh(&mut self) {
         self.blocked_until =
-            self.cold.state.blocked_until().max(self.credentials_until).max(self.quota_until);
+            self.cold.state.blocked_until().max(self.credentials_until).max(self.cold.quota_until);
         self.has_models = !self.cold.state.models.is_empty()
             || self.cold.quota.as_ref().is_some_and(|q| !q.models.is_empty() || q.catalogue.is_some());
     }
@@ -112,7 +113,7 @@ impl Runtime {
             return false;
         }
         self.cold.quota_revision = revision;
-        self.quota_until = quota.as_ref().map_or(0, |q| q.account_until);
+        self.cold.quota_until = quota.as_ref().map_or(0, |q| q.account_until);
         self.cold.quota = quota;
         self.refresh();
         true

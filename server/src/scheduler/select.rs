@@ -121,9 +121,9 @@ impl Scheduler {
         let mut eligible = std::mem::take(&mut inner.scratch);
         eligible.clear();
         let mut blocked = Blocked::default();
-        // Accounts of the request's protocol, and those of them whose model list lacks the
-        // model: when that is all of them, the model is unknown to the pool (ID-4).
-        let (mut speaking, mut unlisted) = (0u32, 0u32);
+        // Accounts whose model list lacks the model: when that is every account of the request's
+        // protocol, the model is unknown to the pool (ID-4).
+        let mut unlisted = 0u32;
         for (i, e) in entries.iter().enumerate() {
             if !ask.supported.contains(&e.provider) {
                 excluded.model_support += 1;
@@ -131,12 +131,6 @@ impl Scheduler {
             }
             if ask.only.is_some_and(|p| p != e.provider) {
                 excluded.policy += 1;
-                continue;
-            }
-            speaking += 1;
-            if inner.runtimes[e.slot].has_models && !inner.runtimes[e.slot].supports(ask.model) {
-                excluded.model_support += 1;
-                unlisted += 1;
                 continue;
             }
             // An account this request already tried (the account itself is touched only when it
@@ -149,16 +143,26 @@ impl Scheduler {
                 sync(inner, i);
             }
             let rt = &inner.runtimes[e.slot];
-            if let Some(b) = rt.block(ask.model, now) {
-                if b.quota() {
-                    excluded.quota += 1;
-                } else if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
-                    excluded.unavailable += 1;
-                } else {
-                    excluded.cooldown += 1;
+            // Only an account with a block or per-model state (limits, quota, a model list) needs
+            // more than its load looked at.
+            if rt.blocked_until > now || rt.has_models {
+                // RT-8: an account whose provider lists its models serves only those.
+                if !rt.supports(ask.model) {
+                    excluded.model_support += 1;
+                    unlisted += 1;
+                    continue;
                 }
-                blocked.add(b, now);
-                continue;
+                if let Some(b) = rt.block(ask.model, now) {
+                    if b.quota() {
+                        excluded.quota += 1;
+                    } else if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
+                        excluded.unavailable += 1;
+                    } else {
+                        excluded.cooldown += 1;
+                    }
+                    blocked.add(b, now);
+                    continue;
+                }
             }
             if !(reserved == Some(e.slot) || rt.in_flight < rt.limit) {
                 excluded.capacity += 1;
@@ -196,7 +200,9 @@ impl Scheduler {
                     Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned(), avoid };
                 self.enqueue(inner, ask, want, blocked.soonest_end())
             }
-            None if unlisted > 0 && unlisted == speaking => Step::Refuse(Refusal::ModelNotFound),
+            None if unlisted > 0 && unlisted == speaking(entries, ask) => {
+                Step::Refuse(Refusal::ModelNotFound)
+            }
             None => Step::Refuse(blocked.refusal(now)),
         };
         inner.scratch = eligible;
@@ -324,29 +330,50 @@ fn weighted_pick(
         return None;
     }
     let per_model = (provider == Provider::Antigravity).then_some(model);
-    let mut weights = Vec::with_capacity(tier.len());
-    for &i in tier {
+    // Each candidate's share: from the number worked out at publication (Antigravity: the
+    // requested model's, looked up now); any candidate without a fresh one means uniform.
+    let weight = |i: u32| -> Option<f64> {
         let e = &entries[i as usize];
         if e.provider != provider {
             return None;
         }
         let quota = inner.runtimes[e.slot].cold.quota.as_ref()?;
-        let (left, _) = quota.snapshot.remaining(per_model, now)?;
-        weights.push(left);
+        let (left, until) = match per_model {
+            Some(m) => quota.snapshot.remaining(Some(m), now)?,
+            None => quota.remaining?,
+        };
+        (until > now).then_some(left)
+    };
+    let mut total = 0.0;
+    for &i in tier {
+        total += weight(i)?;
     }
-    let total: f64 = weights.iter().sum();
     if total.is_nan() || total <= 0.0 {
         return None;
     }
     const GOLDEN: f64 = 0.618_033_988_749_894_9;
     let mut x = ((turn as f64) * GOLDEN).fract() * total;
-    for (k, w) in weights.iter().enumerate() {
-        if x < *w {
-            return Some(tier[k] as usize);
+    let mut last = None;
+    for &i in tier {
+        let w = weight(i).unwrap_or(0.0);
+        if w > 0.0 {
+            last = Some(i as usize);
+        }
+        if x < w {
+            return Some(i as usize);
         }
         x -= w;
     }
-    tier.iter().zip(&weights).rev().find(|(_, w)| **w > 0.0).map(|(i, _)| *i as usize)
+    last
+}
+
+/// How many of the pool's accounts speak the request's protocol (and pass its provider prefix).
+fn speaking(entries: &[Entry], ask: &Ask<'_>) -> u32 {
+    let n = entries
+        .iter()
+        .filter(|e| ask.supported.contains(&e.provider) && ask.only.is_none_or(|p| p == e.provider))
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The providers a request may use, as a bit set (its rotation position's key).
