@@ -85,11 +85,11 @@ fn us(d: Duration) -> f64 {
 
 /// Fresh quota observations on every account (none spent): two main windows each.
 fn observe_quota(scheduler: &Arc<Scheduler>, n: usize) {
+    use sublane::clock::Clock;
     use sublane::quota::{
         QuotaLive,
         observation::{Snapshot, Window},
     };
-    use sublane::clock::Clock;
     let now = SystemClock.now().timestamp_millis();
     for i in 0..n {
         let window = |id: &str, used: f64, minutes: i64| Window {

@@ -14,7 +14,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering},
     },
 };
 
@@ -84,6 +84,10 @@ pub struct PoolRoutes {
     index: HashMap<i64, usize>,
     /// Rotation positions (RT-5), one per set of providers a request may use (a bit set).
     next: [AtomicUsize; PROVIDER_SETS],
+    /// QT-1: some account's quota can be read (Codex, Antigravity), and when model traffic last
+    /// looked for stale ones (unix ms): the hot path pays one atomic load otherwise.
+    quota_readable: bool,
+    quota_checked_at: AtomicI64,
 }
 
 /// Provider sets, as bit sets over the five providers.
@@ -127,6 +131,17 @@ impl PoolRoutes {
         self.next[set % PROVIDER_SETS].fetch_add(1, Ordering::Relaxed)
     }
 
+    /// QT-1: whether model traffic should look for stale quota now (at most every `every_ms`);
+    /// the first caller after that claims the look.
+    pub fn quota_check_due(&self, now: i64, every_ms: i64) -> bool {
+        if !self.quota_readable {
+            return false;
+        }
+        let last = self.quota_checked_at.load(Ordering::Relaxed);
+        (now.saturating_sub(last) >= every_ms || last > now)
+            && self.quota_checked_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
     /// The scan view of `accounts()`, position for position.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
@@ -151,7 +166,16 @@ impl PoolRoutes {
             })
             .collect();
         let index = accounts.iter().enumerate().map(|(i, a)| (a.id, i)).collect();
-        PoolRoutes { policy, accounts, entries, index, next: std::array::from_fn(|_| AtomicUsize::new(0)) }
+        let quota_readable = accounts.iter().any(|a| crate::quota::reads::Reads::readable(a.provider));
+        PoolRoutes {
+            policy,
+            accounts,
+            entries,
+            index,
+            next: std::array::from_fn(|_| AtomicUsize::new(0)),
+            quota_readable,
+            quota_checked_at: AtomicI64::new(i64::MIN),
+        }
     }
 }
 

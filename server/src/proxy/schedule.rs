@@ -87,7 +87,7 @@ pub(super) async fn schedule(
         };
         if deadline.is_none() {
             // QT-1: model traffic keeps the pool's quota data current, in the background.
-            s.quota.on_traffic(attempt.principal.pool_id, pool.accounts());
+            s.quota.on_traffic(pool);
         }
         let ask = Ask {
             member_id: attempt.principal.member_id,

@@ -29,8 +29,8 @@ use sqlx::SqlitePool;
 pub use self::observation::{Blocks, Observation, Snapshot};
 use crate::{clock::SharedClock, directory::Account, error::Result, scheduler::Scheduler};
 
-/// A passive observation that changes nothing but its time is written at most this often; the
-/// freshness it renews (2 min) stays well ahead.
+/// A passive observation that changes nothing that matters (see [`Snapshot::minor_update`]) is
+/// written at most this often per account; the freshness it renews (2 min) stays well ahead.
 pub const REWRITE_MS: i64 = 20_000;
 
 /// What the scheduler holds of an account's quota (QT-3, QT-4, RT-6, RT-8).
@@ -117,7 +117,7 @@ impl Quota {
     }
 
     /// A passive observation from a model answer (hot path): recorded in the background unless
-    /// it repeats what is known and was written recently. The request never waits for it.
+    /// it adds nothing that matters to what was written recently. The request never waits.
     pub fn observe(self: &Arc<Self>, account: &Account, o: Observation) {
         if o.is_empty() {
             return;
@@ -125,7 +125,7 @@ impl Quota {
         if let Some(k) = self.known().get(&account.id)
             && k.revision == account.quota_revision
             && o.at - k.written_at < REWRITE_MS
-            && k.snapshot.same_as(&o)
+            && k.snapshot.minor_update(&o)
         {
             return;
         }

@@ -154,16 +154,25 @@ impl Snapshot {
         }
     }
 
-    /// Whether `o` would change nothing a reader sees but the observation times (the hot path
-    /// skips writing those more often than every few seconds).
-    pub fn same_as(&self, o: &Observation) -> bool {
+    /// Whether `o` changes nothing that matters before the next routine write: no window's
+    /// spent state, no denial, no model, a used share within a point, a reset within a minute
+    /// (the hot path then writes at most every [`crate::quota::REWRITE_MS`] per account, however
+    /// often the provider's numbers creep up).
+    pub fn minor_update(&self, o: &Observation) -> bool {
+        let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => (a - b).abs() < 1.0,
+            (a, b) => a.is_none() && b.is_none(),
+        };
         let windows = o.windows.iter().all(|w| {
             self.windows.iter().any(|x| {
                 x.id == w.id
-                    && x.used_percent == w.used_percent
-                    && x.limit_reached == w.limit_reached
-                    && x.resets_at == w.resets_at
+                    && x.exhausted() == w.exhausted()
+                    && close(x.used_percent, w.used_percent)
                     && x.window_minutes == w.window_minutes
+                    && match (x.resets_at, w.resets_at) {
+                        (Some(a), Some(b)) => (a - b).abs() < 60_000,
+                        (a, b) => a == b,
+                    }
             })
         });
         let denial = match &o.denial {
@@ -431,6 +440,26 @@ mod tests {
         s.merge(&Observation { at: T + 8, denial: Some(None), ..Default::default() });
         assert_eq!(s.blocks(T + 9).account_until, 0, "an accepted answer ends the denial");
         assert_eq!(s.observed_at, T + 8);
+    }
+
+    #[test]
+    fn creeping_numbers_are_minor_and_a_spent_window_is_not() {
+        let s = snap(vec![window("primary", 40.0, Some(3_600_000), T)]);
+        let o = |used: f64, resets_in: i64| Observation {
+            at: T + 5,
+            windows: vec![window("primary", used, Some(resets_in), T + 5)],
+            ..Default::default()
+        };
+        assert!(s.minor_update(&o(40.6, 3_600_000 - 5)));
+        assert!(!s.minor_update(&o(41.0, 3_600_000)), "a point more is written");
+        assert!(!s.minor_update(&o(100.0, 3_600_000)), "spent is written at once");
+        assert!(!s.minor_update(&o(40.0, 7_200_000)), "a new reset is written");
+        let denied = Observation {
+            at: T + 5,
+            denial: Some(Some(Denial { reason: "x".into(), resets_at: None, observed_at: T + 5 })),
+            ..Default::default()
+        };
+        assert!(!s.minor_update(&denied));
     }
 
     #[test]

@@ -22,7 +22,10 @@ use tokio::sync::{Semaphore, watch};
 
 use super::{Observation, Quota, observation::FRESH_MS, parse};
 use crate::{
-    config::UpstreamUrls, credentials::Tokens, directory::Account, providers::ANTIGRAVITY_USER_AGENT,
+    config::UpstreamUrls,
+    credentials::Tokens,
+    directory::{Account, PoolRoutes},
+    providers::ANTIGRAVITY_USER_AGENT,
     scheduler::admission::Admission,
 };
 
@@ -57,8 +60,6 @@ struct ReadState {
     in_flight: HashMap<i64, watch::Receiver<bool>>,
     /// Failed reads in a row and when the next may start (unix ms), by account.
     backoff: HashMap<i64, (u32, i64)>,
-    /// When model traffic last looked at each pool (unix ms).
-    pools_checked: HashMap<i64, i64>,
 }
 
 /// Why a read gave nothing.
@@ -165,21 +166,16 @@ impl Reads {
 }
 
 impl Quota {
-    /// QT-1: model traffic on pool `pool_id` starts a background read for its accounts whose
-    /// quota data is stale (or, for Antigravity, whose model list is unknown). The request never
-    /// waits; a pool is looked at no more than every few seconds.
-    pub fn on_traffic(self: &Arc<Self>, pool_id: i64, accounts: &[Arc<Account>]) {
+    /// QT-1: model traffic on `pool` starts a background read for its accounts whose quota
+    /// data is stale (or, for Antigravity, whose model list is unknown). The request never waits;
+    /// a pool is looked at no more than every few seconds, and a pool of accounts SubLane cannot
+    /// read costs one check.
+    pub fn on_traffic(self: &Arc<Self>, pool: &PoolRoutes) {
         let now = self.clock.now().timestamp_millis();
-        {
-            let mut st = self.reads.state();
-            match st.pools_checked.get(&pool_id) {
-                Some(at) if now - at < TRAFFIC_CHECK_MS && *at <= now => return,
-                _ => {
-                    st.pools_checked.insert(pool_id, now);
-                }
-            }
+        if !pool.quota_check_due(now, TRAFFIC_CHECK_MS) {
+            return;
         }
-        for account in accounts.iter().filter(|a| Reads::readable(a.provider)) {
+        for account in pool.accounts().iter().filter(|a| Reads::readable(a.provider)) {
             if self.due(account, now) {
                 let _ = self.start_read(Arc::clone(account));
             }
