@@ -330,8 +330,7 @@ pub struct AccountRuntime {
 pub struct QuotaRow {
     /// What the window is: "5-hour", "Weekly", or an Antigravity model id.
     pub label: String,
-    /// A window of the main subscription limit (an extra named limit never excludes the account).
-    pub main: bool,
+    pub kind: QuotaKind,
     /// 0..=100; `None` when the provider did not say.
     pub used_percent: Option<f64>,
     pub window_minutes: Option<i64>,
@@ -344,6 +343,18 @@ pub struct QuotaRow {
     /// This window (or model) excludes the account now (QT-3, QT-4).
     pub exhausted: bool,
     pub pace: Pace,
+}
+
+/// What a quota row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaKind {
+    /// A window of the main subscription limit (Codex primary/secondary, Claude 5-hour/7-day).
+    Main,
+    /// An extra named limit: shown, never excluding the account (QT-3).
+    Extra,
+    /// One Antigravity model's quota (QT-4).
+    Model,
 }
 
 /// PACE-1/PACE-2: how far usage runs ahead of (positive) or behind (negative) an even pace, in

@@ -24,7 +24,7 @@ async function paceAccount(page, name, used) {
   assert.equal(scripted.status(), 204);
   const resp = await page.request.post(`${server.url}/api/accounts`, {
     headers: { Origin: server.url },
-    data: { provider: 'codex', name, pool_ids: [1], credentials: { kind: 'oauth', access_token: `tok-${name}` } },
+    data: { provider: 'codex', name, pool_ids: [1], credentials: { kind: 'oauth', access_token: `tok-${name}`, provider_account_id: `acct-${name}` } },
   });
   assert.equal(resp.status(), 201, await resp.text());
 }

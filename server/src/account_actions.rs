@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 
 use app::model::{
-    AccountAction, AccountPatch, AccountRuntime, AccountSettings, AccountTest, AccountView, CredentialImport,
-    CredentialInput, CredentialSource, ModelRuntime, NewAccount, OAuthFinish, OAuthStarted, Provider,
+    AccountAction, AccountPatch, AccountRuntime, AccountSettings, AccountStatus, AccountTest, AccountView,
+    CredentialImport, CredentialInput, CredentialSource, ModelRuntime, NewAccount, OAuthFinish, OAuthStarted,
+    Provider,
 };
 
 use crate::{
@@ -40,11 +41,14 @@ async fn change(s: &AppState, id: i64, action: AccountAction) -> Result<AccountV
             return Err(Error::Internal("not a lifecycle change".into()));
         }
     };
+    let was_disabled = accounts::get(&s.db, id).await?.status == AccountStatus::Disabled;
     let (view, revision) = accounts::change(&s.db, &*s.clock, id, lifecycle).await?;
     if let Some(state) = state {
         s.scheduler.apply(id, revision, state);
     }
-    if matches!(action, AccountAction::Enable | AccountAction::Disable) {
+    if matches!(action, AccountAction::Enable | AccountAction::Disable)
+        && was_disabled != (view.status == AccountStatus::Disabled)
+    {
         // QT-2: quota observed before belongs to another period of the account.
         s.quota.invalidate(id).await?;
     }
@@ -253,6 +257,7 @@ pub async fn edit(s: &AppState, id: i64, settings: AccountSettings) -> Result<Ac
 pub async fn delete(s: &AppState, id: i64) -> Result<()> {
     accounts::delete(&s.db, &*s.clock, id).await?;
     s.tokens.forget(id);
+    s.quota.forget(id);
     s.configuration_changed().await;
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+use app::model::Provider;
 use clap::Parser;
 use secrecy::SecretString;
 use serde::Deserialize;
@@ -167,6 +168,31 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub oauth: OAuthSettings,
+    #[command(flatten)]
+    #[serde(default)]
+    pub models: ModelSettings,
+}
+
+/// The models each provider's accounts serve (RT-8, ID-4, PX-4), when an operator closes the
+/// list: a model outside it is 404 `model_not_found` before any upstream call.
+#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Models Codex accounts serve, comma-separated [env: SUBLANE_CODEX_MODELS] [default: any]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub codex_models: Option<Vec<String>>,
+    /// Models Claude accounts serve [env: SUBLANE_CLAUDE_MODELS] [default: any]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub claude_models: Option<Vec<String>>,
+    /// Models Antigravity accounts serve [env: SUBLANE_ANTIGRAVITY_MODELS] [default: the provider's list]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub antigravity_models: Option<Vec<String>>,
+    /// Models OpenAI API-key accounts serve [env: SUBLANE_OPENAI_MODELS] [default: any]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub openai_models: Option<Vec<String>>,
+    /// Models Anthropic API-key accounts serve [env: SUBLANE_ANTHROPIC_MODELS] [default: any]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub anthropic_models: Option<Vec<String>>,
 }
 
 /// The OAuth clients SubLane signs accounts in with and refreshes their tokens as (CRED-5). The
@@ -310,6 +336,8 @@ pub struct Config {
     pub scheduler: crate::scheduler::Settings,
     pub upstream: UpstreamUrls,
     pub oauth: OAuthClients,
+    /// RT-8, ID-4: configured model lists.
+    pub models: crate::catalogue::Catalogues,
 }
 
 /// Resolved upstream URLs.
@@ -336,6 +364,9 @@ impl Settings {
         };
         let duration = |name: &'static str| -> Result<Option<Duration>, ConfigError> {
             var(name).map(|v| humantime::parse_duration(&v).map_err(|e| env_err(name, e))).transpose()
+        };
+        let list = |name: &'static str| -> Option<Vec<String>> {
+            var(name).map(|v| v.split(',').map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()).collect())
         };
         fn parsed<T: std::str::FromStr>(
             name: &'static str,
@@ -391,6 +422,13 @@ impl Settings {
                 openai_base_url: parse("SUBLANE_OPENAI_BASE_URL")?,
                 anthropic_base_url: parse("SUBLANE_ANTHROPIC_BASE_URL")?,
             },
+            models: ModelSettings {
+                codex_models: list("SUBLANE_CODEX_MODELS"),
+                claude_models: list("SUBLANE_CLAUDE_MODELS"),
+                antigravity_models: list("SUBLANE_ANTIGRAVITY_MODELS"),
+                openai_models: list("SUBLANE_OPENAI_MODELS"),
+                anthropic_models: list("SUBLANE_ANTHROPIC_MODELS"),
+            },
             oauth: OAuthSettings {
                 codex_authorize_url: parse("SUBLANE_CODEX_AUTHORIZE_URL")?,
                 codex_client_id: var("SUBLANE_CODEX_CLIENT_ID"),
@@ -417,7 +455,15 @@ impl Settings {
         let u = self.upstream;
         let o = over.upstream;
         let (a, b) = (self.oauth, over.oauth);
+        let (ma, mb) = (self.models, over.models);
         Settings {
+            models: ModelSettings {
+                codex_models: mb.codex_models.or(ma.codex_models),
+                claude_models: mb.claude_models.or(ma.claude_models),
+                antigravity_models: mb.antigravity_models.or(ma.antigravity_models),
+                openai_models: mb.openai_models.or(ma.openai_models),
+                anthropic_models: mb.anthropic_models.or(ma.anthropic_models),
+            },
             addr: over.addr.or(self.addr),
             data_dir: over.data_dir.or(self.data_dir),
             database_url: over.database_url.or(self.database_url),
@@ -498,6 +544,18 @@ impl Settings {
         };
         let u = self.upstream;
         let oa = self.oauth;
+        let m = self.models;
+        let models = crate::catalogue::Catalogues::new(
+            [
+                (Provider::Codex, m.codex_models),
+                (Provider::Claude, m.claude_models),
+                (Provider::Antigravity, m.antigravity_models),
+                (Provider::OpenaiApi, m.openai_models),
+                (Provider::AnthropicApi, m.anthropic_models),
+            ]
+            .into_iter()
+            .filter_map(|(p, l)| Some((p, l?))),
+        );
         let url = |v: Option<url::Url>, default: &str| -> Result<url::Url, ConfigError> {
             match v {
                 Some(v) => Ok(v),
@@ -528,6 +586,7 @@ impl Settings {
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             workspace_capacity,
             scheduler,
+            models,
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
                 codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,

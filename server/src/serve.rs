@@ -181,6 +181,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .await
         .map_err(|e| StartError::Bootstrap(format!("scheduler state: {e}")))?;
     scheduler.restore(loaded);
+    scheduler.set_catalogues(config.models.clone());
     let lifecycle = Arc::new(Lifecycle {
         shutdown: shutdown.clone(),
         hard_stop: hard_stop.clone(),

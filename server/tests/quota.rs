@@ -160,6 +160,9 @@ async fn a_spent_window_excludes_the_account_only_while_fresh() {
     }
     assert_eq!(b.rig.calls(tokens[0]), before + 1, "eligible again: the rotation reaches it");
     b.runtime_when(spent, |rt| exhausted_until(rt).is_some()).await;
+    // enabling an account that is already enabled changes nothing
+    b.rig.action(spent, "enable").await;
+    assert!(exhausted_until(&b.rig.account_runtime(spent).await).is_some());
     // disable/enable: what was observed before no longer holds
     b.rig.action(spent, "disable").await;
     b.rig.action(spent, "enable").await;
@@ -197,13 +200,15 @@ async fn a_bound_conversation_on_a_spent_account_gets_quota_exhausted_and_stays(
     let a = b.rig.send(Some("conv-2"), MODEL).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(b.rig.calls("at-free"), 1, "a new conversation goes to an account with quota");
-    // when every account's quota is spent, unbound requests hear it too
+    // when every account's quota is spent, an unbound request hears BUD-5's answer with the time
+    // the soonest observation is checked again
     let usage = b.codex_usage(100.0, 600);
     b.rig.script("at-free", json!({"quota_headers": b.codex_headers(100.0, 600), "quota": usage})).await;
     b.rig.send(Some("conv-3"), MODEL).await;
     b.runtime_when(b.rig.ids[1], |rt| exhausted_until(rt).is_some()).await;
     let a = b.rig.send(None, MODEL).await;
-    assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "quota_exhausted"));
+    assert_eq!((a.status, a.code()), (StatusCode::TOO_MANY_REQUESTS, "upstream_quota_exhausted"), "{a:?}");
+    assert_eq!(a.retry_after, Some(121));
 }
 
 /// QT-4, RT-8, ID-4, PX-4: Antigravity's model list and per-model quota: only the exact
@@ -235,7 +240,12 @@ async fn antigravity_checks_only_the_requested_model_and_lists_its_catalogue() {
     };
     for spent in ["gemini-3.1-pro-low", "gemini-3.1-pro-low(high)"] {
         let a = Answer::read(gemini(spent).await.unwrap()).await;
-        assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "quota_exhausted"), "{spent}");
+        assert_eq!(
+            (a.status, a.code()),
+            (StatusCode::TOO_MANY_REQUESTS, "upstream_quota_exhausted"),
+            "{spent}"
+        );
+        assert_eq!(a.retry_after, Some(121), "checked again when the observation goes stale");
     }
     assert_eq!(Answer::read(gemini("gemini-3.6-flash-high").await.unwrap()).await.status, StatusCode::OK);
     let a = Answer::read(gemini("gemini-9-ultra").await.unwrap()).await;
@@ -396,4 +406,82 @@ async fn websocket_rate_limit_frames_are_observed() {
     assert_eq!(kinds[0], "codex.rate_limits", "the frame reaches the client unchanged");
     let rt = b.runtime_when(id, |rt| exhausted_until(rt).is_some()).await;
     assert_eq!(rt["quota"][1]["used_percent"], 20.0, "{rt}");
+}
+
+/// QT-4/QT-5 on the answer path: Antigravity's 429 `QUOTA_EXHAUSTED` for a model spends that
+/// model only; a conversation bound there hears 403 `quota_exhausted` (not a rate limit) and
+/// stays; a thinking suffix travels upstream as the request's thinking setting.
+#[tokio::test]
+async fn an_antigravity_quota_exhausted_answer_spends_only_that_model() {
+    let mut b = Bed::start(&[]).await;
+    let id = b.rig.add_account("antigravity", "ya29.p", 0).await;
+    b.rig.account_runtime(id).await; // the catalogue read (the mock's default models)
+    let (http, base, key) = (b.rig.http.clone(), b.rig.t.base.clone(), b.rig.key.clone());
+    let gemini = |model: &str, session: &str| {
+        http.post(format!("{base}/v1beta/models/{model}:generateContent"))
+            .header("x-goog-api-key", &key)
+            .header("session_id", session)
+            .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
+            .send()
+    };
+    // a suffixed model reaches the upstream as the base id with its thinking level
+    let a = Answer::read(gemini("gemini-3.1-pro-low(high)", "c1").await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    let call = b.rig.mock.state.calls("ya29.p").pop().unwrap();
+    assert_eq!(call.model.as_deref(), Some("gemini-3.1-pro-low"));
+    let exhausted = json!({"kind": "resource_exhausted", "reason": "QUOTA_EXHAUSTED",
+        "model": "gemini-3.1-pro-low", "retry_delay": "3600s"});
+    b.rig.script("ya29.p", json!({"steps": [exhausted]})).await;
+    let a = Answer::read(gemini("gemini-3.1-pro-low(high)", "c1").await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "the upstream's own answer goes back");
+    let spent = |rt: &Value| rt["quota"].as_array().is_some_and(|q| q.iter().any(|r| r["exhausted"] == true));
+    b.runtime_when(id, spent).await;
+    let a = Answer::read(gemini("gemini-3.1-pro-low", "c1").await.unwrap()).await;
+    assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "quota_exhausted"), "{a:?}");
+    let other = Answer::read(gemini("gemini-3.6-flash-high", "c2").await.unwrap()).await;
+    assert_eq!(other.status, StatusCode::OK, "{other:?}");
+    assert_eq!(exhausted_until(&b.rig.account_runtime(id).await), None, "the account itself serves on");
+}
+
+/// QT-1: no traffic, no reads: an idle gateway polls nothing, whatever the time.
+#[tokio::test]
+async fn an_idle_gateway_reads_nothing() {
+    let b = Bed::start(&[]).await;
+    let mut rig = b.rig;
+    rig.add_account("codex", "at-idle", 0).await;
+    assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reads = rig.calls("quota:at-idle");
+    assert_eq!(reads, 1, "the first request read the new account");
+    b.clock.advance(TimeDelta::hours(6));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rig.calls("quota:at-idle"), reads, "hours later, without traffic, no read");
+}
+
+/// RT-8, ID-4, PX-4: an operator's model list closes its provider: another model is 404
+/// `model_not_found` before any upstream call, in or out of a conversation, and `/v1/models` lists
+/// exactly the configured models.
+#[tokio::test]
+async fn a_configured_model_list_decides_what_the_pool_serves() {
+    let mut b = Bed::start(&[("SUBLANE_CODEX_MODELS", "gpt-5.1-codex, gpt-5.1")]).await;
+    b.rig.add_account("codex", "at-listed", 0).await;
+    assert_eq!(b.rig.send(Some("conv"), "gpt-5.1").await.status, StatusCode::OK);
+    for session in [None, Some("conv")] {
+        let a = b.rig.send(session, "gpt-9").await;
+        assert_eq!((a.status, a.code()), (StatusCode::NOT_FOUND, "model_not_found"), "{session:?}");
+    }
+    assert_eq!(b.rig.calls("at-listed"), 1, "no upstream call for an unlisted model");
+    let list: Value = b
+        .rig
+        .http
+        .get(format!("{}/v1/models", b.rig.t.base))
+        .bearer_auth(&b.rig.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["gpt-5.1", "gpt-5.1-codex"]);
 }

@@ -152,7 +152,7 @@ fn AccountCard(account: AccountRuntime, pools: Vec<PoolChoice>, actions: CardAct
             <ul class="mt-3 flex flex-wrap gap-1.5" aria-label="State" data-testid="badges">
                 {view! { <StateBadges account=a.clone() /> }.into_any()}
             </ul>
-            {view! { <QuotaRows rows=a.quota.clone() name=a.name.clone() /> }.into_any()}
+            {view! { <QuotaRows rows=a.quota.clone() name=a.name.clone() observed=a.provider.uses_oauth() /> }.into_any()}
             {(!a.models.is_empty()).then(|| view! { <ModelTable models=a.models.clone() /> }.into_any())}
             {a.token.clone().map(|t| view! { <TokenLine token=t /> })}
             <SettingsForm account=a.clone() pools save />

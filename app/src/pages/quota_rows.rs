@@ -9,7 +9,7 @@ use leptos::{either::Either, prelude::*};
 
 use crate::{
     components::Timestamp,
-    model::{Pace, QuotaRow},
+    model::{Pace, QuotaKind, QuotaRow},
 };
 
 fn at(unix: i64) -> DateTime<Utc> {
@@ -25,12 +25,13 @@ fn age(secs: i64) -> String {
     }
 }
 
+/// `observed`: the account's provider reports a subscription quota (API-key accounts do not).
 #[component]
-pub fn QuotaRows(rows: Vec<QuotaRow>, name: String) -> impl IntoView {
+pub fn QuotaRows(rows: Vec<QuotaRow>, name: String, observed: bool) -> impl IntoView {
     if rows.is_empty() {
-        return Either::Left(view! {
+        return Either::Left(observed.then(|| view! {
             <p class="mt-3 text-xs text-slate-500" data-testid="quota-none">"Quota: nothing observed yet."</p>
-        });
+        }));
     }
     Either::Right(view! {
         <section class="mt-3" aria-label=format!("Quota of {name}") data-testid="quota">
@@ -79,7 +80,7 @@ fn QuotaLine(row: QuotaRow) -> impl IntoView {
             <div class="flex flex-wrap items-baseline justify-between gap-x-2 text-xs">
                 <span class="font-medium text-slate-800">
                     {r.label.clone()}
-                    {(!r.main).then_some(view! { <span class="ml-1 font-normal text-slate-500">"(extra limit)"</span> })}
+                    {(r.kind == QuotaKind::Extra).then_some(view! { <span class="ml-1 font-normal text-slate-500">"(extra limit)"</span> })}
                 </span>
                 <span class="text-slate-700">
                     {used_text.clone()}

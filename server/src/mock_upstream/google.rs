@@ -33,6 +33,10 @@ fn generate(Played { turn, body }: Played, stream: bool) -> Response {
             None,
         );
     }
+    // Cloud Code knows model ids, not SDK suffixes: `model(high)` is no model there.
+    if req["model"].as_str().is_some_and(|m| m.contains('(') || m.contains(')')) {
+        return error(StatusCode::NOT_FOUND, "NOT_FOUND", "Requested entity was not found.", None);
+    }
     if let Some(resp) = scripted_error(&turn) {
         return resp;
     }

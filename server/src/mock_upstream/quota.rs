@@ -23,6 +23,16 @@ pub async fn wham_usage(
     headers: HeaderMap,
 ) -> Response {
     let script = read(&s, &method, &uri, &headers, &[]).await;
+    if let Some(refused) = unauthenticated(&headers) {
+        return refused;
+    }
+    // The ChatGPT backend routes by workspace: the account id travels with every call.
+    if !headers.contains_key("chatgpt-account-id") {
+        return json(
+            StatusCode::FORBIDDEN,
+            json!({"detail": {"code": "missing_account_id", "message": "chatgpt-account-id is required"}}),
+        );
+    }
     if let Some(status) = script.quota_status {
         return failed(status);
     }
@@ -48,6 +58,16 @@ pub async fn fetch_available_models(
     body: axum::body::Bytes,
 ) -> Response {
     let script = read(&s, &method, &uri, &headers, &body).await;
+    if let Some(refused) = unauthenticated(&headers) {
+        return refused;
+    }
+    let agent = headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !agent.starts_with("antigravity/") {
+        return json(
+            StatusCode::FORBIDDEN,
+            json!({"error": {"code": 403, "message": "unsupported client", "status": "PERMISSION_DENIED"}}),
+        );
+    }
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !request["project"].is_string() {
         return json(
@@ -73,6 +93,21 @@ async fn read(s: &MockState, method: &Method, uri: &Uri, headers: &HeaderMap, bo
     let _reading = s.enter("quota");
     tokio::time::sleep(std::time::Duration::from_millis(script.quota_delay_ms.max(1))).await;
     script
+}
+
+/// A read without a bearer token is refused, as the providers do.
+fn unauthenticated(headers: &HeaderMap) -> Option<Response> {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| !t.trim().is_empty());
+    (!bearer).then(|| {
+        json(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"message": "missing bearer token", "code": "invalid_token"}}),
+        )
+    })
 }
 
 fn failed(status: u16) -> Response {

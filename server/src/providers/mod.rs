@@ -186,7 +186,24 @@ pub const ANTIGRAVITY_USER_AGENT: &str = "antigravity/1.0 sublane";
 
 /// Wraps a Gemini request body in the v1internal envelope (protocols.md §5).
 pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) -> Option<Vec<u8>> {
-    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let (model, thinking) = thinking_suffix(model);
+    // An SDK thinking-level suffix (`model(high)`, `model(16384)`) is no model id upstream: it
+    // becomes the request's thinking setting, unless the client set one itself (QT-4).
+    if let Some(level) = thinking
+        && request.is_object()
+    {
+        let config = &mut request["generationConfig"];
+        if config.is_null() {
+            *config = serde_json::json!({});
+        }
+        if config.is_object() && config["thinkingConfig"].is_null() {
+            config["thinkingConfig"] = match level.parse::<u64>() {
+                Ok(budget) => serde_json::json!({"includeThoughts": true, "thinkingBudget": budget}),
+                Err(_) => serde_json::json!({"includeThoughts": true, "thinkingLevel": level}),
+            };
+        }
+    }
     let envelope = serde_json::json!({
         "project": project,
         "requestId": format!("agent-{request_id}"),
@@ -196,6 +213,20 @@ pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) 
         "request": request,
     });
     serde_json::to_vec(&envelope).ok()
+}
+
+/// A model id with an SDK thinking suffix split in two: `gemini-3.1-pro-low(high)` is
+/// `gemini-3.1-pro-low` at level `high`; `claude-opus-4-6-thinking(16384)` a budget of 16384.
+/// Only the levels Gemini knows and plain budgets count; anything else stays part of the id.
+pub fn thinking_suffix(model: &str) -> (&str, Option<&str>) {
+    let base = crate::quota::observation::base_model(model);
+    if base.len() == model.len() {
+        return (model, None);
+    }
+    let level = model[base.len()..].trim().trim_start_matches('(').trim_end_matches(')').trim();
+    let known = matches!(level, "minimal" | "low" | "medium" | "high")
+        || (!level.is_empty() && level.len() <= 7 && level.bytes().all(|b| b.is_ascii_digit()));
+    if known { (base, Some(level)) } else { (model, None) }
 }
 
 /// Takes the inner `response` out of a v1internal answer or stream event.
@@ -441,6 +472,29 @@ mod tests {
             r#"{"candidates":[]}"#
         );
         assert_eq!(unwrap_envelope(r#"{"candidates":[]}"#).unwrap(), r#"{"candidates":[]}"#);
+    }
+
+    #[test]
+    fn a_thinking_suffix_becomes_the_requests_thinking_setting() {
+        let wrap = |model: &str, body: &[u8]| -> serde_json::Value {
+            serde_json::from_slice(&wrap_envelope(body, "p", model, "r").unwrap()).unwrap()
+        };
+        let plain = br#"{"contents":[]}"#;
+        let v = wrap("gemini-3.1-pro-low(high)", plain);
+        assert_eq!(v["model"], "gemini-3.1-pro-low");
+        assert_eq!(v["request"]["generationConfig"]["thinkingConfig"]["thinkingLevel"], "high");
+        let v = wrap("claude-opus-4-6-thinking(16384)", plain);
+        assert_eq!(v["model"], "claude-opus-4-6-thinking");
+        assert_eq!(v["request"]["generationConfig"]["thinkingConfig"]["thinkingBudget"], 16384);
+        // the client's own setting wins; an unknown suffix is part of the id
+        let own = br#"{"contents":[],"generationConfig":{"thinkingConfig":{"thinkingBudget":1}}}"#;
+        let v = wrap("gemini-3.1-pro-low(high)", own);
+        assert_eq!(
+            v["request"]["generationConfig"]["thinkingConfig"],
+            serde_json::json!({"thinkingBudget": 1})
+        );
+        assert_eq!(wrap("odd(model)", plain)["model"], "odd(model)");
+        assert_eq!(thinking_suffix("gemini-3.1-pro-low"), ("gemini-3.1-pro-low", None));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! Which protocol: Gemini for `/v1beta/models`, Anthropic when the client sends
 //! `anthropic-version` (Anthropic SDKs and Claude Code always do), OpenAI otherwise. The models
-//! of an account are its provider's own list where SubLane read one (Antigravity's
-//! `fetchAvailableModels`), else the provider's usual models below. The pool's policy then
+//! of an account are the operator's list for its provider (`SUBLANE_<PROVIDER>_MODELS`), else
+//! its provider's own list where SubLane read one (Antigravity's `fetchAvailableModels`), else
+//! the provider's usual models below. The pool's policy then
 //! applies: an allow-list keeps only what it names, a deny-list removes, aliases are added for
 //! models that are served.
 
@@ -84,9 +85,10 @@ async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protoco
             if !speaks.contains(&account.provider) || only.is_some_and(|o| o != account.provider) {
                 continue;
             }
-            match s.quota.catalogue(account.id) {
-                Some(listed) => served.extend(listed),
-                None => served.extend(usual_models(account.provider).iter().map(|m| (*m).to_owned())),
+            match (s.config.models.configured(account.provider), s.quota.catalogue(account.id)) {
+                (Some(configured), _) => served.extend(configured.iter().cloned()),
+                (None, Some(listed)) => served.extend(listed),
+                (None, None) => served.extend(usual_models(account.provider).iter().map(|m| (*m).to_owned())),
             }
         }
         let policy = &pool.policy;

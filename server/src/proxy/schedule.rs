@@ -87,12 +87,18 @@ pub(super) async fn schedule(
         };
         if deadline.is_none() {
             // QT-1: model traffic keeps the pool's quota data current, in the background.
-            s.quota.on_traffic(pool);
+            s.quota.on_traffic(pool, spec.op.providers());
         }
+        // Gemini ids may carry an SDK thinking suffix: the account's state, quota and model list
+        // know the model without it (QT-4); the suffix still travels upstream as a setting.
+        let scheduled_model = match spec.protocol {
+            super::error::Protocol::Gemini => crate::providers::thinking_suffix(&upstream_model).0,
+            _ => upstream_model.as_str(),
+        };
         let ask = Ask {
             member_id: attempt.principal.member_id,
             pool_id: attempt.principal.pool_id,
-            model: &upstream_model,
+            model: scheduled_model,
             supported: spec.op.providers(),
             only: spec.only,
             conversation: conversation.key,
@@ -352,7 +358,9 @@ fn antigravity_model_limit(body: &Value, upstream_model: &str) -> bool {
     };
     let domain_ok = info["domain"].as_str().is_some_and(|d| d.ends_with("cloudcode-pa.googleapis.com"));
     let reason_ok = matches!(info["reason"].as_str(), Some("RATE_LIMIT_EXCEEDED" | "QUOTA_EXHAUSTED"));
-    domain_ok && reason_ok && info["metadata"]["model"].as_str() == Some(upstream_model)
+    // An SDK thinking suffix (`model(high)`) names the same model upstream (QT-4).
+    let base = crate::quota::observation::base_model;
+    domain_ok && reason_ok && info["metadata"]["model"].as_str().map(base) == Some(base(upstream_model))
 }
 
 /// A google.rpc.RetryInfo delay in an error body.
@@ -394,6 +402,11 @@ mod tests {
         assert_eq!(
             verdict(ag, tm, None, &body, "gemini-3-pro"),
             Verdict::ModelLimited(Some(Duration::from_millis(12_500)))
+        );
+        assert_eq!(
+            verdict(ag, tm, None, &body, "gemini-3-pro(high)"),
+            Verdict::ModelLimited(Some(Duration::from_millis(12_500))),
+            "a thinking suffix names the same model"
         );
         // another model, another domain, another reason, another provider: the whole account
         let whole = Verdict::RateLimited(Some(Duration::from_millis(12_500)));

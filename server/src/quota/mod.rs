@@ -43,8 +43,9 @@ pub struct QuotaLive {
     /// The models the account serves, when its provider listed them.
     pub catalogue: Option<HashSet<String>>,
     /// RT-6: the tightest main window's remaining percentage and until when it is fresh,
-    /// worked out once here rather than per decision.
+    /// worked out once here rather than per decision; for Antigravity, per base model id.
     pub remaining: Option<(f64, i64)>,
+    pub model_remaining: HashMap<String, (f64, i64)>,
     pub snapshot: Arc<Snapshot>,
 }
 
@@ -56,6 +57,14 @@ impl QuotaLive {
             models: models.into_iter().collect(),
             catalogue: snapshot.catalogue.as_ref().map(|c| c.iter().cloned().collect()),
             remaining: snapshot.remaining(None, now),
+            model_remaining: snapshot
+                .models
+                .iter()
+                .filter_map(|m| {
+                    let left = snapshot.remaining(Some(&m.model), now)?;
+                    Some((observation::base_model(&m.model).to_owned(), left))
+                })
+                .collect(),
             snapshot,
         }
     }
@@ -109,8 +118,9 @@ impl Quota {
                 continue;
             };
             let snapshot = Arc::new(snapshot);
+            // Never written by this process: the next observation is written whatever it says.
             self.known()
-                .insert(account_id, Known { revision, snapshot: Arc::clone(&snapshot), written_at: now });
+                .insert(account_id, Known { revision, snapshot: Arc::clone(&snapshot), written_at: 0 });
             self.scheduler.set_quota(account_id, revision, Some(QuotaLive::of(snapshot, now)));
         }
         Ok(())
@@ -180,15 +190,22 @@ impl Quota {
         Ok(true)
     }
 
-    /// An active read failed: pace is hidden for what was observed before (PACE-2); the last
-    /// good observation keeps shaping selection only until its own freshness deadline (QT-3).
-    pub fn read_failed(&self, account_id: i64, at: i64) {
-        let mut known = self.known();
-        if let Some(k) = known.get_mut(&account_id) {
+    /// An active read for quota revision `revision` failed: pace is hidden for what was
+    /// observed before (PACE-2); the last good observation keeps shaping selection only until its
+    /// own freshness deadline (QT-3). A failure of an older revision's read says nothing.
+    pub async fn read_failed(&self, account_id: i64, revision: i64, at: i64) {
+        let _one = self.writes.lock().await;
+        if let Some(k) = self.known().get_mut(&account_id).filter(|k| k.revision == revision) {
             let mut s = (*k.snapshot).clone();
-            s.read_failed_at = Some(at);
+            s.read_failed_at = Some(s.read_failed_at.map_or(at, |f| f.max(at)));
             k.snapshot = Arc::new(s);
         }
+    }
+
+    /// A deleted account: nothing of it is kept.
+    pub fn forget(&self, account_id: i64) {
+        self.known().remove(&account_id);
+        self.reads.forget(account_id);
     }
 
     /// Forgets what was observed under the account's old quota revision, after a
@@ -200,6 +217,8 @@ impl Quota {
             .fetch_optional(&self.db)
             .await?;
         self.known().remove(&account_id);
+        // The new grant is read at once, whatever the old one's reads did.
+        self.reads.forget(account_id);
         if let Some(revision) = revision {
             self.scheduler.set_quota(account_id, revision, None);
         }

@@ -6,7 +6,7 @@
 //! Every item carries its own observation time, so a partial observation (a 429 body about one
 //! model) never makes older items look fresh. All times are unix milliseconds.
 
-use app::model::{Pace, PaceHidden, QuotaRow};
+use app::model::{Pace, PaceHidden, QuotaKind, QuotaRow};
 use serde::{Deserialize, Serialize};
 
 /// QT-3: an observation shapes selection for at most this long (shortened by its reset time).
@@ -79,6 +79,8 @@ pub struct Snapshot {
     pub observed_at: i64,
     /// The last active read failed at (PACE-2 hides pace for items observed before it).
     pub read_failed_at: Option<i64>,
+    /// The newest answer that said the account is not refused.
+    pub accepted_at: Option<i64>,
     pub catalogue: Option<Vec<String>>,
 }
 
@@ -105,7 +107,7 @@ pub fn fresh_until(at: i64, resets_at: Option<i64>, now: i64) -> Option<i64> {
 /// (`gemini-3.1-pro-low(high)`, `claude-opus-4-6-thinking(16384)`).
 pub fn base_model(model: &str) -> &str {
     match model.strip_suffix(')').and_then(|m| m.rfind('(').map(|at| &model[..at])) {
-        Some(base) if !base.is_empty() => base.trim_end(),
+        Some(base) if !base.trim_end().is_empty() => base.trim_end(),
         _ => model,
     }
 }
@@ -121,29 +123,36 @@ impl Snapshot {
                 None => self.windows.push(w.clone()),
             }
         }
+        // A complete list drops the models it no longer names, but only those observed before
+        // it: a model spent (a 429) while the read was under way stays spent.
         if o.models_complete {
-            self.models = o.models.clone();
-        } else {
-            for m in &o.models {
-                match self.models.iter_mut().find(|x| x.model == m.model) {
-                    Some(x) if x.observed_at <= m.observed_at => *x = m.clone(),
-                    Some(_) => {}
-                    None => self.models.push(m.clone()),
-                }
+            self.models.retain(|x| x.observed_at > o.at || o.models.iter().any(|m| m.model == x.model));
+        }
+        for m in &o.models {
+            match self.models.iter_mut().find(|x| x.model == m.model) {
+                Some(x) if x.observed_at <= m.observed_at => *x = m.clone(),
+                Some(_) => {}
+                None => self.models.push(m.clone()),
             }
         }
-        // A denial ends only with a strictly newer acceptance: a read that started at the same
-        // instant as a refused call does not undo it.
+        // A denial ends only with a strictly newer acceptance (a read that started at the same
+        // instant as a refused call does not undo it), and an acceptance seen after a denial was
+        // observed keeps an older denial from coming back.
         match &o.denial {
-            Some(d)
-                if self
-                    .denial
-                    .as_ref()
-                    .is_none_or(|x| x.observed_at < o.at || (x.observed_at == o.at && d.is_some())) =>
-            {
-                self.denial = d.clone()
+            Some(None) => {
+                self.accepted_at = Some(self.accepted_at.map_or(o.at, |a| a.max(o.at)));
+                if self.denial.as_ref().is_some_and(|x| x.observed_at < o.at) {
+                    self.denial = None;
+                }
             }
-            _ => {}
+            Some(Some(d)) => {
+                let newest = self.denial.as_ref().is_none_or(|x| x.observed_at <= o.at)
+                    && self.accepted_at.is_none_or(|a| a <= o.at);
+                if newest {
+                    self.denial = Some(d.clone());
+                }
+            }
+            None => {}
         }
         if let Some(c) = &o.catalogue {
             self.catalogue = Some(c.clone());
@@ -234,7 +243,7 @@ impl Snapshot {
             .iter()
             .map(|w| QuotaRow {
                 label: window_label(w),
-                main: w.main,
+                kind: if w.main { QuotaKind::Main } else { QuotaKind::Extra },
                 used_percent: w.used_percent,
                 window_minutes: w.window_minutes,
                 resets_at: w.resets_at.map(secs),
@@ -257,7 +266,7 @@ impl Snapshot {
             let used = m.remaining_fraction.map(|f| ((1.0 - f) * 100.0).clamp(0.0, 100.0));
             QuotaRow {
                 label: m.model.clone(),
-                main: false,
+                kind: QuotaKind::Model,
                 used_percent: used,
                 window_minutes: None,
                 resets_at: m.resets_at.map(secs),
@@ -440,6 +449,38 @@ mod tests {
         s.merge(&Observation { at: T + 8, denial: Some(None), ..Default::default() });
         assert_eq!(s.blocks(T + 9).account_until, 0, "an accepted answer ends the denial");
         assert_eq!(s.observed_at, T + 8);
+    }
+
+    #[test]
+    fn older_in_flight_reads_never_undo_newer_evidence() {
+        let denial =
+            |at| Some(Some(Denial { reason: "limit_reached".into(), resets_at: None, observed_at: at }));
+        // a read stamped at T saying "spent" lands after an accepted answer at T + 5
+        let mut s = Snapshot::default();
+        s.merge(&Observation { at: T + 5, denial: Some(None), ..Default::default() });
+        s.merge(&Observation { at: T, denial: denial(T), ..Default::default() });
+        assert_eq!(s.blocks(T + 6).account_until, 0, "the older denial stays out");
+        // a complete model list read from T lands after a 429 spent one model at T + 5
+        let model = |m: &str, f: f64, at| ModelQuota {
+            model: m.into(),
+            remaining_fraction: Some(f),
+            resets_at: None,
+            observed_at: at,
+        };
+        let mut s = Snapshot {
+            models: vec![model("a", 0.5, T - 10), model("gone", 0.5, T - 10)],
+            ..Snapshot::default()
+        };
+        s.merge(&Observation { at: T + 5, models: vec![model("a", 0.0, T + 5)], ..Default::default() });
+        s.merge(&Observation {
+            at: T,
+            models: vec![model("a", 0.7, T), model("new", 0.9, T)],
+            models_complete: true,
+            ..Default::default()
+        });
+        assert_eq!(s.blocks(T + 6).models, vec![("a".to_owned(), T + 5 + FRESH_MS + 1)]);
+        let names: Vec<&str> = s.models.iter().map(|m| m.model.as_str()).collect();
+        assert_eq!(names, ["a", "new"], "a model the complete list no longer names goes");
     }
 
     #[test]

@@ -251,7 +251,13 @@ pub fn available_models(body: &Value, at: i64) -> Observation {
             });
         }
     }
+    // Ids the provider still maps to a newer model are served too (ERR-1: a model Antigravity
+    // answers for is never "not found" here).
+    if let Some(old) = body["deprecatedModelIds"].as_object() {
+        catalogue.extend(old.keys().filter(|id| !id.is_empty() && id.len() <= 128).take(MAX_MODELS).cloned());
+    }
     catalogue.sort();
+    catalogue.dedup();
     o.catalogue = Some(catalogue);
     o
 }
@@ -371,7 +377,7 @@ mod tests {
         let o = available_models(&body, T);
         assert_eq!(
             o.catalogue.as_deref().unwrap(),
-            ["chat_20706", "claude-opus-4-6-thinking", "gemini-3.1-pro-low"]
+            ["chat_20706", "claude-opus-4-6-thinking", "gemini-3.1-pro-low", "old"]
         );
         assert_eq!(o.models.len(), 2);
         assert!(o.models_complete);

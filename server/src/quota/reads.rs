@@ -103,6 +103,11 @@ impl Reads {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Forgets an account's backoff (re-authorized or deleted: the next read may go at once).
+    pub fn forget(&self, account_id: i64) {
+        self.state().backoff.remove(&account_id);
+    }
+
     /// The most reads that ever ran at once (tests, and the figure the cap is about).
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
@@ -113,7 +118,14 @@ impl Reads {
         matches!(provider, Provider::Codex | Provider::Antigravity)
     }
 
+    /// One read, its token refresh included, within [`READ_TIMEOUT`].
     async fn fetch(&self, account: &Account, at: i64) -> Result<Observation, ReadError> {
+        tokio::time::timeout(READ_TIMEOUT, self.fetch_unbounded(account, at))
+            .await
+            .map_err(|_| ReadError::Upstream("timed out".into()))?
+    }
+
+    async fn fetch_unbounded(&self, account: &Account, at: i64) -> Result<Observation, ReadError> {
         let credentials = self.tokens.usable(&account.tokens).await.map_err(|_| ReadError::NoToken)?;
         let CredentialInput::OAuth { access_token, provider_account_id, .. } = &*credentials else {
             return Err(ReadError::NoToken);
@@ -137,7 +149,7 @@ impl Reads {
             }
             _ => return Err(ReadError::Upstream("no quota read for this provider".into())),
         };
-        let body = tokio::time::timeout(READ_TIMEOUT, async {
+        let body = async {
             let resp = request.send().await.map_err(|e| ReadError::Upstream(e.without_url().to_string()))?;
             if !resp.status().is_success() {
                 return Err(ReadError::Upstream(format!("status {}", resp.status().as_u16())));
@@ -151,9 +163,8 @@ impl Reads {
             }
             serde_json::from_slice::<Value>(&bytes)
                 .map_err(|_| ReadError::Upstream("answer is not JSON".into()))
-        })
-        .await
-        .map_err(|_| ReadError::Upstream("timed out".into()))??;
+        }
+        .await?;
         let o = match account.provider {
             Provider::Codex => parse::codex_usage(&body, at),
             _ => parse::available_models(&body, at),
@@ -170,12 +181,16 @@ impl Quota {
     /// data is stale (or, for Antigravity, whose model list is unknown). The request never waits;
     /// a pool is looked at no more than every few seconds, and a pool of accounts SubLane cannot
     /// read costs one check.
-    pub fn on_traffic(self: &Arc<Self>, pool: &PoolRoutes) {
+    pub fn on_traffic(self: &Arc<Self>, pool: &PoolRoutes, providers: &[Provider]) {
+        if !providers.iter().any(|p| Reads::readable(*p)) {
+            return;
+        }
         let now = self.clock.now().timestamp_millis();
         if !pool.quota_check_due(now, TRAFFIC_CHECK_MS) {
             return;
         }
-        for account in pool.accounts().iter().filter(|a| Reads::readable(a.provider)) {
+        let eligible = |a: &&Arc<Account>| Reads::readable(a.provider) && providers.contains(&a.provider);
+        for account in pool.accounts().iter().filter(eligible) {
             if self.due(account, now) {
                 let _ = self.start_read(Arc::clone(account));
             }
@@ -212,7 +227,9 @@ impl Quota {
             return false;
         }
         drop(st);
-        self.stale(account, now)
+        // The cooldown rules apply to reads too: an account cooling after a 429 or paused for its
+        // credentials is read once it serves again.
+        self.stale(account, now) && self.scheduler.account_blocked(account.id).is_none()
     }
 
     /// Nothing fresh is known of the account (for Antigravity: or its model list is unknown).
@@ -268,12 +285,14 @@ impl Quota {
             }
             Err(ReadError::Busy) => {}
             Err(e) => {
-                let mut st = reads.state();
-                let failures = st.backoff.get(&account.id).map_or(0, |(n, _)| *n) + 1;
-                let wait = (BACKOFF_FIRST_MS << (failures - 1).min(10)).min(BACKOFF_MAX_MS);
-                st.backoff.insert(account.id, (failures, now + wait));
-                drop(st);
-                self.read_failed(account.id, now);
+                let wait = {
+                    let mut st = reads.state();
+                    let failures = st.backoff.get(&account.id).map_or(0, |(n, _)| *n) + 1;
+                    let wait = (BACKOFF_FIRST_MS << (failures - 1).min(10)).min(BACKOFF_MAX_MS);
+                    st.backoff.insert(account.id, (failures, now + wait));
+                    wait
+                };
+                self.read_failed(account.id, account.quota_revision, now).await;
                 tracing::info!(account_id = account.id, error = %e, retry_in_ms = wait, "quota read failed");
             }
         }

@@ -204,6 +204,8 @@ impl Inner {
 pub struct Scheduler {
     inner: Mutex<Inner>,
     settings: Settings,
+    /// RT-8: the operator's model lists, set once at start.
+    catalogues: std::sync::OnceLock<crate::catalogue::Catalogues>,
     clock: SharedClock,
     seq: AtomicU64,
     store: store::Writer,
@@ -218,11 +220,23 @@ pub enum Step {
 
 impl Scheduler {
     pub fn new(settings: Settings, clock: SharedClock, store: store::Writer) -> Arc<Self> {
-        Arc::new(Scheduler { inner: Mutex::default(), settings, clock, seq: AtomicU64::new(1), store })
+        Arc::new(Scheduler {
+            inner: Mutex::default(),
+            settings,
+            catalogues: std::sync::OnceLock::new(),
+            clock,
+            seq: AtomicU64::new(1),
+            store,
+        })
     }
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// RT-8: the operator's model lists (once, at start; later calls change nothing).
+    pub fn set_catalogues(&self, catalogues: crate::catalogue::Catalogues) {
+        let _ = self.catalogues.set(catalogues);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -83,10 +83,18 @@ impl Runtime {
         if self.cold.quota_until > now {
             return Some(Block::QuotaExhausted { until: self.cold.quota_until });
         }
-        self.cold.state.block(model, now).or_else(|| {
-            let until = *self.cold.quota.as_ref()?.models.get(base_model(model))?;
-            (until > now).then_some(Block::ModelQuotaExhausted { until })
-        })
+        if let Some(b) = self.cold.state.account_block(now) {
+            return Some(b);
+        }
+        // QT-4/QT-5: a spent model is its quota before any limit the provider set on it (an
+        // Antigravity QUOTA_EXHAUSTED is both): a bound conversation hears `quota_exhausted`.
+        if let Some(q) = &self.cold.quota
+            && let Some(&until) = q.models.get(base_model(model))
+            && until > now
+        {
+            return Some(Block::ModelQuotaExhausted { until });
+        }
+        self.cold.state.model_block(model, now)
     }
 
     /// RT-8: whether the account serves `model`, as far as its provider's model list says (an

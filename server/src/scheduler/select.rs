@@ -64,16 +64,50 @@ impl Scheduler {
         };
         let serves =
             |e: &Entry| ask.supported.contains(&e.provider) && ask.only.is_none_or(|p| p == e.provider);
+        // RT-8 / ID-4: what the operator's model lists say, per provider, worked out once. When
+        // every provider that could serve the request lists models and none lists this one, the
+        // model is unknown to the pool, bound conversation or not.
+        let mut listed: [Option<bool>; Provider::ALL.len()] = [None; Provider::ALL.len()];
+        if let Some(c) = self.catalogues.get() {
+            let mut any_open = false;
+            for &p in ask.supported.iter().filter(|p| ask.only.is_none_or(|o| o == **p)) {
+                listed[p as usize] = c.lists(p, ask.model);
+                any_open |= listed[p as usize] != Some(false);
+            }
+            if !any_open && ask.supported.iter().any(|p| ask.only.is_none_or(|o| o == *p)) {
+                return (
+                    Step::Refuse(Refusal::ModelNotFound),
+                    RoutingDecision::rotation(0, Excluded::default()),
+                );
+            }
+        }
 
         // RT-1/RT-2: a bound conversation (or a WebSocket connection) goes to its account.
         let bound_id = ask.pin.or_else(|| {
             let key = (ask.member_id, ask.pool_id, ask.conversation?);
             inner.bindings.get(&key, now, self.ttl_ms()).map(|b| b.account_id)
         });
+        // RT-8: the account at `i` does not serve the model, by the operator's list for its
+        // provider or, without one, by its own.
+        let unlisted_at = |inner: &Inner, i: usize| {
+            let e = &entries[i];
+            match listed[e.provider as usize] {
+                Some(listed) => !listed,
+                None => inner.runtimes[e.slot].has_models && !inner.runtimes[e.slot].supports(ask.model),
+            }
+        };
         if let Some(bound_id) = bound_id {
             let kept = RoutingDecision::kept(Rule::SessionBinding);
             match pool.position(bound_id).filter(|i| serves(&entries[*i])) {
-                Some(i) if !ask.avoid.contains(&bound_id) => {
+                // RT-3: the account does not list the model; only a client-side model switch with
+                // portable history may move (below).
+                Some(i)
+                    if unlisted_at(inner, i)
+                        && (ask.pin.is_some() || !self.model_switch_may_move(inner, ask, now)) =>
+                {
+                    return (Step::Refuse(Refusal::ModelNotFound), kept);
+                }
+                Some(i) if !ask.avoid.contains(&bound_id) && !unlisted_at(inner, i) => {
                     sync(inner, i);
                     let slot = entries[i].slot;
                     // RT-2: capacity, cooldown and health never move a conversation.
@@ -106,7 +140,8 @@ impl Scheduler {
         if let Some(parent) = ask.parent
             && let Some(b) = inner.bindings.get(&(ask.member_id, ask.pool_id, parent), now, self.ttl_ms())
             && !ask.avoid.contains(&b.account_id)
-            && let Some(i) = pool.position(b.account_id).filter(|i| serves(&entries[*i]))
+            && let Some(i) =
+                pool.position(b.account_id).filter(|i| serves(&entries[*i]) && !unlisted_at(inner, *i))
         {
             sync(inner, i);
             let slot = entries[i].slot;
@@ -143,11 +178,17 @@ impl Scheduler {
                 sync(inner, i);
             }
             let rt = &inner.runtimes[e.slot];
+            // RT-8: an operator's list for the provider decides; then the account's own.
+            let by_config = listed[e.provider as usize];
+            if by_config == Some(false) {
+                excluded.model_support += 1;
+                unlisted += 1;
+                continue;
+            }
             // Only an account with a block or per-model state (limits, quota, a model list) needs
             // more than its load looked at.
             if rt.blocked_until > now || rt.has_models {
-                // RT-8: an account whose provider lists its models serves only those.
-                if !rt.supports(ask.model) {
+                if by_config.is_none() && !rt.supports(ask.model) {
                     excluded.model_support += 1;
                     unlisted += 1;
                     continue;
@@ -339,7 +380,7 @@ fn weighted_pick(
         }
         let quota = inner.runtimes[e.slot].cold.quota.as_ref()?;
         let (left, until) = match per_model {
-            Some(m) => quota.snapshot.remaining(Some(m), now)?,
+            Some(m) => *quota.model_remaining.get(crate::quota::observation::base_model(m))?,
             None => quota.remaining?,
         };
         (until > now).then_some(left)
@@ -442,9 +483,10 @@ impl Blocked {
             },
             3 => Refusal::ModelCooling(retry),
             4 => Refusal::ModelRateLimited(retry),
-            // Every account's (or the model's) subscription quota is spent: no retry helps
-            // before a reset, so the answer is the quota error, not a cooldown to wait out.
-            _ => Refusal::QuotaExhausted,
+            // Most accounts' (or the model's) subscription quota is spent: BUD-5's answer, with
+            // the time when the soonest of those observations is checked again (QT-3). The 403
+            // `quota_exhausted` is for a bound conversation (QT-5), which never moves.
+            _ => Refusal::UpstreamQuotaExhausted(retry),
         }
     }
 

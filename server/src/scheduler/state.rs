@@ -269,7 +269,12 @@ impl AccountState {
 
     /// What keeps this account from serving `model` now, account-wide first.
     pub fn block(&self, model: &str, now: i64) -> Option<Block> {
-        self.account_block(now).or_else(|| self.models.get(model).and_then(|m| m.block(now)))
+        self.account_block(now).or_else(|| self.model_block(model, now))
+    }
+
+    /// What keeps `model` on this account from serving now (its cooldown, limit or probe).
+    pub fn model_block(&self, model: &str, now: i64) -> Option<Block> {
+        self.models.get(model).and_then(|m| m.block(now))
     }
 
     /// Admits attempt `seq` for `model`: if a model cooldown has just ended, this attempt becomes
