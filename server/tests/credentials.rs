@@ -10,56 +10,15 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use chrono::{DateTime, TimeDelta};
+use chrono::DateTime;
 use common::{
-    TestServer,
-    rig::{Answer, MODEL, Rig, body},
+    bed::{Bed, T0},
+    rig::{Answer, MODEL, body},
 };
-use futures_util::{SinkExt, StreamExt};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use sublane::{clock::FakeClock, mock_upstream::MockUpstream};
-use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
-
-const T0: i64 = 1_900_000_000;
-
-/// SubLane on a fake clock with the mock upstream, and helpers to add OAuth accounts and call
-/// each provider.
-struct Bed {
-    rig: Rig,
-    clock: FakeClock,
-}
 
 impl Bed {
-    async fn start(extra: &[(&str, &str)]) -> Bed {
-        let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let clock = FakeClock::new(DateTime::from_timestamp(T0, 0).unwrap());
-        let t =
-            Rig::server_with_clock(&mock, extra, tempfile::tempdir().unwrap(), Arc::new(clock.clone())).await;
-        Bed { rig: Rig::prepare(t, mock).await, clock }
-    }
-
-    /// The same data directory and clock in a new process.
-    async fn restart(self) -> Bed {
-        let Bed { rig, clock } = self;
-        let Rig { t, mock, .. } = rig;
-        let TestServer { server, dir, .. } = t;
-        server.shutdown().await.unwrap();
-        let t = Rig::server_with_clock(&mock, &[], dir, Arc::new(clock.clone())).await;
-        Bed { rig: Rig::prepare(t, mock).await, clock }
-    }
-
-    fn now(&self) -> i64 {
-        use sublane::clock::Clock;
-        self.clock.now().timestamp()
-    }
-
-    fn advance(&self, secs: i64) {
-        self.clock.advance(TimeDelta::seconds(secs));
-    }
-
     /// An OAuth account in pool 1 whose access token expires `expires_in` seconds from now.
     async fn oauth(&mut self, provider: &str, access: &str, refresh: Option<&str>, expires_in: i64) -> i64 {
         let expires_at = DateTime::from_timestamp(self.now() + expires_in, 0).unwrap();
@@ -131,30 +90,6 @@ impl Bed {
         let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         (status, body["error"]["code"].as_str().unwrap_or("").to_owned(), retry)
-    }
-}
-
-/// One WebSocket session with one turn, which must complete.
-async fn ws_turn(b: &Bed) {
-    let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    let create =
-        json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
-    ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
-    loop {
-        let msg = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let tungstenite::Message::Text(t) = msg else { continue };
-        let v: Value = serde_json::from_str(t.as_str()).unwrap();
-        assert_ne!(v["type"], "error", "{v}");
-        if v["type"] == "response.completed" {
-            return;
-        }
     }
 }
 
@@ -375,7 +310,7 @@ async fn a_refused_token_is_refreshed_and_the_call_retried_once() {
     // The WebSocket path: the handshake's 401 refreshes and connects with the new token.
     b.oauth("codex", "at-ws", Some("ws"), 3600).await;
     b.rig.script("at-ws", json!({"refuse_websocket": 401})).await;
-    ws_turn(&b).await;
+    b.ws_turn().await;
     assert_eq!((b.token_calls("ws"), b.model_calls("at-ws.1")), (1, 1));
 }
 
@@ -715,7 +650,7 @@ async fn a_websocket_session_moves_off_an_account_without_a_usable_token() {
     b.oauth("codex", "at-w2", Some("w2"), 3600).await;
     b.script_token("w1", json!({"steps": [status(500)]})).await;
     for _ in 0..2 {
-        ws_turn(&b).await;
+        b.ws_turn().await;
     }
     assert_eq!(b.model_calls("at-w2"), 2, "both sessions were served by the account with a token");
     assert!(b.token_calls("w1") <= 1, "the failing account was tried at most once (then backed off)");

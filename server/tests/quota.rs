@@ -4,53 +4,17 @@
 
 mod common;
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta};
 use common::{
-    TestServer,
-    rig::{Answer, MODEL, Rig, body, counts, served},
+    bed::{Bed, T0},
+    rig::{Answer, MODEL, body, counts, served},
 };
-use futures_util::{SinkExt, StreamExt};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use sublane::{clock::FakeClock, mock_upstream::MockUpstream};
-use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
-
-const T0: i64 = 1_900_000_000;
-
-struct Bed {
-    rig: Rig,
-    clock: FakeClock,
-}
 
 impl Bed {
-    async fn start(extra: &[(&str, &str)]) -> Bed {
-        let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let clock = FakeClock::new(DateTime::from_timestamp(T0, 0).unwrap());
-        let t =
-            Rig::server_with_clock(&mock, extra, tempfile::tempdir().unwrap(), Arc::new(clock.clone())).await;
-        Bed { rig: Rig::prepare(t, mock).await, clock }
-    }
-
-    async fn restart(self) -> Bed {
-        let Bed { rig, clock } = self;
-        let Rig { t, mock, .. } = rig;
-        let TestServer { server, dir, .. } = t;
-        server.shutdown().await.unwrap();
-        let t = Rig::server_with_clock(&mock, &[], dir, Arc::new(clock.clone())).await;
-        Bed { rig: Rig::prepare(t, mock).await, clock }
-    }
-
-    fn now(&self) -> i64 {
-        use sublane::clock::Clock;
-        self.clock.now().timestamp()
-    }
-
-    fn advance(&self, secs: i64) {
-        self.clock.advance(TimeDelta::seconds(secs));
-    }
-
     /// The account's runtime view once `done` holds of it (observations are stored in the
     /// background, after the answer went back).
     async fn runtime_when(&mut self, id: i64, done: impl Fn(&Value) -> bool) -> Value {
@@ -102,6 +66,26 @@ impl Bed {
         })
     }
 
+    /// A Gemini `generateContent` call for `model`, part of conversation `session` when given.
+    async fn gemini(&self, model: &str, session: Option<&str>) -> Answer {
+        let mut rb = self
+            .rig
+            .http
+            .post(format!("{}/v1beta/models/{model}:generateContent", self.rig.t.base))
+            .header("x-goog-api-key", &self.rig.key)
+            .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}));
+        if let Some(s) = session {
+            rb = rb.header("session_id", s);
+        }
+        Answer::read(rb.send().await.unwrap()).await
+    }
+
+    /// A model list (`/v1/models`, `/v1beta/models`) as the key's caller sees it.
+    async fn models(&self, path: &str) -> Value {
+        let url = format!("{}{path}", self.rig.t.base);
+        self.rig.http.get(url).bearer_auth(&self.rig.key).send().await.unwrap().json().await.unwrap()
+    }
+
     /// A Messages call, part of conversation `session` when given.
     async fn messages(&self, session: Option<&str>) -> Answer {
         let mut rb = self
@@ -116,6 +100,11 @@ impl Bed {
         }
         Answer::read(rb.send().await.unwrap()).await
     }
+}
+
+/// Nothing observed of the account is left (re-authorized, disabled and enabled).
+fn forgotten(rt: &Value) {
+    assert_eq!((exhausted_until(rt), rt["quota"].as_array().map(Vec::len)), (None, Some(0)), "{rt}");
 }
 
 fn exhausted_until(rt: &Value) -> Option<i64> {
@@ -166,8 +155,7 @@ async fn a_spent_window_excludes_the_account_only_while_fresh() {
     // disable/enable: what was observed before no longer holds
     b.rig.action(spent, "disable").await;
     b.rig.action(spent, "enable").await;
-    let rt = b.rig.account_runtime(spent).await;
-    assert_eq!((exhausted_until(&rt), rt["quota"].as_array().map(Vec::len)), (None, Some(0)), "{rt}");
+    forgotten(&b.rig.account_runtime(spent).await);
 }
 
 /// QT-5: a conversation bound to an account whose quota is spent gets 403 `quota_exhausted` and
@@ -231,15 +219,8 @@ async fn antigravity_checks_only_the_requested_model_and_lists_its_catalogue() {
     let rt = b.runtime_when(id, |rt| rt["quota"].as_array().is_some_and(|q| q.len() == 2)).await;
     assert_eq!(exhausted_until(&rt), None, "one model's quota never blocks the account");
     assert_eq!(b.quota_reads("ya29.q"), 1);
-    let (http, base, key) = (b.rig.http.clone(), b.rig.t.base.clone(), b.rig.key.clone());
-    let gemini = |model: &str| {
-        http.post(format!("{base}/v1beta/models/{model}:generateContent"))
-            .header("x-goog-api-key", &key)
-            .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
-            .send()
-    };
     for spent in ["gemini-3.1-pro-low", "gemini-3.1-pro-low(high)"] {
-        let a = Answer::read(gemini(spent).await.unwrap()).await;
+        let a = b.gemini(spent, None).await;
         assert_eq!(
             (a.status, a.code()),
             (StatusCode::TOO_MANY_REQUESTS, "upstream_quota_exhausted"),
@@ -247,27 +228,19 @@ async fn antigravity_checks_only_the_requested_model_and_lists_its_catalogue() {
         );
         assert_eq!(a.retry_after, Some(121), "checked again when the observation goes stale");
     }
-    assert_eq!(Answer::read(gemini("gemini-3.6-flash-high").await.unwrap()).await.status, StatusCode::OK);
-    let a = Answer::read(gemini("gemini-9-ultra").await.unwrap()).await;
+    assert_eq!(b.gemini("gemini-3.6-flash-high", None).await.status, StatusCode::OK);
+    let a = b.gemini("gemini-9-ultra", None).await;
     assert_eq!((a.status, a.code()), (StatusCode::NOT_FOUND, "model_not_found"));
     assert_eq!(b.rig.calls("ya29.q"), 1, "neither refusal reached the upstream");
     let records = b.rig.t.records(4).await;
     assert_eq!(records[0]["routing"]["excluded"]["quota"], 1, "{}", records[0]);
-    let list: Value = http
-        .get(format!("{base}/v1beta/models"))
-        .header("x-goog-api-key", &key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = b.models("/v1beta/models").await;
     let names: Vec<&str> =
         list["models"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["models/gemini-3.1-pro-low", "models/gemini-3.6-flash-high"]);
     // the reset passes: the model is eligible again (and checked anew)
     b.advance(3600);
-    assert_eq!(Answer::read(gemini("gemini-3.1-pro-low").await.unwrap()).await.status, StatusCode::OK);
+    assert_eq!(b.gemini("gemini-3.1-pro-low", None).await.status, StatusCode::OK);
 }
 
 /// QT-1: 50 concurrent requests over five accounts with no quota data start one read per
@@ -348,8 +321,7 @@ async fn observations_survive_restart_and_a_failed_read_keeps_them_only_until_th
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     b.rig.script("at-keep-2", json!({"quota_status": 503})).await;
-    let rt = b.rig.account_runtime(id).await;
-    assert_eq!((exhausted_until(&rt), rt["quota"].as_array().map(Vec::len)), (None, Some(0)), "{rt}");
+    forgotten(&b.rig.account_runtime(id).await);
 }
 
 /// PACE-1/PACE-2: a row's pace is computed at the observation time and shipped typed; it is
@@ -386,24 +358,8 @@ async fn websocket_rate_limit_frames_are_observed() {
     b.rig
         .script("at-ws", json!({"rate_limits_frame": frame, "quota_headers": {}, "quota_status": 503}))
         .await;
-    let url = format!("{}/v1/responses", b.rig.t.base.replace("http://", "ws://"));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {}", b.rig.key).parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    let create =
-        json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
-    ws.send(tungstenite::Message::text(create.to_string())).await.unwrap();
-    let mut kinds = Vec::new();
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap().unwrap().unwrap();
-        let tungstenite::Message::Text(t) = msg else { continue };
-        let v: Value = serde_json::from_str(t.as_str()).unwrap();
-        kinds.push(v["type"].as_str().unwrap_or("").to_owned());
-        if v["type"] == "response.completed" {
-            break;
-        }
-    }
-    assert_eq!(kinds[0], "codex.rate_limits", "the frame reaches the client unchanged");
+    let events = b.ws_turn().await;
+    assert_eq!(events[0]["type"], "codex.rate_limits", "the frame reaches the client unchanged");
     let rt = b.runtime_when(id, |rt| exhausted_until(rt).is_some()).await;
     assert_eq!(rt["quota"][1]["used_percent"], 20.0, "{rt}");
 }
@@ -416,29 +372,21 @@ async fn an_antigravity_quota_exhausted_answer_spends_only_that_model() {
     let mut b = Bed::start(&[]).await;
     let id = b.rig.add_account("antigravity", "ya29.p", 0).await;
     b.rig.account_runtime(id).await; // the catalogue read (the mock's default models)
-    let (http, base, key) = (b.rig.http.clone(), b.rig.t.base.clone(), b.rig.key.clone());
-    let gemini = |model: &str, session: &str| {
-        http.post(format!("{base}/v1beta/models/{model}:generateContent"))
-            .header("x-goog-api-key", &key)
-            .header("session_id", session)
-            .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
-            .send()
-    };
     // a suffixed model reaches the upstream as the base id with its thinking level
-    let a = Answer::read(gemini("gemini-3.1-pro-low(high)", "c1").await.unwrap()).await;
+    let a = b.gemini("gemini-3.1-pro-low(high)", Some("c1")).await;
     assert_eq!(a.status, StatusCode::OK, "{a:?}");
     let call = b.rig.mock.state.calls("ya29.p").pop().unwrap();
     assert_eq!(call.model.as_deref(), Some("gemini-3.1-pro-low"));
     let exhausted = json!({"kind": "resource_exhausted", "reason": "QUOTA_EXHAUSTED",
         "model": "gemini-3.1-pro-low", "retry_delay": "3600s"});
     b.rig.script("ya29.p", json!({"steps": [exhausted]})).await;
-    let a = Answer::read(gemini("gemini-3.1-pro-low(high)", "c1").await.unwrap()).await;
+    let a = b.gemini("gemini-3.1-pro-low(high)", Some("c1")).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "the upstream's own answer goes back");
     let spent = |rt: &Value| rt["quota"].as_array().is_some_and(|q| q.iter().any(|r| r["exhausted"] == true));
     b.runtime_when(id, spent).await;
-    let a = Answer::read(gemini("gemini-3.1-pro-low", "c1").await.unwrap()).await;
+    let a = b.gemini("gemini-3.1-pro-low", Some("c1")).await;
     assert_eq!((a.status, a.code()), (StatusCode::FORBIDDEN, "quota_exhausted"), "{a:?}");
-    let other = Answer::read(gemini("gemini-3.6-flash-high", "c2").await.unwrap()).await;
+    let other = b.gemini("gemini-3.6-flash-high", Some("c2")).await;
     assert_eq!(other.status, StatusCode::OK, "{other:?}");
     assert_eq!(exhausted_until(&b.rig.account_runtime(id).await), None, "the account itself serves on");
 }
@@ -471,17 +419,7 @@ async fn a_configured_model_list_decides_what_the_pool_serves() {
         assert_eq!((a.status, a.code()), (StatusCode::NOT_FOUND, "model_not_found"), "{session:?}");
     }
     assert_eq!(b.rig.calls("at-listed"), 1, "no upstream call for an unlisted model");
-    let list: Value = b
-        .rig
-        .http
-        .get(format!("{}/v1/models", b.rig.t.base))
-        .bearer_auth(&b.rig.key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = b.models("/v1/models").await;
     let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["gpt-5.1", "gpt-5.1-codex"]);
 }

@@ -2,6 +2,7 @@
 //! HTTP client that keeps one session cookie and sends this site's Origin on mutations.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod bed;
 pub mod rig;
 
 use std::{path::PathBuf, sync::Arc};
