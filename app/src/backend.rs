@@ -40,6 +40,19 @@ pub trait Backend: Send + Sync + 'static {
         filter: RequestFilter,
         everyone: bool,
     ) -> Result<Page<RequestRecord>, AppError>;
+    /// The request filters' choices (API-2): the member's own, or with `everyone` (admins) all.
+    async fn request_filters(
+        &self,
+        me: &MemberView,
+        everyone: bool,
+    ) -> Result<RequestFilterChoices, AppError>;
+    /// One record (API-3): the member's own, or with `everyone` (admins) any.
+    async fn request(
+        &self,
+        me: &MemberView,
+        request_id: &str,
+        everyone: bool,
+    ) -> Result<RequestRecord, AppError>;
     /// Every account's live scheduling state (API-1; admins only).
     async fn account_runtime(&self, me: &MemberView) -> Result<Vec<AccountRuntime>, AppError>;
     /// An ACC-3 action on an account (admins only).

@@ -56,7 +56,9 @@ pub fn App() -> impl IntoView {
                 <ParentRoute path=path!("") view=components::Shell ssr=SsrMode::Async>
                     <Route path=path!("") view=pages::RequestsPage />
                     <Route path=path!("keys") view=pages::KeysPage />
+                    <Route path=path!("requests/:id") view=pages::RequestDetailPage />
                     <Route path=path!("admin/requests") view=pages::AdminRequestsPage />
+                    <Route path=path!("admin/requests/:id") view=pages::AdminRequestDetailPage />
                     <Route path=path!("admin/accounts") view=pages::AccountsPage />
                     <Route path=path!("admin/members") view=pages::MembersPage />
                     <Route path=path!("admin/pools") view=pages::PoolsPage />

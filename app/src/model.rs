@@ -701,6 +701,17 @@ impl RoutingDecision {
         RoutingDecision { rule: RoutingRule::UniformRotation, candidates, excluded }
     }
 
+    /// A few words for a table cell (UI-1); [`Self::describe`] has the whole explanation.
+    pub fn short(&self) -> String {
+        match (self.rule, self.candidates) {
+            (RoutingRule::SessionBinding, _) => "conversation".to_owned(),
+            (RoutingRule::ParentSession, _) => "parent".to_owned(),
+            (RoutingRule::UniformRotation, 0) | (RoutingRule::QuotaWeightedRotation, 0) => "none".to_owned(),
+            (RoutingRule::UniformRotation, n) => format!("rotation of {n}"),
+            (RoutingRule::QuotaWeightedRotation, n) => format!("weighted of {n}"),
+        }
+    }
+
     /// The explanation in words (UI-2).
     pub fn describe(&self) -> String {
         let mut text = match (self.rule, self.candidates) {
@@ -800,6 +811,43 @@ pub struct RequestFilter {
     #[serde(default, deserialize_with = "empty_as_none")]
     pub account_id: Option<i64>,
 }
+
+/// API-2: what the request filters can be set to, from the records the caller may read (REC-4):
+/// the models and keys in retained history, and for admins its members and accounts. Bounded;
+/// never a secret, and no subscription account in a personal view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestFilterChoices {
+    pub outcomes: Vec<String>,
+    pub models: Vec<String>,
+    pub keys: Vec<KeyChoice>,
+    /// Admin views only.
+    pub members: Vec<MemberChoice>,
+    /// Admin views only; deleted accounts are named "deleted (#id)".
+    pub accounts: Vec<AccountChoice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyChoice {
+    pub id: i64,
+    pub name: String,
+    /// Revoked since (REC-4: its records stay filterable).
+    pub revoked: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberChoice {
+    pub id: i64,
+    pub username: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountChoice {
+    pub id: i64,
+    pub name: String,
+}
+
+/// The record outcomes (REC-2), in the order the filters offer them.
+pub const OUTCOMES: [&str; 5] = ["success", "incomplete", "error", "cancelled", "rejected"];
 
 /// Reads `""` (an empty form field) as `None`, and numbers given as strings (query strings).
 fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {

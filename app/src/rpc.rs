@@ -122,6 +122,25 @@ pub async fn list_requests(
     )
 }
 
+/// The request filters' choices (API-2): own records, or with `everyone` (admins) all.
+#[server(prefix = "/rpc", endpoint = "request_filters")]
+pub async fn request_filters(#[server(default)] everyone: bool) -> Result<RequestFilterChoices, AppError> {
+    ssr::finish(
+        async { ssr::backend()?.request_filters(&ssr::require_member().await?, everyone).await }.await,
+    )
+}
+
+/// One request record (API-3): own, or with `everyone` (admins) any.
+#[server(prefix = "/rpc", endpoint = "request_detail")]
+pub async fn request_detail(
+    request_id: String,
+    #[server(default)] everyone: bool,
+) -> Result<RequestRecord, AppError> {
+    ssr::finish(
+        async { ssr::backend()?.request(&ssr::require_member().await?, &request_id, everyone).await }.await,
+    )
+}
+
 /// Every account's live scheduling state (admins).
 #[server(prefix = "/rpc", endpoint = "account_runtime")]
 pub async fn list_account_runtime() -> Result<Vec<AccountRuntime>, AppError> {

@@ -90,12 +90,25 @@ impl Backend for ServerBackend {
         filter: RequestFilter,
         everyone: bool,
     ) -> Result<Page<RequestRecord>, AppError> {
-        let scope = match (everyone, me.is_admin()) {
-            (false, _) => Scope::Member(me.id),
-            (true, true) => Scope::Admin,
-            (true, false) => return Err(crate::error::Error::forbidden("this needs an admin").into()),
-        };
+        let scope = scope(me, everyone)?;
         Ok(query::list(&self.state.db, &*self.state.clock, scope, &filter).await?)
+    }
+
+    async fn request_filters(
+        &self,
+        me: &MemberView,
+        everyone: bool,
+    ) -> Result<RequestFilterChoices, AppError> {
+        Ok(query::choices(&self.state.db, &*self.state.clock, scope(me, everyone)?).await?)
+    }
+
+    async fn request(
+        &self,
+        me: &MemberView,
+        request_id: &str,
+        everyone: bool,
+    ) -> Result<RequestRecord, AppError> {
+        Ok(query::one(&self.state.db, &*self.state.clock, scope(me, everyone)?, request_id).await?)
     }
 
     async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError> {
@@ -173,6 +186,15 @@ impl Backend for ServerBackend {
     async fn refresh_quota(&self, me: &MemberView) -> Result<(), AppError> {
         admin(me)?;
         Ok(account_actions::refresh_quota(&self.state).await?)
+    }
+}
+
+/// Whose records a request-history call reads: the member's own, or (admins) everyone's.
+fn scope(me: &MemberView, everyone: bool) -> Result<Scope, AppError> {
+    match (everyone, me.is_admin()) {
+        (false, _) => Ok(Scope::Member(me.id)),
+        (true, true) => Ok(Scope::Admin),
+        (true, false) => Err(crate::error::Error::forbidden("this needs an admin").into()),
     }
 }
 

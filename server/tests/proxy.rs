@@ -697,6 +697,60 @@ async fn request_history_is_scoped_filtered_and_paged() {
     let (_, all) = admin.call(Method::GET, "/api/requests?account_id=2", None).await;
     assert_eq!(all["items"][0]["account_name"], "deleted");
 
+    // API-2: filter choices from each caller's own retained history, never another's
+    let (status, choices) = bob.call(Method::GET, "/api/me/requests/filters", None).await;
+    assert_eq!(status, StatusCode::OK, "{choices}");
+    assert_eq!(choices["models"], json!(["claude-opus-4-8", "gpt-5.1-codex"]));
+    assert_eq!(choices["keys"], json!([{"id": k["key"]["id"], "name": "bob-key", "revoked": false}]));
+    assert_eq!(
+        (choices["members"].as_array().map(Vec::len), choices["accounts"].as_array().map(Vec::len)),
+        (Some(0), Some(0))
+    );
+    assert_eq!(choices["outcomes"][0], "success");
+    let (status, _) = bob.call(Method::GET, "/api/requests/filters", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = r.t.client().call(Method::GET, "/api/me/requests/filters", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (_, everyone) = admin.call(Method::GET, "/api/requests/filters", None).await;
+    assert_eq!(everyone["members"].as_array().unwrap().len(), 2, "{everyone}");
+    assert_eq!(everyone["keys"].as_array().unwrap().len(), 2);
+    assert!(
+        everyone["accounts"].as_array().unwrap().iter().any(|a| a["name"] == "deleted (#2)"),
+        "{everyone}"
+    );
+    // a revoked key stays a choice (REC-4)
+    bob.call(Method::DELETE, &format!("/api/me/keys/{}", k["key"]["id"]), None).await;
+    let (_, choices) = bob.call(Method::GET, "/api/me/requests/filters", None).await;
+    assert_eq!(choices["keys"][0]["revoked"], true, "{choices}");
+
+    // API-3: one record by request id: one's own, or any for admins; others' are not found
+    let mine_id = mine["items"][0]["request_id"].as_str().unwrap().to_owned();
+    let admins_id =
+        items.iter().find(|i| i["username"] == "admin").unwrap()["request_id"].as_str().unwrap().to_owned();
+    let (status, one) = bob.call(Method::GET, &format!("/api/me/requests/{mine_id}"), None).await;
+    assert_eq!((status, one["request_id"].as_str()), (StatusCode::OK, Some(mine_id.as_str())));
+    assert!(one["account_id"].is_null() && one["routing"].is_object(), "{one}");
+    let (status, _) = bob.call(Method::GET, &format!("/api/me/requests/{admins_id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another member's record does not exist for bob");
+    let (status, _) = bob.call(Method::GET, &format!("/api/requests/{mine_id}"), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, any) = admin.call(Method::GET, &format!("/api/requests/{mine_id}"), None).await;
+    assert_eq!((status, any["username"].as_str()), (StatusCode::OK, Some("bob")));
+    let (status, _) = admin.call(Method::GET, "/api/requests/req_missing", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // the detail page, rendered on the server: the full id and the routing in words
+    let html = bob
+        .request(Method::GET, &format!("/requests/{mine_id}"))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains(&mine_id) && html.contains("rotation"), "{html}");
+
     // the Requests page shows the records, rendered on the server
     let html = bob
         .request(Method::GET, "/")

@@ -1,8 +1,10 @@
 //! Building blocks shared by the pages.
 
+mod copy;
 mod shell;
 mod time;
 
+pub use copy::CopyButton;
 pub use shell::Shell;
 pub use time::Timestamp;
 

@@ -12,4 +12,4 @@ pub use accounts::AccountsPage;
 pub use keys::KeysPage;
 pub use login::LoginPage;
 pub use placeholders::{MembersPage, NotFound, PoolsPage};
-pub use requests::{AdminRequestsPage, RequestsPage};
+pub use requests::{AdminRequestDetailPage, AdminRequestsPage, RequestDetailPage, RequestsPage};

@@ -2,11 +2,17 @@
 //! member in SQL, before paging, whatever the filter says, and carries no account fields. Every
 //! read prunes first in the same transaction, so an expired record is never shown.
 
-use app::model::{Page, RequestFilter, RequestRecord};
+use app::model::{
+    AccountChoice, KeyChoice, MemberChoice, OUTCOMES, Page, RequestFilter, RequestFilterChoices,
+    RequestRecord,
+};
 use sqlx::{FromRow, QueryBuilder, Sqlite, SqlitePool};
 
 use super::writer::{Retention, prune};
-use crate::{clock::Clock, clock::from_unix, error::Result};
+use crate::{
+    clock::{Clock, from_unix},
+    error::{Error, Result},
+};
 
 /// Records per page (REC-5).
 pub const PAGE_SIZE: i64 = 50;
@@ -139,6 +145,86 @@ pub async fn list(
         })
         .collect();
     Ok(Page { items, next_cursor })
+}
+
+/// Most choices of each kind a filter offers.
+const MAX_CHOICES: i64 = 200;
+
+/// API-2: the filter choices of `scope`, from the retained records it may read (REC-4). Keys
+/// include revoked ones; a personal view names no member and no account (REC-3).
+pub async fn choices(db: &SqlitePool, clock: &dyn Clock, scope: Scope) -> Result<RequestFilterChoices> {
+    let mut tx = db.begin().await?;
+    prune(&mut tx, clock.now().timestamp_millis(), Retention::default()).await?;
+    // A member's own records, or (no member: the bind is NULL) everyone's.
+    let filter = "WHERE r.member_id = COALESCE(?, r.member_id)";
+    let member = match scope {
+        Scope::Member(id) => Some(id),
+        Scope::Admin => None,
+    };
+    let models: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT DISTINCT r.model FROM request_records r {filter} ORDER BY r.model LIMIT {MAX_CHOICES}"
+    ))
+    .bind(member)
+    .fetch_all(&mut *tx)
+    .await?;
+    let keys: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&format!(
+        "SELECT k.id, k.name, k.revoked_at FROM api_keys k
+         WHERE k.id IN (SELECT DISTINCT r.key_id FROM request_records r {filter})
+         ORDER BY k.name, k.id LIMIT {MAX_CHOICES}"
+    ))
+    .bind(member)
+    .fetch_all(&mut *tx)
+    .await?;
+    let (members, accounts) = if matches!(scope, Scope::Admin) {
+        let members: Vec<(i64, String)> = sqlx::query_as(&format!(
+            "SELECT m.id, m.username FROM members m
+             WHERE m.id IN (SELECT DISTINCT member_id FROM request_records)
+             ORDER BY m.username LIMIT {MAX_CHOICES}"
+        ))
+        .fetch_all(&mut *tx)
+        .await?;
+        let accounts: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&format!(
+            "SELECT a.id, a.name, a.deleted_at FROM accounts a
+             WHERE a.id IN (SELECT DISTINCT account_id FROM request_records WHERE account_id IS NOT NULL)
+             ORDER BY a.name, a.id LIMIT {MAX_CHOICES}"
+        ))
+        .fetch_all(&mut *tx)
+        .await?;
+        (
+            members.into_iter().map(|(id, username)| MemberChoice { id, username }).collect(),
+            accounts
+                .into_iter()
+                .map(|(id, name, deleted)| AccountChoice {
+                    id,
+                    name: if deleted.is_some() { format!("deleted (#{id})") } else { name },
+                })
+                .collect(),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    tx.commit().await?;
+    Ok(RequestFilterChoices {
+        outcomes: OUTCOMES.iter().map(|o| (*o).to_owned()).collect(),
+        models,
+        keys: keys
+            .into_iter()
+            .map(|(id, name, revoked)| KeyChoice { id, name, revoked: revoked.is_some() })
+            .collect(),
+        members,
+        accounts,
+    })
+}
+
+/// API-3: one record by its request id, if `scope` may read it.
+pub async fn one(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    scope: Scope,
+    request_id: &str,
+) -> Result<RequestRecord> {
+    let filter = RequestFilter { request_id: Some(request_id.to_owned()), ..RequestFilter::default() };
+    list(db, clock, scope, &filter).await?.items.into_iter().next().ok_or(Error::NotFound("request"))
 }
 
 #[cfg(test)]
