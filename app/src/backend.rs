@@ -92,6 +92,14 @@ pub trait Backend: Send + Sync + 'static {
     async fn delete_account(&self, me: &MemberView, id: i64) -> Result<(), AppError>;
     /// QT-1: reads every account's quota now (the Refresh quota button; admins only).
     async fn refresh_quota(&self, me: &MemberView) -> Result<(), AppError>;
+    /// The workspace settings with their values and sources (admins only).
+    async fn workspace_settings(&self, me: &MemberView) -> Result<Vec<SettingView>, AppError>;
+    /// Changes workspace settings (`name -> value`, a value of "default" resets; admins only).
+    async fn change_workspace_settings(
+        &self,
+        me: &MemberView,
+        changes: Vec<(String, SettingChange)>,
+    ) -> Result<Vec<SettingView>, AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

@@ -35,6 +35,11 @@ impl AppError {
         Self::new("unauthorized", "Sign in to continue.").with_status(401)
     }
 
+    /// 422 `invalid_request`: a value out of range or not understood, the field named.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid_request", message).with_status(422)
+    }
+
     pub fn internal() -> Self {
         Self::new("internal_error", "Something went wrong on the server; it has been logged.")
     }

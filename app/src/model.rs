@@ -345,6 +345,43 @@ pub struct QuotaRow {
     pub pace: Pace,
 }
 
+/// Where a workspace setting's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettingSource {
+    /// Set in the web app or `PATCH /api/settings`: it wins.
+    Database,
+    /// The environment or config file, read at start.
+    Configuration,
+    /// SubLane's built-in default.
+    Default,
+}
+
+/// `GET /api/settings`: one workspace setting an admin manages in the app.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingView {
+    pub name: String,
+    pub label: String,
+    /// "seconds" or "count".
+    pub unit: String,
+    /// `None`: off (only optional settings).
+    pub value: Option<u64>,
+    pub source: SettingSource,
+    /// What applies without a stored value (environment, config file or built-in default).
+    pub default: Option<u64>,
+    pub min: u64,
+    pub max: u64,
+    pub optional: bool,
+}
+
+/// One change to a workspace setting from the Settings page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SettingChange {
+    Set(Option<u64>),
+    /// Back to the environment, config file or built-in default.
+    Reset,
+}
+
 /// What a quota row measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

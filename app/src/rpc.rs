@@ -153,6 +153,54 @@ pub async fn refresh_quota() -> Result<(), AppError> {
     ssr::finish(async { ssr::backend()?.refresh_quota(&ssr::require_member().await?).await }.await)
 }
 
+/// The workspace settings (admins).
+#[server(prefix = "/rpc", endpoint = "workspace_settings")]
+pub async fn list_workspace_settings() -> Result<Vec<SettingView>, AppError> {
+    ssr::finish(async { ssr::backend()?.workspace_settings(&ssr::require_member().await?).await }.await)
+}
+
+/// The Settings form (admins): `values[name]` for every setting, `reset[name]` to hand one back to
+/// its default. Only what differs from the value in force is changed; an empty optional value
+/// turns it off; anything that is not a whole number is refused with the setting named.
+#[server(prefix = "/rpc", endpoint = "save_workspace_settings")]
+pub async fn save_workspace_settings(
+    #[server(default)] values: std::collections::BTreeMap<String, String>,
+    #[server(default)] reset: std::collections::BTreeMap<String, String>,
+) -> Result<Vec<SettingView>, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            let backend = ssr::backend()?;
+            let now = backend.workspace_settings(&me).await?;
+            let mut changes = Vec::new();
+            for s in now {
+                if reset.contains_key(&s.name) {
+                    changes.push((s.name, SettingChange::Reset));
+                    continue;
+                }
+                let Some(raw) = values.get(&s.name).map(|v| v.trim()) else { continue };
+                let value = match raw {
+                    "" if s.optional => None,
+                    v => Some(v.parse::<u64>().map_err(|_| {
+                        AppError::invalid(format!(
+                            "{}: must be a whole number from {} to {}",
+                            s.name, s.min, s.max
+                        ))
+                    })?),
+                };
+                if value != s.value {
+                    changes.push((s.name, SettingChange::Set(value)));
+                }
+            }
+            if changes.is_empty() {
+                return backend.workspace_settings(&me).await;
+            }
+            backend.change_workspace_settings(&me, changes).await
+        }
+        .await,
+    )
+}
+
 /// An ACC-3 action on an account (admins).
 #[server(prefix = "/rpc", endpoint = "account_action")]
 pub async fn run_account_action(id: i64, action: AccountAction) -> Result<AccountActionDone, AppError> {

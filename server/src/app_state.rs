@@ -47,6 +47,8 @@ pub struct AppState {
     pub scheduler: Arc<Scheduler>,
     /// Subscription quota observations and reads (QT, PACE).
     pub quota: Arc<crate::quota::Quota>,
+    /// Workspace settings admins change while it runs (queues, failure policy, capacity).
+    pub workspace_settings: Arc<crate::workspace_settings::Live>,
     /// Shutdown, hard stop, and the work a shutdown waits for (OPS-3).
     pub lifecycle: Arc<Lifecycle>,
     /// Failed sign-ins per username and address (ID-2).

@@ -338,6 +338,8 @@ pub struct Config {
     pub oauth: OAuthClients,
     /// RT-8, ID-4: configured model lists.
     pub models: crate::catalogue::Catalogues,
+    /// Which workspace settings the environment or config file set (the web app says so).
+    pub configured: crate::workspace_settings::Configured,
 }
 
 /// Resolved upstream URLs.
@@ -513,6 +515,7 @@ impl Settings {
 
     /// Fills every unset field with its default.
     pub fn resolve(self) -> Result<Config, ConfigError> {
+        let configured = crate::workspace_settings::configured(&self);
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
         let database_url = self
             .database_url
@@ -587,6 +590,7 @@ impl Settings {
             workspace_capacity,
             scheduler,
             models,
+            configured,
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
                 codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,

@@ -29,3 +29,4 @@ pub mod serve;
 mod test_support;
 pub mod validate;
 pub mod web;
+pub mod workspace_settings;

@@ -219,6 +219,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         ),
     ));
     quota.load().await.map_err(|e| StartError::Bootstrap(format!("quota observations: {e}")))?;
+    let workspace_settings =
+        Arc::new(crate::workspace_settings::Live::new(&config, config.configured.clone()));
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -236,8 +238,12 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         admission,
         scheduler,
         quota,
+        workspace_settings,
         logins: Arc::new(LoginThrottle::default()),
     };
+    crate::workspace_settings::load(&state)
+        .await
+        .map_err(|e| StartError::Bootstrap(format!("workspace settings: {e}")))?;
     let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
 
     let (stop, cut) = (shutdown.clone(), hard_stop.clone());

@@ -187,6 +187,30 @@ impl Backend for ServerBackend {
         admin(me)?;
         Ok(account_actions::refresh_quota(&self.state).await?)
     }
+
+    async fn workspace_settings(&self, me: &MemberView) -> Result<Vec<SettingView>, AppError> {
+        admin(me)?;
+        Ok(crate::workspace_settings::view(&self.state))
+    }
+
+    async fn change_workspace_settings(
+        &self,
+        me: &MemberView,
+        changes: Vec<(String, SettingChange)>,
+    ) -> Result<Vec<SettingView>, AppError> {
+        admin(me)?;
+        let body = changes
+            .into_iter()
+            .map(|(name, change)| {
+                let value = match change {
+                    SettingChange::Reset => serde_json::Value::from("default"),
+                    SettingChange::Set(v) => v.map_or(serde_json::Value::Null, serde_json::Value::from),
+                };
+                (name, value)
+            })
+            .collect();
+        Ok(crate::workspace_settings::patch(&self.state, &body).await?)
+    }
 }
 
 /// Whose records a request-history call reads: the member's own, or (admins) everyone's.

@@ -57,6 +57,7 @@ fn Frame(member: MemberView) -> impl IntoView {
                             <NavLink href="/admin/accounts" label="Accounts" />
                             <NavLink href="/admin/members" label="Members" />
                             <NavLink href="/admin/pools" label="Pools" />
+                            <NavLink href="/admin/settings" label="Settings" />
                         </NavSection>
                     })}
                 </nav>

@@ -7,9 +7,11 @@ mod login;
 mod placeholders;
 mod quota_rows;
 mod requests;
+mod settings;
 
 pub use accounts::AccountsPage;
 pub use keys::KeysPage;
 pub use login::LoginPage;
 pub use placeholders::{MembersPage, NotFound, PoolsPage};
 pub use requests::{AdminRequestDetailPage, AdminRequestsPage, RequestDetailPage, RequestsPage};
+pub use settings::SettingsPage;

@@ -9,6 +9,7 @@ mod members;
 mod pools;
 mod requests;
 mod session;
+mod settings;
 
 use app::model::{ErrorBody, ErrorDetail};
 use axum::{
@@ -28,6 +29,7 @@ pub fn router() -> Router<AppState> {
         .merge(accounts::router())
         .merge(keys::router())
         .merge(requests::router())
+        .merge(settings::router())
         .fallback(|| async { Error::NotFound("API route") })
         .method_not_allowed_fallback(|| async { MethodNotAllowed })
 }

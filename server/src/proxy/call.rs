@@ -260,7 +260,7 @@ async fn dispatch(
             started: attempt.started,
             heartbeat: HEARTBEAT,
             deadline,
-            idle_timeout: s.config.stream_idle_timeout,
+            idle_timeout: s.workspace_settings.stream_idle_timeout(),
             drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
             write_timeout: s.config.client_write_timeout,
         };

@@ -14,14 +14,14 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
-use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore},
-    time::Instant,
-};
+use tokio::time::Instant;
 
 /// The member RPM window.
 const MINUTE: Duration = Duration::from_secs(60);
@@ -30,15 +30,29 @@ const MINUTE: Duration = Duration::from_secs(60);
 pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
 
 pub struct Admission {
-    workspace: Arc<Semaphore>,
+    workspace: Arc<Workspace>,
     members: Arc<Mutex<HashMap<i64, u32>>>,
     /// Start times of each member's calls within the last minute (only members with an RPM).
     starts: Mutex<HashMap<i64, VecDeque<Instant>>>,
 }
 
+/// The workspace's operations in flight and its capacity, which an admin may change while it
+/// runs: a lower capacity refuses new operations until enough end, never interrupting any.
+#[derive(Debug)]
+struct Workspace {
+    in_use: AtomicUsize,
+    capacity: AtomicUsize,
+}
+
 /// Holds one workspace slot.
 #[derive(Debug)]
-pub struct WorkspaceSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+pub struct WorkspaceSlot(Arc<Workspace>);
+
+impl Drop for WorkspaceSlot {
+    fn drop(&mut self) {
+        self.0.in_use.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Holds one of a member's concurrent-request slots.
 #[derive(Debug)]
@@ -62,7 +76,10 @@ impl Drop for MemberSlot {
 impl Admission {
     pub fn new(workspace_capacity: usize) -> Self {
         Admission {
-            workspace: Arc::new(Semaphore::new(workspace_capacity)),
+            workspace: Arc::new(Workspace {
+                in_use: AtomicUsize::new(0),
+                capacity: AtomicUsize::new(workspace_capacity),
+            }),
             members: Arc::default(),
             starts: Mutex::default(),
         }
@@ -70,7 +87,17 @@ impl Admission {
 
     /// A workspace slot, or `None` when the workspace is full (ADM-2).
     pub fn workspace(&self) -> Option<WorkspaceSlot> {
-        Arc::clone(&self.workspace).try_acquire_owned().ok().map(WorkspaceSlot)
+        let w = &self.workspace;
+        let capacity = w.capacity.load(Ordering::Acquire);
+        w.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < capacity).then_some(n + 1))
+            .ok()
+            .map(|_| WorkspaceSlot(Arc::clone(w)))
+    }
+
+    /// A new workspace capacity, for operations admitted from now on (ADM-2).
+    pub fn set_workspace_capacity(&self, capacity: usize) {
+        self.workspace.capacity.store(capacity.max(1), Ordering::Release);
     }
 
     /// A slot of `member_id`'s concurrency, or `None` when `limit` are in use (ADM-3; 0 = no limit).
@@ -128,6 +155,21 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         assert!(a.member_rpm(1, Some(3)).is_ok(), "the first call left the window");
         assert_eq!(a.member_rpm(1, Some(3)), Err(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_changed_workspace_capacity_applies_to_new_operations_only() {
+        let a = Admission::new(2);
+        let one = a.workspace().unwrap();
+        let two = a.workspace().unwrap();
+        a.set_workspace_capacity(1);
+        assert!(a.workspace().is_none());
+        drop(one);
+        assert!(a.workspace().is_none(), "still one in use: the cut never interrupts it");
+        drop(two);
+        let _held = a.workspace().unwrap();
+        a.set_workspace_capacity(3);
+        assert!(a.workspace().is_some());
     }
 
     #[test]

@@ -203,7 +203,8 @@ impl Inner {
 
 pub struct Scheduler {
     inner: Mutex<Inner>,
-    settings: Settings,
+    /// Changed by an admin while running (workspace settings); read per decision.
+    settings: std::sync::RwLock<Settings>,
     /// RT-8: the operator's model lists, set once at start.
     catalogues: std::sync::OnceLock<crate::catalogue::Catalogues>,
     clock: SharedClock,
@@ -222,7 +223,7 @@ impl Scheduler {
     pub fn new(settings: Settings, clock: SharedClock, store: store::Writer) -> Arc<Self> {
         Arc::new(Scheduler {
             inner: Mutex::default(),
-            settings,
+            settings: std::sync::RwLock::new(settings),
             catalogues: std::sync::OnceLock::new(),
             clock,
             seq: AtomicU64::new(1),
@@ -230,8 +231,14 @@ impl Scheduler {
         })
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    pub fn settings(&self) -> Settings {
+        *self.settings.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// New queue and failure-policy settings, for decisions and answers from now on: a waiter
+    /// keeps the deadline it was given, a lowered queue capacity turns away only newcomers.
+    pub fn set_settings(&self, change: impl FnOnce(&mut Settings)) {
+        change(&mut self.settings.write().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// RT-8: the operator's model lists (once, at start; later calls change nothing).
@@ -353,7 +360,7 @@ impl Scheduler {
     /// request was already counted for its model when admitted.
     fn settle(self: &Arc<Self>, slot: usize, model: &str, seq: u64, verdict: Verdict, counted: bool) {
         let now = self.now();
-        let policy = &self.settings.failure;
+        let policy = &self.settings().failure;
         let mut inner = self.lock();
         let rt = &mut inner.runtimes[slot];
         // A model gets a counter once the account has served it, and only a bounded number do:

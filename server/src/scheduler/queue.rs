@@ -76,7 +76,7 @@ impl Scheduler {
                 (w.id, w.generation)
             }
             None => {
-                if queue.len() >= self.settings.queue_capacity {
+                if queue.len() >= self.settings().queue_capacity {
                     return Step::Refuse(Refusal::QueueFull);
                 }
                 let id = inner.next_waiter;

@@ -219,7 +219,7 @@ impl Scheduler {
                 // protocol never decides which account serves the other's.
                 let turn = pool.next_turn(provider_set(ask));
                 let mut decision = RoutingDecision::rotation(tier as u32, excluded);
-                let weighted = if self.settings.quota_weighted {
+                let weighted = if self.settings().quota_weighted {
                     weighted_pick(inner, entries, &eligible[..tier], ask.model, turn, now)
                 } else {
                     None
@@ -251,7 +251,7 @@ impl Scheduler {
     }
 
     pub(super) fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.settings.binding_ttl.as_millis()).unwrap_or(i64::MAX)
+        i64::try_from(self.settings().binding_ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
     fn wanted_providers(&self, ask: &Ask<'_>) -> Vec<Provider> {
