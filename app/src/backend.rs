@@ -29,6 +29,13 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<SignedIn, AppError>;
     /// Ends the request's session; returns the `Set-Cookie` value that clears the cookie.
     async fn sign_out(&self, request: &http::request::Parts) -> Result<String, AppError>;
+    /// Self-service: the member's own password (the request's session stays signed in).
+    async fn change_password(
+        &self,
+        request: &http::request::Parts,
+        me: &MemberView,
+        change: PasswordChangeRequest,
+    ) -> Result<(), AppError>;
     async fn my_keys(&self, me: &MemberView) -> Result<Vec<ApiKeyView>, AppError>;
     async fn my_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError>;
     async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError>;

@@ -56,6 +56,7 @@ pub fn App() -> impl IntoView {
                 <ParentRoute path=path!("") view=components::Shell ssr=SsrMode::Async>
                     <Route path=path!("") view=pages::RequestsPage />
                     <Route path=path!("keys") view=pages::KeysPage />
+                    <Route path=path!("account") view=pages::AccountPage />
                     <Route path=path!("requests/:id") view=pages::RequestDetailPage />
                     <Route path=path!("admin/requests") view=pages::AdminRequestsPage />
                     <Route path=path!("admin/requests/:id") view=pages::AdminRequestDetailPage />

@@ -374,6 +374,30 @@ pub struct SettingView {
     pub optional: bool,
 }
 
+/// `POST /api/me/password`: a member's own password change.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordChangeRequest {
+    pub current_password: String,
+    pub new_password: String,
+    /// Defaults to the new password (scripts need not repeat it).
+    #[serde(default)]
+    pub confirm_password: Option<String>,
+    /// End every other session of the member (the one making the change stays).
+    #[serde(default = "yes")]
+    pub sign_out_others: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl std::fmt::Debug for PasswordChangeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PasswordChangeRequest(*****)")
+    }
+}
+
 /// One change to a workspace setting from the Settings page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SettingChange {

@@ -88,6 +88,30 @@ pub async fn logout() -> Result<(), AppError> {
     )
 }
 
+/// Self-service: the signed-in member's own password; other sessions end when asked (the
+/// checkbox is present only when checked).
+#[server(prefix = "/rpc", endpoint = "change_password")]
+pub async fn change_password(
+    current_password: String,
+    new_password: String,
+    confirm_password: String,
+    #[server(default)] sign_out_others: Option<String>,
+) -> Result<(), AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            let change = PasswordChangeRequest {
+                current_password,
+                new_password,
+                confirm_password: Some(confirm_password),
+                sign_out_others: sign_out_others.is_some(),
+            };
+            ssr::backend()?.change_password(&ssr::parts()?, &me, change).await
+        }
+        .await,
+    )
+}
+
 #[server(prefix = "/rpc", endpoint = "my_keys")]
 pub async fn list_my_keys() -> Result<Vec<ApiKeyView>, AppError> {
     ssr::finish(async { ssr::backend()?.my_keys(&ssr::require_member().await?).await }.await)

@@ -195,3 +195,46 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
             .unwrap();
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "the API's bounds hold here too");
 }
+
+/// Self-service: a member changes their own password with the current one; the session making the
+/// change stays, the others end when asked; a wrong current password or a weak new one changes
+/// nothing.
+#[tokio::test]
+async fn members_change_their_own_password() {
+    let t = TestServer::start().await;
+    let admin = t.admin().await;
+    let (mut bob, _) = t.member(&admin, "carol").await;
+    let mut other = t.client();
+    other.sign_in("carol", common::MEMBER_PASSWORD).await;
+    let (status, _) = t
+        .client()
+        .call(
+            Method::POST,
+            "/api/me/password",
+            Some(serde_json::json!({"current_password": "x", "new_password": "y"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let wrong = serde_json::json!({"current_password": "not-it-at-all", "new_password": "a-new-password"});
+    let (status, e) = bob.call(Method::POST, "/api/me/password", Some(wrong)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{e}");
+    let weak = serde_json::json!({"current_password": common::MEMBER_PASSWORD, "new_password": "short"});
+    let (status, e) = bob.call(Method::POST, "/api/me/password", Some(weak)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("new_password"), "{e}");
+    let mismatch = serde_json::json!({"current_password": common::MEMBER_PASSWORD, "new_password": "a-new-password", "confirm_password": "another-one!"});
+    let (status, _) = bob.call(Method::POST, "/api/me/password", Some(mismatch)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let good =
+        serde_json::json!({"current_password": common::MEMBER_PASSWORD, "new_password": "a-new-password"});
+    let (status, _) = bob.call(Method::POST, "/api/me/password", Some(good)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = bob.call(Method::GET, "/api/me", None).await;
+    assert_eq!(status, StatusCode::OK, "the session that changed it stays");
+    let (status, _) = other.call(Method::GET, "/api/me", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the other session ended");
+    let mut again = t.client();
+    again.sign_in("carol", "a-new-password").await;
+    let (status, _) = again.call(Method::GET, "/api/me", None).await;
+    assert_eq!(status, StatusCode::OK, "the new password works");
+}

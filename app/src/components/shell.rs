@@ -50,6 +50,7 @@ fn Frame(member: MemberView) -> impl IntoView {
                     <NavSection title="General">
                         <NavLink href="/" exact=true label="Requests" />
                         <NavLink href="/keys" label="API keys" />
+                        <NavLink href="/account" label="Your account" />
                     </NavSection>
                     {is_admin.then(|| view! {
                         <NavSection title="Admin">

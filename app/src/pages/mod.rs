@@ -1,5 +1,6 @@
 //! One module per page.
 
+mod account;
 mod account_forms;
 mod accounts;
 mod keys;
@@ -9,6 +10,7 @@ mod quota_rows;
 mod requests;
 mod settings;
 
+pub use account::AccountPage;
 pub use accounts::AccountsPage;
 pub use keys::KeysPage;
 pub use login::LoginPage;

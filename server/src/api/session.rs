@@ -1,6 +1,6 @@
 //! `POST /api/session` (sign in, sets the cookie), `DELETE /api/session`, `GET /api/me`.
 
-use app::model::{Credentials, MemberView};
+use app::model::{Credentials, MemberView, PasswordChangeRequest};
 use axum::{
     Extension, Json, Router,
     extract::State,
@@ -17,7 +17,10 @@ use crate::{
 };
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/session", post(sign_in).delete(sign_out)).route("/me", get(me))
+    Router::new()
+        .route("/session", post(sign_in).delete(sign_out))
+        .route("/me", get(me))
+        .route("/me/password", post(change_password))
 }
 
 async fn sign_in(
@@ -45,4 +48,26 @@ async fn sign_out(
 
 async fn me(SignedIn(member): SignedIn) -> Json<MemberView> {
     Json(member)
+}
+
+/// Self-service: `POST /api/me/password` (204; 403 when the current password is wrong, 422 for a
+/// weak or mismatched new one).
+async fn change_password(
+    SignedIn(me): SignedIn,
+    State(s): State<AppState>,
+    Extension(client): Extension<ClientInfo>,
+    headers: HeaderMap,
+    ApiJson(c): ApiJson<PasswordChangeRequest>,
+) -> Result<StatusCode> {
+    let from = session::Attempt { throttle: &s.logins, ip: client.ip };
+    let keep = session::token_from(&headers).unwrap_or_default();
+    let change = session::PasswordChange {
+        current: &c.current_password,
+        new: &c.new_password,
+        confirm: c.confirm_password.as_deref().unwrap_or(&c.new_password),
+        sign_out_others: c.sign_out_others,
+        keep: &keep,
+    };
+    session::change_password(&s.db, &*s.clock, from, me.id, change).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -99,6 +99,64 @@ pub async fn sign_in(
     }
 }
 
+/// Self-service (issue 12): a member changes their own password, proving the current one (the
+/// sign-in throttle applies, so this is no way around it). The session `keep` stays signed in;
+/// with `sign_out_others`, every other session of the member ends.
+pub async fn change_password(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    from: Attempt<'_>,
+    member_id: i64,
+    change: PasswordChange<'_>,
+) -> Result<()> {
+    let me = members::get(db, member_id).await?;
+    let gate = || {
+        from.throttle
+            .check(&me.username, from.ip)
+            .map_err(|wait| Error::TooManyAttempts(crate::scheduler::state::retry_secs(wait)))
+    };
+    gate()?;
+    if change.new != change.confirm {
+        return Err(Error::invalid("new_password: the two new passwords differ"));
+    }
+    password::validate(change.new)
+        .map_err(|e| Error::invalid(format!("new_password: {}", e.public_message())))?;
+    let row = members::find_by_username(db, &me.username).await?;
+    let hash = row.as_ref().map(|r| r.password_hash.clone());
+    if !password::verify_async(change.current.to_owned(), hash, gate).await? {
+        from.throttle.failed(&me.username, from.ip);
+        return Err(Error::Forbidden("current_password: the current password is wrong".into()));
+    }
+    from.throttle.succeeded(&me.username);
+    let new_hash = password::hash_async(change.new.to_owned()).await?;
+    let mut tx = db.begin().await?;
+    sqlx::query("UPDATE members SET password_hash = ?, updated_at = ? WHERE id = ?")
+        .bind(new_hash)
+        .bind(to_unix(clock.now()))
+        .bind(member_id)
+        .execute(&mut *tx)
+        .await?;
+    if change.sign_out_others {
+        sqlx::query("DELETE FROM sessions WHERE member_id = ? AND token_hash != ?")
+            .bind(member_id)
+            .bind(secrets::hash(change.keep))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A password change as the member asked for it.
+pub struct PasswordChange<'a> {
+    pub current: &'a str,
+    pub new: &'a str,
+    pub confirm: &'a str,
+    pub sign_out_others: bool,
+    /// The session token of the request (it stays signed in).
+    pub keep: &'a str,
+}
+
 /// Ends one session (sign-out). Unknown tokens are ignored.
 pub async fn end(db: &SqlitePool, token: &str) -> Result<()> {
     sqlx::query("DELETE FROM sessions WHERE token_hash = ?").bind(secrets::hash(token)).execute(db).await?;

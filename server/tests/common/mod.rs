@@ -16,6 +16,8 @@ use sublane::{
 };
 
 pub const ADMIN_PASSWORD: &str = "admin-password-123";
+/// The password of members made by [`TestServer::member`].
+pub const MEMBER_PASSWORD: &str = "member-password-1";
 
 pub struct TestServer {
     pub server: Server,
@@ -69,12 +71,12 @@ impl TestServer {
             .call(
                 Method::POST,
                 "/api/members",
-                Some(json!({ "username": name, "password": "member-password-1", "pool_ids": [1] })),
+                Some(json!({ "username": name, "password": MEMBER_PASSWORD, "pool_ids": [1] })),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         let mut c = self.client();
-        c.sign_in(name, "member-password-1").await;
+        c.sign_in(name, MEMBER_PASSWORD).await;
         (c, body["id"].as_i64().unwrap())
     }
 
