@@ -40,6 +40,13 @@ pub trait Backend: Send + Sync + 'static {
     async fn my_pools(&self, me: &MemberView) -> Result<Vec<PoolChoice>, AppError>;
     async fn create_my_key(&self, me: &MemberView, new: NewApiKey) -> Result<CreatedApiKey, AppError>;
     async fn revoke_my_key(&self, me: &MemberView, key_id: i64) -> Result<(), AppError>;
+    /// Switches one of the member's own keys off or on, or changes its expiry.
+    async fn update_my_key(
+        &self,
+        me: &MemberView,
+        key_id: i64,
+        patch: KeyPatch,
+    ) -> Result<ApiKeyView, AppError>;
     /// Request records: the member's own, or with `everyone` (admins only) the workspace's.
     async fn requests(
         &self,

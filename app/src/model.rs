@@ -683,6 +683,26 @@ pub struct NewApiKey {
     pub member_id: Option<i64>,
 }
 
+/// `PATCH /api/me/keys/{id}` (own) and `PATCH /api/keys/{id}` (admin): switch a key off or on,
+/// or change its expiry (`null`: never). A revoked key stays revoked.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyPatch {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default, with = "double_option")]
+    pub expires_at: Option<Option<DateTime<Utc>>>,
+}
+
+/// `GET /api/keys?member_id=&pool_id=` (admin).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct KeyFilter {
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub member_id: Option<i64>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub pool_id: Option<i64>,
+}
+
 /// The answer to a key creation: the only time the secret is shown.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatedApiKey {

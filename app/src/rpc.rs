@@ -123,10 +123,35 @@ pub async fn list_my_pools() -> Result<Vec<PoolChoice>, AppError> {
 }
 
 /// Creates a key for the signed-in member; the answer holds the secret, shown once.
+/// A new key; `expires_at` is a `datetime-local` value read as UTC (empty: never expires).
 #[server(prefix = "/rpc", endpoint = "create_key")]
-pub async fn create_key(name: String, pool_id: Option<i64>) -> Result<CreatedApiKey, AppError> {
-    let new = NewApiKey { name, pool_id, expires_at: None, member_id: None };
-    ssr::finish(async { ssr::backend()?.create_my_key(&ssr::require_member().await?, new).await }.await)
+pub async fn create_key(
+    name: String,
+    pool_id: Option<i64>,
+    #[server(default)] expires_at: Option<String>,
+) -> Result<CreatedApiKey, AppError> {
+    ssr::finish(
+        async {
+            let expires_at = match expires_at.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+                None => None,
+                Some(v) => Some(
+                    chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M")
+                        .map_err(|_| AppError::invalid("expires_at: a date and time like 2027-01-31T18:00"))?
+                        .and_utc(),
+                ),
+            };
+            let new = NewApiKey { name, pool_id, expires_at, member_id: None };
+            ssr::backend()?.create_my_key(&ssr::require_member().await?, new).await
+        }
+        .await,
+    )
+}
+
+/// Switches one of the member's own keys off (`enabled=false`) or back on.
+#[server(prefix = "/rpc", endpoint = "set_key_enabled")]
+pub async fn set_key_enabled(id: i64, enabled: bool) -> Result<ApiKeyView, AppError> {
+    let patch = KeyPatch { enabled: Some(enabled), expires_at: None };
+    ssr::finish(async { ssr::backend()?.update_my_key(&ssr::require_member().await?, id, patch).await }.await)
 }
 
 #[server(prefix = "/rpc", endpoint = "revoke_key")]

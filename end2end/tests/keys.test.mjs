@@ -34,6 +34,16 @@ test('sign in, create a key, see it listed, revoke it', async () => {
   await page.getByRole('button', { name: 'Copy' }).click();
   await page.getByRole('button', { name: 'Copied' }).waitFor();
 
+  // switched off and back on; a second key with an expiry shows it
+  await row.getByRole('button', { name: 'Disable key e2e laptop' }).click();
+  await page.locator('tr', { hasText: 'e2e laptop' }).getByText('disabled').waitFor();
+  await page.getByRole('button', { name: 'Enable key e2e laptop' }).click();
+  await page.locator('tr', { hasText: 'e2e laptop' }).getByTestId('key-status').getByText('active').waitFor();
+  await page.getByLabel('Name').fill('e2e expiring');
+  await page.getByLabel('Expires (UTC, optional)').fill('2099-01-31T18:00');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  await page.locator('tr', { hasText: 'e2e expiring' }).locator('time[datetime^="2099-01-31T18:00"]').waitFor();
+
   await row.getByRole('button', { name: 'Revoke key e2e laptop' }).click();
   await page.locator('tr', { hasText: 'e2e laptop' }).getByText('revoked').waitFor();
   assert.equal(await page.getByRole('button', { name: 'Revoke key e2e laptop' }).count(), 0);

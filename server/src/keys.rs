@@ -1,7 +1,7 @@
 //! Gateway API keys (ID-3): created for a member and one pool, secret shown once, only its
 //! SHA-256 stored; listed with a status; revoked (kept for history, never deleted).
 
-use app::model::{ApiKeyView, CreatedApiKey, KeyStatus, NewApiKey};
+use app::model::{ApiKeyView, CreatedApiKey, KeyFilter, KeyPatch, KeyStatus, NewApiKey};
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, SqlitePool};
 
@@ -69,11 +69,54 @@ pub async fn list_for_member(db: &SqlitePool, clock: &dyn Clock, member_id: i64)
     Ok(rows.into_iter().map(|r| r.view(now)).collect())
 }
 
-/// Every key of the workspace (admin).
-pub async fn list_all(db: &SqlitePool, clock: &dyn Clock) -> Result<Vec<ApiKeyView>> {
-    let rows: Vec<KeyRow> = sqlx::query_as(&format!("{SELECT} ORDER BY k.id DESC")).fetch_all(db).await?;
+/// Every key of the workspace (admin), optionally one member's or one pool's.
+pub async fn list_all(db: &SqlitePool, clock: &dyn Clock, f: &KeyFilter) -> Result<Vec<ApiKeyView>> {
+    let rows: Vec<KeyRow> = sqlx::query_as(&format!(
+        "{SELECT} WHERE k.member_id = COALESCE(?, k.member_id) AND k.pool_id = COALESCE(?, k.pool_id)
+         ORDER BY k.id DESC"
+    ))
+    .bind(f.member_id)
+    .bind(f.pool_id)
+    .fetch_all(db)
+    .await?;
     let now = clock.now();
     Ok(rows.into_iter().map(|r| r.view(now)).collect())
+}
+
+/// Switches a key off or on and/or changes its expiry. With `owner_id`, only that member's key
+/// matches (others look absent: 404). A revoked key cannot be switched back on (409); an expiry
+/// must lie ahead.
+pub async fn update(
+    db: &SqlitePool,
+    clock: &dyn Clock,
+    owner_id: Option<i64>,
+    id: i64,
+    patch: KeyPatch,
+) -> Result<ApiKeyView> {
+    let now = clock.now();
+    if let Some(Some(e)) = patch.expires_at
+        && e <= now
+    {
+        return Err(Error::invalid("expires_at must be in the future"));
+    }
+    let current = get(db, clock, id).await?;
+    if owner_id.is_some_and(|o| o != current.member_id) {
+        return Err(Error::NotFound("API key"));
+    }
+    if current.status == KeyStatus::Revoked && patch.enabled == Some(true) {
+        return Err(Error::Conflict("a revoked key stays revoked; create a new one".into()));
+    }
+    let expires = match patch.expires_at {
+        Some(e) => e.map(to_unix),
+        None => current.expires_at.map(to_unix),
+    };
+    sqlx::query("UPDATE api_keys SET enabled = COALESCE(?, enabled), expires_at = ? WHERE id = ?")
+        .bind(patch.enabled)
+        .bind(expires)
+        .bind(id)
+        .execute(db)
+        .await?;
+    get(db, clock, id).await
 }
 
 async fn get(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<ApiKeyView> {

@@ -137,6 +137,18 @@ impl Backend for ServerBackend {
         Ok(())
     }
 
+    async fn update_my_key(
+        &self,
+        me: &MemberView,
+        key_id: i64,
+        patch: KeyPatch,
+    ) -> Result<ApiKeyView, AppError> {
+        let view = keys::update(&self.state.db, &*self.state.clock, Some(me.id), key_id, patch).await?;
+        // The proxy's key cache must see a switched-off key at once.
+        self.state.configuration_changed().await;
+        Ok(view)
+    }
+
     async fn account_runtime(&self, me: &MemberView) -> Result<Vec<AccountRuntime>, AppError> {
         admin(me)?;
         Ok(account_actions::runtime(&self.state).await?)

@@ -306,3 +306,62 @@ async fn account_limits_route_validates_the_range() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// Issue 12: a member switches their own key off and on and changes its expiry; a switched-off key
+/// is refused by the proxy at once; a revoked key stays revoked; nobody touches another's key
+/// (404); admins list keys by member and pool and change any.
+#[tokio::test]
+async fn keys_are_switched_off_and_on_by_their_owner_or_an_admin() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (mut bob, bob_id) = t.member(&admin, "bob").await;
+    let (mut eve, _) = t.member(&admin, "eve").await;
+    let (_, made) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "laptop"}))).await;
+    let id = made["key"]["id"].as_i64().unwrap();
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    let http = reqwest::Client::new();
+    let models = |s: &str| http.get(format!("{}/v1/models", t.base)).bearer_auth(s.to_owned()).send();
+    assert_eq!(models(&secret).await.unwrap().status(), StatusCode::OK);
+
+    let path = format!("/api/me/keys/{id}");
+    let (status, _) = eve.call(Method::PATCH, &path, Some(json!({"enabled": false}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another member's key does not exist for eve");
+    let (status, key) = bob.call(Method::PATCH, &path, Some(json!({"enabled": false}))).await;
+    assert_eq!((status, key["status"].as_str()), (StatusCode::OK, Some("disabled")), "{key}");
+    assert_eq!(models(&secret).await.unwrap().status(), StatusCode::UNAUTHORIZED, "refused at once");
+    let (_, key) = bob
+        .call(Method::PATCH, &path, Some(json!({"enabled": true, "expires_at": "2099-01-01T00:00:00Z"})))
+        .await;
+    assert_eq!(
+        (key["status"].as_str(), key["expires_at"].as_str()),
+        (Some("active"), Some("2099-01-01T00:00:00Z"))
+    );
+    assert_eq!(models(&secret).await.unwrap().status(), StatusCode::OK);
+    let (status, e) =
+        bob.call(Method::PATCH, &path, Some(json!({"expires_at": "2001-01-01T00:00:00Z"}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+    let (_, key) = bob.call(Method::PATCH, &path, Some(json!({"expires_at": null}))).await;
+    assert_eq!(key["expires_at"], serde_json::Value::Null, "never expires");
+
+    // admins: filtered lists, and any key
+    let (_, mine) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "ci"}))).await;
+    let (status, list) = admin.call(Method::GET, &format!("/api/keys?member_id={bob_id}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let (_, list) = admin.call(Method::GET, "/api/keys?pool_id=999", None).await;
+    assert!(list.as_array().unwrap().is_empty());
+    let other = mine["key"]["id"].as_i64().unwrap();
+    let (status, key) =
+        admin.call(Method::PATCH, &format!("/api/keys/{other}"), Some(json!({"enabled": false}))).await;
+    assert_eq!((status, key["status"].as_str()), (StatusCode::OK, Some("disabled")));
+    let (status, _) =
+        bob.call(Method::PATCH, &format!("/api/keys/{other}"), Some(json!({"enabled": true}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "the admin route is for admins");
+
+    // a revoked key stays revoked
+    bob.call(Method::DELETE, &path, None).await;
+    let (status, _) = bob.call(Method::PATCH, &path, Some(json!({"enabled": true}))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, _) = bob.call(Method::PATCH, &path, Some(json!({"bogus": 1}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+}

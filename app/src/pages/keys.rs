@@ -1,5 +1,5 @@
-//! General -> API keys (ID-3): create a key (its secret is shown once, with copy), list the
-//! member's keys, revoke one. Every action is a form posting to a server function, so it also
+//! General -> API keys (ID-3): create a key (its secret is shown once, with copy; an optional
+//! expiry), list the member's keys, switch one off or back on, revoke one. Every action is a form posting to a server function, so it also
 //! works without JavaScript; with it, the list refreshes in place.
 
 use leptos::{either::Either, prelude::*};
@@ -8,7 +8,7 @@ use leptos_meta::Title;
 use crate::{
     components::{ErrorNote, PageHeader, Timestamp},
     model::{ApiKeyView, CreatedApiKey, KeyStatus},
-    rpc::{CreateKey, RevokeKey, list_my_keys, list_my_pools},
+    rpc::{CreateKey, RevokeKey, SetKeyEnabled, list_my_keys, list_my_pools},
 };
 
 const INPUT: &str = "mt-1 block w-full rounded-md border border-slate-300 bg-white px-3 py-2 text-sm focus:border-slate-900 focus:outline-none focus:ring-1 focus:ring-slate-900";
@@ -18,7 +18,11 @@ const BUTTON: &str = "rounded-md bg-slate-900 px-3 py-2 text-sm font-medium text
 pub fn KeysPage() -> impl IntoView {
     let create = ServerAction::<CreateKey>::new();
     let revoke = ServerAction::<RevokeKey>::new();
-    let keys = Resource::new(move || (create.version().get(), revoke.version().get()), |_| list_my_keys());
+    let toggle = ServerAction::<SetKeyEnabled>::new();
+    let keys = Resource::new(
+        move || (create.version().get(), revoke.version().get(), toggle.version().get()),
+        |_| list_my_keys(),
+    );
     let pools = Resource::new(|| (), |_| list_my_pools());
 
     view! {
@@ -28,7 +32,7 @@ pub fn KeysPage() -> impl IntoView {
         <section aria-labelledby="new-key" class="mb-8 rounded-lg border border-slate-200 bg-white p-5">
             <h2 id="new-key" class="mb-3 text-base font-semibold">"Create a key"</h2>
             <ActionForm action=create>
-                <div class="grid gap-4 md:grid-cols-[1fr_1fr_auto] md:items-end">
+                <div class="grid gap-4 md:grid-cols-[1fr_1fr_1fr_auto] md:items-end">
                     <div>
                         <label for="key-name" class="block text-sm font-medium">"Name"</label>
                         <input id="key-name" name="name" required maxlength="64" placeholder="laptop codex" class=INPUT />
@@ -46,6 +50,10 @@ pub fn KeysPage() -> impl IntoView {
                             })}
                         </Suspense>
                     </div>
+                    <div>
+                        <label for="key-expires" class="block text-sm font-medium">"Expires (UTC, optional)"</label>
+                        <input id="key-expires" name="expires_at" type="datetime-local" class=INPUT />
+                    </div>
                     <button type="submit" class=BUTTON disabled=move || create.pending().get()>"Create key"</button>
                 </div>
             </ActionForm>
@@ -58,10 +66,11 @@ pub fn KeysPage() -> impl IntoView {
         <section aria-labelledby="your-keys">
             <h2 id="your-keys" class="mb-3 text-base font-semibold">"Your keys"</h2>
             {move || revoke.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> })}
+            {move || toggle.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> })}
             <Transition fallback=|| view! { <p class="text-sm text-slate-500">"Loading keys…"</p> }>
                 {move || Suspend::new(async move {
                     match keys.await {
-                        Ok(keys) => Either::Left(view! { <KeyTable keys revoke /> }),
+                        Ok(keys) => Either::Left(view! { <KeyTable keys revoke toggle /> }),
                         Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
                     }
                 })}
@@ -99,7 +108,11 @@ fn NewSecret(created: CreatedApiKey) -> impl IntoView {
 }
 
 #[component]
-fn KeyTable(keys: Vec<ApiKeyView>, revoke: ServerAction<RevokeKey>) -> impl IntoView {
+fn KeyTable(
+    keys: Vec<ApiKeyView>,
+    revoke: ServerAction<RevokeKey>,
+    toggle: ServerAction<SetKeyEnabled>,
+) -> impl IntoView {
     if keys.is_empty() {
         return Either::Left(view! {
             <p class="rounded-lg border border-dashed border-slate-300 bg-white p-6 text-sm text-slate-600">
@@ -112,13 +125,13 @@ fn KeyTable(keys: Vec<ApiKeyView>, revoke: ServerAction<RevokeKey>) -> impl Into
             <table class="min-w-full divide-y divide-slate-200 text-sm" data-testid="keys-table">
                 <thead class="bg-slate-50">
                     <tr>
-                        {["Name", "Key", "Pool", "Status", "Created", "Last used", ""].into_iter().map(|c| view! {
+                        {["Name", "Key", "Pool", "Status", "Created", "Expires", "Last used", ""].into_iter().map(|c| view! {
                             <th scope="col" class="whitespace-nowrap px-3 py-2 text-left font-medium text-slate-600">{c}</th>
                         }).collect_view()}
                     </tr>
                 </thead>
                 <tbody class="divide-y divide-slate-100">
-                    {keys.into_iter().map(|k| view! { <KeyRow key=k revoke /> }).collect_view()}
+                    {keys.into_iter().map(|k| view! { <KeyRow key=k revoke toggle /> }.into_any()).collect_view()}
                 </tbody>
             </table>
         </div>
@@ -126,9 +139,29 @@ fn KeyTable(keys: Vec<ApiKeyView>, revoke: ServerAction<RevokeKey>) -> impl Into
 }
 
 #[component]
-fn KeyRow(key: ApiKeyView, revoke: ServerAction<RevokeKey>) -> impl IntoView {
+fn KeyRow(
+    key: ApiKeyView,
+    revoke: ServerAction<RevokeKey>,
+    toggle: ServerAction<SetKeyEnabled>,
+) -> impl IntoView {
     let active = key.status == KeyStatus::Active;
     let label = format!("Revoke key {}", key.name);
+    // A revoked key stays revoked; any other can be switched off or back on.
+    let switch = (key.status != KeyStatus::Revoked).then(|| {
+        let on = key.status == KeyStatus::Disabled;
+        let text = if on { "Enable" } else { "Disable" };
+        let aria = format!("{text} key {}", key.name);
+        view! {
+            <ActionForm action=toggle attr:class="inline">
+                <input type="hidden" name="id" value=key.id.to_string() />
+                <input type="hidden" name="enabled" value=on.to_string() />
+                <button type="submit" aria-label=aria
+                    class="mr-2 rounded-md border border-slate-300 px-2 py-1 text-xs text-slate-700 hover:bg-slate-100 focus-visible:outline-2 focus-visible:outline-slate-900">
+                    {text}
+                </button>
+            </ActionForm>
+        }
+    });
     view! {
         <tr data-key-id=key.id.to_string()>
             <td class="px-3 py-2 font-medium">{key.name.clone()}</td>
@@ -137,12 +170,19 @@ fn KeyRow(key: ApiKeyView, revoke: ServerAction<RevokeKey>) -> impl IntoView {
             <td class="px-3 py-2"><StatusBadge status=key.status /></td>
             <td class="whitespace-nowrap px-3 py-2"><Timestamp at=key.created_at /></td>
             <td class="whitespace-nowrap px-3 py-2">
+                {match key.expires_at {
+                    Some(at) => Either::Left(view! { <Timestamp at /> }),
+                    None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
+                }}
+            </td>
+            <td class="whitespace-nowrap px-3 py-2">
                 {match key.last_used_at {
                     Some(at) => Either::Left(view! { <Timestamp at /> }),
                     None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
                 }}
             </td>
-            <td class="px-3 py-2 text-right">
+            <td class="whitespace-nowrap px-3 py-2 text-right">
+                {switch}
                 {active.then(|| view! {
                     <ActionForm action=revoke>
                         <input type="hidden" name="id" value=key.id.to_string() />

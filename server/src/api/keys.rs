@@ -1,7 +1,8 @@
-//! Gateway keys. Admin: `GET/POST /api/keys` (any member), `DELETE /api/keys/{id}`.
-//! Member: `GET/POST /api/me/keys`, `DELETE /api/me/keys/{id}` (revoke own).
+//! Gateway keys. Admin: `GET/POST /api/keys` (any member; `?member_id=&pool_id=`),
+//! `PATCH/DELETE /api/keys/{id}`. Member: `GET/POST /api/me/keys`, `PATCH /api/me/keys/{id}`
+//! (switch off/on, expiry), `DELETE /api/me/keys/{id}` (revoke own).
 
-use app::model::{ApiKeyView, CreatedApiKey, NewApiKey};
+use app::model::{ApiKeyView, CreatedApiKey, KeyFilter, KeyPatch, NewApiKey};
 use axum::{
     Json, Router,
     extract::State,
@@ -10,7 +11,7 @@ use axum::{
 };
 
 use crate::{
-    api::{ApiJson, ApiPath},
+    api::{ApiJson, ApiPath, ApiQuery},
     app_state::AppState,
     auth::extract::{Admin, SignedIn},
     error::{Error, Result},
@@ -20,13 +21,35 @@ use crate::{
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/keys", get(list_all).post(create_for_member))
-        .route("/keys/{id}", delete(revoke_any))
+        .route("/keys/{id}", delete(revoke_any).patch(update_any))
         .route("/me/keys", get(list_mine).post(create_mine))
-        .route("/me/keys/{id}", delete(revoke_mine))
+        .route("/me/keys/{id}", delete(revoke_mine).patch(update_mine))
 }
 
-async fn list_all(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<ApiKeyView>>> {
-    Ok(Json(keys::list_all(&s.db, &*s.clock).await?))
+async fn list_all(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiQuery(filter): ApiQuery<KeyFilter>,
+) -> Result<Json<Vec<ApiKeyView>>> {
+    Ok(Json(keys::list_all(&s.db, &*s.clock, &filter).await?))
+}
+
+async fn update_any(
+    _: Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(patch): ApiJson<KeyPatch>,
+) -> Result<Json<ApiKeyView>> {
+    Ok(Json(keys::update(&s.db, &*s.clock, None, id, patch).await?))
+}
+
+async fn update_mine(
+    SignedIn(me): SignedIn,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(patch): ApiJson<KeyPatch>,
+) -> Result<Json<ApiKeyView>> {
+    Ok(Json(keys::update(&s.db, &*s.clock, Some(me.id), id, patch).await?))
 }
 
 async fn create_for_member(
