@@ -58,3 +58,25 @@ test('the accounts page reads and acts without JavaScript', async () => {
   await page.getByRole('article', { name: 'nojs-codex' }).getByText('not scheduling').waitFor();
   page.assertNoErrors();
 });
+
+test('the page follows the live state and never overwrites what is being typed', async () => {
+  const page = await newPage(browser);
+  await signIn(page, server.url);
+  await addAccount(page, 'live-codex');
+  await page.goto(`${server.url}/admin/accounts`);
+  await waitForHydration(page);
+  const card = () => page.getByRole('article', { name: 'live-codex' });
+  await card().waitFor();
+  const id = await card().getAttribute('data-account-id');
+  const act = (what) => page.request.post(`${server.url}/api/accounts/${id}/${what}`, { headers: { Origin: server.url }, data: {} });
+  // a change made elsewhere shows without a reload
+  assert.equal((await act('disable')).status(), 200);
+  await card().getByText('disabled', { exact: true }).waitFor({ timeout: 12000 });
+  // typing pauses the refresh: the typed value stays
+  await card().getByLabel('Concurrency limit').fill('9');
+  assert.equal((await act('enable')).status(), 200);
+  await page.waitForTimeout(6500);
+  assert.equal(await card().getByLabel('Concurrency limit').inputValue(), '9');
+  assert.equal(await card().getByText('disabled', { exact: true }).count(), 1, 'not refreshed while edited');
+  page.assertNoErrors();
+});

@@ -3,7 +3,8 @@
 //! exhausted, and the token's state: expiry, last refresh, refresh backoff, re-authorization
 //! required), live load and queue, quota rows with pace bars (PACE), per-model counts and
 //! cooldowns, its settings, and the ACC-3 actions (Refresh token, Re-authorize, Delete after a
-//! confirmation). Loading the page reads stale quota (the server waits briefly for it). The card's controls are forms posting to server
+//! confirmation). Loading the page reads stale quota (the server waits briefly for it); once
+//! hydrated, the page refreshes itself every few seconds unless a form on it is being edited. The card's controls are forms posting to server
 //! functions, so they also work without JavaScript; adding an account and re-authorizing one need
 //! it (a sign-in is started in place, a file is read in the browser).
 
@@ -47,6 +48,12 @@ pub fn AccountsPage() -> impl IntoView {
     };
     let add = ServerAction::<AddAccount>::new();
     let refresh = ServerAction::<RefreshQuota>::new();
+    // Live view: while the page is visible and nothing on it is being edited, it reloads the
+    // runtime every few seconds (load, queue, badges). Typing into a form marks the page as
+    // edited until one of its actions is sent, so a refresh never overwrites what is typed.
+    let tick = RwSignal::new(0u64);
+    let edited = RwSignal::new(false);
+    live_refresh(tick, edited);
     let CardActions { act, save, reauthorize, delete } = actions;
     let accounts = Resource::new(
         move || {
@@ -57,6 +64,7 @@ pub fn AccountsPage() -> impl IntoView {
                 delete.version().get(),
                 add.version().get(),
                 refresh.version().get(),
+                tick.get(),
             )
         },
         |_| list_account_runtime(),
@@ -94,6 +102,7 @@ pub fn AccountsPage() -> impl IntoView {
             })}
         </div>
         <Transition fallback=|| view! { <p class="text-sm text-slate-500">"Loading accounts…"</p> }>
+            <div on:input=move |_| edited.set(true) on:submit=move |_| edited.set(false)>
             {move || Suspend::new(async move {
                 let all_pools = pools.await.unwrap_or_default();
                 match accounts.await {
@@ -110,8 +119,36 @@ pub fn AccountsPage() -> impl IntoView {
                     Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
                 }
             })}
+            </div>
         </Transition>
     }
+}
+
+/// Bumps `tick` every 5 s while the page is visible, not `edited`, and no form field
+/// has the focus (hydrated only; without JavaScript the page is read as served).
+fn live_refresh(tick: RwSignal<u64>, edited: RwSignal<bool>) {
+    #[cfg(feature = "hydrate")]
+    {
+        let quiet = move || {
+            let Some(doc) = web_sys::window().and_then(|w| w.document()) else { return false };
+            let typing = doc
+                .active_element()
+                .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
+            !doc.hidden() && !typing && !edited.get_untracked()
+        };
+        if let Ok(handle) = set_interval_with_handle(
+            move || {
+                if quiet() {
+                    tick.update(|n| *n += 1);
+                }
+            },
+            std::time::Duration::from_secs(5),
+        ) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (tick, edited);
 }
 
 fn at(unix: i64) -> DateTime<Utc> {
