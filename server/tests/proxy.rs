@@ -740,27 +740,12 @@ async fn request_history_is_scoped_filtered_and_paged() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // the detail page, rendered on the server: the full id and the routing in words
-    let html = bob
-        .request(Method::GET, &format!("/requests/{mine_id}"))
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = |path: String| bob.request(Method::GET, &path).header("accept", "text/html").send();
+    let html = page(format!("/requests/{mine_id}")).await.unwrap().text().await.unwrap();
     assert!(html.contains(&mine_id) && html.contains("rotation"), "{html}");
 
     // the Requests page shows the records, rendered on the server
-    let html = bob
-        .request(Method::GET, "/")
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = page("/".to_owned()).await.unwrap().text().await.unwrap();
     assert!(
         html.contains("claude-opus-4-8") && html.contains("bob-key") && html.contains("53.3 %"),
         "{html}"

@@ -49,7 +49,7 @@ async fn a_waiter_is_served_when_a_cooldown_ends() {
     // a: 429 (cools 1 s), the call moves to b, which holds it for 4 s
     let holder = hold(&rig, None);
     let b = rig.ids[1];
-    queued_or_busy(&mut rig, b).await;
+    rig.busy(b).await;
     let started = Instant::now();
     let before = counts(&rig, &tokens);
     let a = rig.send(None, MODEL).await;
@@ -58,17 +58,6 @@ async fn a_waiter_is_served_when_a_cooldown_ends() {
     assert!(started.elapsed() < Duration::from_millis(3000), "{:?}", started.elapsed());
     assert_eq!(holder.await.unwrap().status, StatusCode::OK);
     rig.settled().await;
-}
-
-/// Waits until account `id` has a request in flight.
-async fn queued_or_busy(rig: &mut Rig, id: i64) {
-    for _ in 0..200 {
-        if rig.account_runtime(id).await["in_flight"] == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("account {id} never got busy");
 }
 
 /// An account added to the pool serves a waiter at once; disabling a busy account answers its
@@ -81,7 +70,7 @@ async fn admin_changes_reach_waiters_at_once() {
     rig.limit(first, 1).await;
     rig.script(token, json!({"delay_ms": 3000})).await;
     let holder = hold(&rig, None);
-    queued_or_busy(&mut rig, first).await;
+    rig.busy(first).await;
     let started = Instant::now();
     let waiter = hold(&rig, None);
     queued(&mut rig, 1).await;
@@ -96,7 +85,7 @@ async fn admin_changes_reach_waiters_at_once() {
     let second = rig.ids[1];
     rig.limit(second, 1).await;
     let busy_b = hold(&rig, None);
-    queued_or_busy(&mut rig, second).await;
+    rig.busy(second).await;
     let waiter = hold(&rig, None);
     queued(&mut rig, 1).await;
     let started = Instant::now();
@@ -240,7 +229,7 @@ async fn cancelled_waiters_leave_a_record_and_the_queue() {
     rig.limit(id, 1).await;
     rig.script(token, json!({"delay_ms": 2000})).await;
     let holder = hold(&rig, None);
-    queued_or_busy(&mut rig, id).await;
+    rig.busy(id).await;
     let impatient = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
     let gone = impatient
         .post(format!("{}/v1/responses", rig.t.base))
@@ -274,7 +263,7 @@ async fn waiters_count_toward_the_workspace() {
     rig.limit(id, 1).await;
     rig.script(token, json!({"delay_ms": 1500})).await;
     let holder = hold(&rig, None);
-    queued_or_busy(&mut rig, id).await;
+    rig.busy(id).await;
     let waiter = hold(&rig, None);
     queued(&mut rig, 1).await;
     let a = rig.send(None, MODEL).await;

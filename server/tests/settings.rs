@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{
     bed::Bed,
     rig::{Answer, MODEL, Rig, body},
@@ -22,16 +20,6 @@ fn setting<'a>(list: &'a Value, name: &str) -> &'a Value {
 fn hold(rig: &Rig) -> tokio::task::JoinHandle<Answer> {
     let call = rig.responses(None, body(MODEL)).send();
     tokio::spawn(async move { Answer::read(call.await.unwrap()).await })
-}
-
-async fn busy(rig: &mut Rig, id: i64) {
-    for _ in 0..200 {
-        if rig.account_runtime(id).await["in_flight"] == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("account {id} never got busy");
 }
 
 #[tokio::test]
@@ -83,7 +71,7 @@ async fn settings_are_admin_only_validated_and_applied_without_a_restart() {
     );
     b.rig.script("at-set", json!({"delay_ms": 800})).await;
     let held = hold(&b.rig);
-    busy(&mut b.rig, id).await;
+    b.rig.busy(id).await;
     let a = b.rig.send(None, MODEL).await;
     assert_eq!((a.status, a.code()), (StatusCode::TOO_MANY_REQUESTS, "account_queue_full"), "{a:?}");
     assert_eq!(held.await.unwrap().status, StatusCode::OK);
@@ -98,7 +86,7 @@ async fn settings_are_admin_only_validated_and_applied_without_a_restart() {
         )
         .await;
     let held = hold(&b.rig);
-    busy(&mut b.rig, id).await;
+    b.rig.busy(id).await;
     let a = b.rig.send(None, MODEL).await;
     assert_eq!((a.status, a.code()), (StatusCode::TOO_MANY_REQUESTS, "workspace_busy"), "{a:?}");
     assert_eq!(held.await.unwrap().status, StatusCode::OK);

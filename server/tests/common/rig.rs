@@ -134,6 +134,17 @@ impl Rig {
         assert_eq!(status, StatusCode::OK, "{body}");
     }
 
+    /// Waits until account `id` has a request in flight.
+    pub async fn busy(&mut self, id: i64) {
+        for _ in 0..200 {
+            if self.account_runtime(id).await["in_flight"] == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("account {id} never got busy");
+    }
+
     /// Waits until nothing is in flight or queued anywhere (slots come back).
     pub async fn settled(&mut self) {
         for _ in 0..200 {
