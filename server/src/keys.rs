@@ -106,16 +106,32 @@ pub async fn update(
     if current.status == KeyStatus::Revoked && patch.enabled == Some(true) {
         return Err(Error::Conflict("a revoked key stays revoked; create a new one".into()));
     }
+    // An admin's switch-off binds the owner: only an admin switches such a key back on.
+    let by_admin: bool = sqlx::query_scalar("SELECT disabled_by_admin FROM api_keys WHERE id = ?")
+        .bind(id)
+        .fetch_one(db)
+        .await?;
+    if owner_id.is_some() && by_admin && patch.enabled == Some(true) {
+        return Err(Error::Forbidden("an admin switched this key off; ask an admin to switch it on".into()));
+    }
+    let mark = match (owner_id, patch.enabled) {
+        (None, Some(enabled)) => Some(!enabled),
+        _ => None,
+    };
     let expires = match patch.expires_at {
         Some(e) => e.map(to_unix),
         None => current.expires_at.map(to_unix),
     };
-    sqlx::query("UPDATE api_keys SET enabled = COALESCE(?, enabled), expires_at = ? WHERE id = ?")
-        .bind(patch.enabled)
-        .bind(expires)
-        .bind(id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "UPDATE api_keys SET enabled = COALESCE(?, enabled), expires_at = ?,
+                disabled_by_admin = COALESCE(?, disabled_by_admin) WHERE id = ?",
+    )
+    .bind(patch.enabled)
+    .bind(expires)
+    .bind(mark)
+    .bind(id)
+    .execute(db)
+    .await?;
     get(db, clock, id).await
 }
 

@@ -357,6 +357,17 @@ async fn keys_are_switched_off_and_on_by_their_owner_or_an_admin() {
     let (status, _) =
         bob.call(Method::PATCH, &format!("/api/keys/{other}"), Some(json!({"enabled": true}))).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "the admin route is for admins");
+    let own = format!("/api/me/keys/{other}");
+    let (status, _) = bob.call(Method::PATCH, &own, Some(json!({"enabled": true}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "an admin's switch-off binds the owner");
+    admin.call(Method::PATCH, &format!("/api/keys/{other}"), Some(json!({"enabled": true}))).await;
+    bob.call(Method::PATCH, &own, Some(json!({"enabled": false}))).await;
+    let (status, key) = bob.call(Method::PATCH, &own, Some(json!({"enabled": true}))).await;
+    assert_eq!(
+        (status, key["status"].as_str()),
+        (StatusCode::OK, Some("active")),
+        "the owner's own switch-off is theirs"
+    );
 
     // a revoked key stays revoked
     bob.call(Method::DELETE, &path, None).await;

@@ -131,10 +131,11 @@ fn live_refresh(tick: RwSignal<u64>, edited: RwSignal<bool>) {
     {
         let quiet = move || {
             let Some(doc) = web_sys::window().and_then(|w| w.document()) else { return false };
-            let typing = doc
-                .active_element()
-                .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
-            !doc.hidden() && !typing && !edited.get_untracked()
+            // Anything focused (a field, a button, a link: keyboard users keep their place) or
+            // an open panel (Re-authorize, Delete, a sign-in under way) pauses the refresh.
+            let focused = doc.active_element().is_some_and(|e| e.tag_name() != "BODY");
+            let open = doc.query_selector("article details[open]").ok().flatten().is_some();
+            !doc.hidden() && !focused && !open && !edited.get_untracked()
         };
         if let Ok(handle) = set_interval_with_handle(
             move || {

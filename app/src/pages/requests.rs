@@ -91,7 +91,8 @@ fn RequestHistory(everyone: bool) -> impl IntoView {
         }
     };
     let page = Resource::new(filter, move |f| list_requests(f, everyone));
-    let choices = Resource::new(|| (), move |_| request_filters(everyone));
+    // Keyed on the query, so the form shows the filters in force after in-app navigation too.
+    let choices = Resource::new(move || query.get(), move |_| request_filters(everyone));
     view! {
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {

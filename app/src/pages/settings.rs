@@ -80,7 +80,9 @@ fn SettingRow(s: SettingView) -> impl IntoView {
                 <p class="text-xs text-slate-500">{range}</p>
             </td>
             <td class="px-3 py-2">
-                <input id=id name=format!("values[{}]", s.name) type="number" min=s.min max=s.max
+                // No HTML min/max: a value from the environment may lie outside the range, and the
+                // browser would then refuse the whole form; the server names what is out of range.
+                <input id=id name=format!("values[{}]", s.name) type="number"
                     required=!s.optional value=s.value.map(|v| v.to_string()).unwrap_or_default()
                     class="w-28 rounded-md border border-slate-300 bg-white px-2 py-1 text-sm focus:border-slate-900 focus:outline-none focus:ring-1 focus:ring-slate-900" />
                 <span class="ml-1 text-xs text-slate-500">{s.unit.clone()}</span>

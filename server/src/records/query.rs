@@ -223,6 +223,9 @@ pub async fn one(
     scope: Scope,
     request_id: &str,
 ) -> Result<RequestRecord> {
+    if request_id.trim().is_empty() {
+        return Err(Error::NotFound("request"));
+    }
     let filter = RequestFilter { request_id: Some(request_id.to_owned()), ..RequestFilter::default() };
     list(db, clock, scope, &filter).await?.items.into_iter().next().ok_or(Error::NotFound("request"))
 }
