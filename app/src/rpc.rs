@@ -123,7 +123,7 @@ pub async fn list_my_pools() -> Result<Vec<PoolChoice>, AppError> {
 }
 
 /// Creates a key for the signed-in member; the answer holds the secret, shown once.
-/// A new key; `expires_at` is a `datetime-local` value read as UTC (empty: never expires).
+/// `expires_at` is a `datetime-local` value read as UTC (empty: never expires).
 #[server(prefix = "/rpc", endpoint = "create_key")]
 pub async fn create_key(
     name: String,

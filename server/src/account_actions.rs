@@ -353,7 +353,7 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
                 models,
                 token: tokens.remove(&a.id).flatten(),
                 pool_ids: a.pool_ids,
-                quota_exhausted_until: quota.1,
+                quota_exhausted_until: future(Some(quota.1)),
                 quota: quota.0,
             }
         })

@@ -80,14 +80,7 @@ impl Backend for ServerBackend {
         let client = client::from_extensions(&request.extensions);
         let from = session::Attempt { throttle: &self.state.logins, ip: client.ip };
         let keep = session::token_from(&request.headers).unwrap_or_default();
-        let change = session::PasswordChange {
-            current: &change.current_password,
-            new: &change.new_password,
-            confirm: change.confirm_password.as_deref().unwrap_or(&change.new_password),
-            sign_out_others: change.sign_out_others,
-            keep: &keep,
-        };
-        Ok(session::change_password(&self.state.db, &*self.state.clock, from, me.id, change).await?)
+        Ok(session::change_password(&self.state.db, &*self.state.clock, from, me.id, &change, &keep).await?)
     }
 
     async fn my_keys(&self, me: &MemberView) -> Result<Vec<ApiKeyView>, AppError> {

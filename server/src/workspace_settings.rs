@@ -155,7 +155,7 @@ impl Live {
 
     /// The value of `name` in force, and where it comes from.
     fn value(&self, name: &'static str) -> (Option<u64>, SettingSource) {
-        if let Some(v) = self.stored().get(name) {
+        if let Some(v) = self.stored.read().unwrap_or_else(|p| p.into_inner()).get(name) {
             return (*v, SettingSource::Database);
         }
         let source = if self.configured.0.contains_key(name) {

@@ -61,13 +61,6 @@ async fn change_password(
 ) -> Result<StatusCode> {
     let from = session::Attempt { throttle: &s.logins, ip: client.ip };
     let keep = session::token_from(&headers).unwrap_or_default();
-    let change = session::PasswordChange {
-        current: &c.current_password,
-        new: &c.new_password,
-        confirm: c.confirm_password.as_deref().unwrap_or(&c.new_password),
-        sign_out_others: c.sign_out_others,
-        keep: &keep,
-    };
-    session::change_password(&s.db, &*s.clock, from, me.id, change).await?;
+    session::change_password(&s.db, &*s.clock, from, me.id, &c, &keep).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -6,7 +6,7 @@
 
 use std::{net::IpAddr, time::Duration};
 
-use app::model::MemberView;
+use app::model::{MemberView, PasswordChangeRequest};
 use cookie::{Cookie, SameSite};
 use http::HeaderMap;
 use sqlx::SqlitePool;
@@ -107,7 +107,8 @@ pub async fn change_password(
     clock: &dyn Clock,
     from: Attempt<'_>,
     member_id: i64,
-    change: PasswordChange<'_>,
+    change: &PasswordChangeRequest,
+    keep: &str,
 ) -> Result<()> {
     let me = members::get(db, member_id).await?;
     let gate = || {
@@ -116,19 +117,19 @@ pub async fn change_password(
             .map_err(|wait| Error::TooManyAttempts(crate::scheduler::state::retry_secs(wait)))
     };
     gate()?;
-    if change.new != change.confirm {
+    if change.new_password != change.confirm_password.as_deref().unwrap_or(&change.new_password) {
         return Err(Error::invalid("new_password: the two new passwords differ"));
     }
-    password::validate(change.new)
+    password::validate(&change.new_password)
         .map_err(|e| Error::invalid(format!("new_password: {}", e.public_message())))?;
     let row = members::find_by_username(db, &me.username).await?;
     let hash = row.as_ref().map(|r| r.password_hash.clone());
-    if !password::verify_async(change.current.to_owned(), hash, gate).await? {
+    if !password::verify_async(change.current_password.clone(), hash, gate).await? {
         from.throttle.failed(&me.username, from.ip);
         return Err(Error::Forbidden("current_password: the current password is wrong".into()));
     }
     from.throttle.succeeded(&me.username);
-    let new_hash = password::hash_async(change.new.to_owned()).await?;
+    let new_hash = password::hash_async(change.new_password.clone()).await?;
     let mut tx = db.begin().await?;
     sqlx::query("UPDATE members SET password_hash = ?, updated_at = ? WHERE id = ?")
         .bind(new_hash)
@@ -139,22 +140,12 @@ pub async fn change_password(
     if change.sign_out_others {
         sqlx::query("DELETE FROM sessions WHERE member_id = ? AND token_hash != ?")
             .bind(member_id)
-            .bind(secrets::hash(change.keep))
+            .bind(secrets::hash(keep))
             .execute(&mut *tx)
             .await?;
     }
     tx.commit().await?;
     Ok(())
-}
-
-/// A password change as the member asked for it.
-pub struct PasswordChange<'a> {
-    pub current: &'a str,
-    pub new: &'a str,
-    pub confirm: &'a str,
-    pub sign_out_others: bool,
-    /// The session token of the request (it stays signed in).
-    pub keep: &'a str,
 }
 
 /// Ends one session (sign-out). Unknown tokens are ignored.

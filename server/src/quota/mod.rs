@@ -225,15 +225,14 @@ impl Quota {
         Ok(())
     }
 
-    /// The account's quota rows and when its exclusion ends (unix s), for the web app and API.
-    pub fn rows(&self, account_id: i64) -> (Vec<QuotaRow>, Option<i64>) {
+    /// The account's quota rows and when its exclusion ends (unix ms; 0: not excluded), for the
+    /// web app and API.
+    pub fn rows(&self, account_id: i64) -> (Vec<QuotaRow>, i64) {
         let now = self.now();
         let Some(snapshot) = self.known().get(&account_id).map(|k| Arc::clone(&k.snapshot)) else {
-            return (Vec::new(), None);
+            return (Vec::new(), 0);
         };
-        let until = snapshot.blocks(now).account_until;
-        let until = (until > now).then(|| until.div_euclid(1000) + i64::from(until % 1000 != 0));
-        (snapshot.rows(now), until)
+        (snapshot.rows(now), snapshot.blocks(now).account_until)
     }
 
     /// When the account's newest observation was made (unix ms), if any.

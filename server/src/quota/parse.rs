@@ -50,10 +50,11 @@ const MAX_EXTRA_LIMITS: usize = 8;
 
 fn codex_headers(status: u16, h: &HeaderMap, at: i64) -> Observation {
     let mut o = Observation { at, ..Observation::default() };
-    let family = |prefix: &str, id: &str, main: bool, o: &mut Observation| {
-        let used = number(h, &format!("{prefix}-used-percent"));
-        let minutes = number(h, &format!("{prefix}-window-minutes")).map(|m| m as i64);
-        let reset = number(h, &format!("{prefix}-reset-at")).and_then(unix_secs);
+    // One window from its three headers (used %, length, reset), when any is there.
+    let window = |names: [&str; 3], id: &str, main: bool, o: &mut Observation| {
+        let used = number(h, names[0]);
+        let minutes = number(h, names[1]).map(|m| m as i64);
+        let reset = number(h, names[2]).and_then(unix_secs);
         if used.is_some() || minutes.is_some() || reset.is_some() {
             o.windows.push(Window {
                 id: id.to_owned(),
@@ -66,8 +67,13 @@ fn codex_headers(status: u16, h: &HeaderMap, at: i64) -> Observation {
             });
         }
     };
-    family("x-codex-primary", "primary", true, &mut o);
-    family("x-codex-secondary", "secondary", true, &mut o);
+    // The main windows by fixed names: no string is built for them on the hot path.
+    const PRIMARY: [&str; 3] =
+        ["x-codex-primary-used-percent", "x-codex-primary-window-minutes", "x-codex-primary-reset-at"];
+    const SECONDARY: [&str; 3] =
+        ["x-codex-secondary-used-percent", "x-codex-secondary-window-minutes", "x-codex-secondary-reset-at"];
+    window(PRIMARY, "primary", true, &mut o);
+    window(SECONDARY, "secondary", true, &mut o);
     // Extra limit families (`x-<id>-primary-used-percent`): shown, never excluding (QT-3).
     let extras = h
         .keys()
@@ -75,7 +81,8 @@ fn codex_headers(status: u16, h: &HeaderMap, at: i64) -> Observation {
     for id in extras.filter(|id| *id != "codex" && id.len() <= 64).take(MAX_EXTRA_LIMITS) {
         let label =
             header(h, &format!("x-{id}-limit-name")).unwrap_or(id).chars().take(64).collect::<String>();
-        family(&format!("x-{id}-primary"), &label, false, &mut o);
+        let names = ["used-percent", "window-minutes", "reset-at"].map(|n| format!("x-{id}-primary-{n}"));
+        window([&names[0], &names[1], &names[2]], &label, false, &mut o);
     }
     // An accepted answer with the headers says the account is not refused.
     if (200..300).contains(&status) && !o.windows.is_empty() {
