@@ -114,6 +114,32 @@ pub trait Backend: Send + Sync + 'static {
         me: &MemberView,
         changes: Vec<(String, SettingChange)>,
     ) -> Result<Vec<SettingView>, AppError>;
+    /// Every member (admins only).
+    async fn members(&self, me: &MemberView) -> Result<Vec<MemberView>, AppError>;
+    async fn create_member(&self, me: &MemberView, new: NewMember) -> Result<MemberView, AppError>;
+    /// Role, enabled, limits or a new password (admins only; the last admin stays).
+    async fn update_member(
+        &self,
+        me: &MemberView,
+        id: i64,
+        patch: MemberPatch,
+    ) -> Result<MemberView, AppError>;
+    /// Deletes a member: signed out, keys revoked, out of every pool; records stay (admins only).
+    async fn delete_member(&self, me: &MemberView, id: i64) -> Result<Deleted, AppError>;
+    /// Every pool with its members, accounts and model policy (admins only).
+    async fn pools(&self, me: &MemberView) -> Result<Vec<PoolView>, AppError>;
+    async fn create_pool(&self, me: &MemberView, new: NewPool) -> Result<PoolView, AppError>;
+    async fn update_pool(&self, me: &MemberView, id: i64, patch: PoolPatch) -> Result<PoolView, AppError>;
+    /// Deletes a pool: its keys are revoked, members and accounts leave it (admins only).
+    async fn delete_pool(&self, me: &MemberView, id: i64) -> Result<Deleted, AppError>;
+    /// Every account's id and name, for the Pools page (admins only).
+    async fn account_choices(&self, me: &MemberView) -> Result<Vec<AccountChoice>, AppError>;
+    /// Every key of the workspace, optionally one member's or pool's (admins only).
+    async fn all_keys(&self, me: &MemberView, filter: KeyFilter) -> Result<Vec<ApiKeyView>, AppError>;
+    /// Switches any key off or on, or changes its expiry (admins only).
+    async fn update_key(&self, me: &MemberView, id: i64, patch: KeyPatch) -> Result<ApiKeyView, AppError>;
+    /// Revokes any key (admins only).
+    async fn revoke_key(&self, me: &MemberView, id: i64) -> Result<(), AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

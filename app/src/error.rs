@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 pub struct AppError {
     pub code: String,
     pub message: String,
+    /// The input at fault, when the error is about one field: forms show the message beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     /// HTTP status the server answers with (not sent over the wire: the response carries it).
     #[serde(skip)]
     pub status: u16,
@@ -24,7 +27,7 @@ pub struct AppError {
 
 impl AppError {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into(), status: 500, retry_after: None }
+        Self { code: code.into(), message: message.into(), field: None, status: 500, retry_after: None }
     }
 
     pub fn with_status(self, status: u16) -> Self {
@@ -38,6 +41,16 @@ impl AppError {
     /// 422 `invalid_request`: a value out of range or not understood, the field named.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new("invalid_request", message).with_status(422)
+    }
+
+    /// 422 about one input, named in `field`.
+    pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: Some(field.into()), ..Self::invalid(message) }
+    }
+
+    /// This error's message if it is about `field`.
+    pub fn for_field(&self, field: &str) -> Option<String> {
+        (self.field.as_deref() == Some(field)).then(|| self.message.clone())
     }
 
     pub fn internal() -> Self {

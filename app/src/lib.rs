@@ -62,6 +62,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("admin/requests/:id") view=pages::AdminRequestDetailPage />
                     <Route path=path!("admin/accounts") view=pages::AccountsPage />
                     <Route path=path!("admin/members") view=pages::MembersPage />
+                    <Route path=path!("admin/keys") view=pages::AdminKeysPage />
                     <Route path=path!("admin/pools") view=pages::PoolsPage />
                     <Route path=path!("admin/settings") view=pages::SettingsPage />
                 </ParentRoute>

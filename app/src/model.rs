@@ -155,6 +155,13 @@ pub struct PoolPatch {
     pub member_ids: Option<Vec<i64>>,
 }
 
+/// `DELETE /api/members/{id}` and `DELETE /api/pools/{id}`: what the deletion took with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    /// API keys revoked by the deletion (the member's, or those targeting the pool).
+    pub revoked_keys: u64,
+}
+
 /// A pool a member may target with a key (for pickers; no account details).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolChoice {
@@ -695,7 +702,7 @@ pub struct KeyPatch {
 }
 
 /// `GET /api/keys?member_id=&pool_id=` (admin).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeyFilter {
     #[serde(default, deserialize_with = "empty_as_none")]
     pub member_id: Option<i64>,
@@ -718,7 +725,8 @@ pub struct Credentials {
     pub password: String,
 }
 
-/// Body of every JSON API error: `{"error":{"code","message"}}`.
+/// Body of every JSON API error: `{"error":{"code","message"}}`, and `field` when one input is
+/// at fault.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
@@ -728,6 +736,10 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
+    /// The input at fault (a 422 about one field, e.g. `model_policy.models`), so a form can show
+    /// the message next to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }
 
 /// Which rule chose the account (EXP-1).

@@ -4,6 +4,10 @@
 //! They are mounted under `/rpc/`, apart from the JSON API under `/api/`, and the server applies
 //! the same-origin check (ID-5) to them.
 
+// A form's fields are a server function's arguments; the macro's generated client code does not
+// carry a per-function `allow`, so the lint is allowed for the module.
+#![allow(clippy::too_many_arguments)]
+
 use leptos::prelude::*;
 
 use crate::{error::AppError, model::*};
@@ -132,14 +136,7 @@ pub async fn create_key(
 ) -> Result<CreatedApiKey, AppError> {
     ssr::finish(
         async {
-            let expires_at = match expires_at.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-                None => None,
-                Some(v) => Some(
-                    chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M")
-                        .map_err(|_| AppError::invalid("expires_at: a date and time like 2027-01-31T18:00"))?
-                        .and_utc(),
-                ),
-            };
+            let expires_at = form::utc_minute("expires_at", expires_at.as_deref().unwrap_or_default())?;
             let new = NewApiKey { name, pool_id, expires_at, member_id: None };
             ssr::backend()?.create_my_key(&ssr::require_member().await?, new).await
         }
@@ -297,7 +294,6 @@ pub async fn start_account_sign_in(provider: Provider) -> Result<OAuthStarted, A
 /// CRED-5: adds an account with credentials from a finished sign-in (`flow_id` + `code`), a
 /// credential `file`, or an `api_key` (admins).
 #[server(prefix = "/rpc", endpoint = "add_account")]
-#[allow(clippy::too_many_arguments)]
 pub async fn add_account(
     provider: Provider,
     name: String,
@@ -347,6 +343,247 @@ pub async fn reauthorize_account(
 #[server(prefix = "/rpc", endpoint = "delete_account")]
 pub async fn delete_account(id: i64) -> Result<(), AppError> {
     ssr::finish(async { ssr::backend()?.delete_account(&ssr::require_member().await?, id).await }.await)
+}
+
+/// Every member (admins).
+#[server(prefix = "/rpc", endpoint = "members")]
+pub async fn list_members() -> Result<Vec<MemberView>, AppError> {
+    ssr::finish(async { ssr::backend()?.members(&ssr::require_member().await?).await }.await)
+}
+
+/// The Members page's new-member form (admins): empty limits take the defaults; `pools[<id>]`
+/// is a checked pool.
+#[server(prefix = "/rpc", endpoint = "create_member")]
+pub async fn create_member(
+    username: String,
+    password: String,
+    role: Role,
+    #[server(default)] concurrency_limit: String,
+    #[server(default)] rpm_limit: String,
+    #[server(default)] pools: std::collections::BTreeMap<String, String>,
+) -> Result<MemberView, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            let new = NewMember {
+                username,
+                password,
+                role,
+                concurrency_limit: form::number("concurrency_limit", &concurrency_limit)?,
+                rpm_limit: form::number("rpm_limit", &rpm_limit)?,
+                pool_ids: form::checked("pools", &pools)?,
+            };
+            ssr::backend()?.create_member(&me, new).await
+        }
+        .await,
+    )
+}
+
+/// A member's role and limits (admins); an empty RPM limit removes it.
+#[server(prefix = "/rpc", endpoint = "save_member")]
+pub async fn save_member(
+    id: i64,
+    role: Role,
+    concurrency_limit: String,
+    #[server(default)] rpm_limit: String,
+) -> Result<MemberView, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            let patch = MemberPatch {
+                role: Some(role),
+                concurrency_limit: Some(form::number("concurrency_limit", &concurrency_limit)?.ok_or_else(
+                    || {
+                        AppError::invalid_field(
+                            "concurrency_limit",
+                            "concurrency_limit: a whole number, 0 for no limit",
+                        )
+                    },
+                )?),
+                rpm_limit: Some(form::number("rpm_limit", &rpm_limit)?),
+                ..MemberPatch::default()
+            };
+            ssr::backend()?.update_member(&me, id, patch).await
+        }
+        .await,
+    )
+}
+
+/// Switches a member off (signed out, keys refused) or back on (admins).
+#[server(prefix = "/rpc", endpoint = "set_member_enabled")]
+pub async fn set_member_enabled(id: i64, enabled: bool) -> Result<MemberView, AppError> {
+    let patch = MemberPatch { enabled: Some(enabled), ..MemberPatch::default() };
+    ssr::finish(async { ssr::backend()?.update_member(&ssr::require_member().await?, id, patch).await }.await)
+}
+
+/// Sets a member's password (admins); their sessions end.
+#[server(prefix = "/rpc", endpoint = "reset_member_password")]
+pub async fn reset_member_password(id: i64, password: String) -> Result<MemberView, AppError> {
+    let patch = MemberPatch { password: Some(password), ..MemberPatch::default() };
+    ssr::finish(async { ssr::backend()?.update_member(&ssr::require_member().await?, id, patch).await }.await)
+}
+
+#[server(prefix = "/rpc", endpoint = "delete_member")]
+pub async fn delete_member(id: i64) -> Result<Deleted, AppError> {
+    ssr::finish(async { ssr::backend()?.delete_member(&ssr::require_member().await?, id).await }.await)
+}
+
+/// Every pool (admins).
+#[server(prefix = "/rpc", endpoint = "pools")]
+pub async fn list_pools() -> Result<Vec<PoolView>, AppError> {
+    ssr::finish(async { ssr::backend()?.pools(&ssr::require_member().await?).await }.await)
+}
+
+/// Every account's name, for the Pools page (admins).
+#[server(prefix = "/rpc", endpoint = "account_choices")]
+pub async fn list_account_choices() -> Result<Vec<AccountChoice>, AppError> {
+    ssr::finish(async { ssr::backend()?.account_choices(&ssr::require_member().await?).await }.await)
+}
+
+#[server(prefix = "/rpc", endpoint = "create_pool")]
+pub async fn create_pool(name: String) -> Result<PoolView, AppError> {
+    let new = NewPool { name, model_policy: ModelPolicy::default(), member_ids: vec![] };
+    ssr::finish(async { ssr::backend()?.create_pool(&ssr::require_member().await?, new).await }.await)
+}
+
+/// A pool's form (admins): name, members (`members[<id>]` checked), and model policy: the mode,
+/// models one per line (or comma-separated), aliases one `alias = model` per line.
+#[server(prefix = "/rpc", endpoint = "save_pool")]
+pub async fn save_pool(
+    id: i64,
+    name: String,
+    mode: PolicyMode,
+    #[server(default)] models: String,
+    #[server(default)] aliases: String,
+    #[server(default)] members: std::collections::BTreeMap<String, String>,
+) -> Result<PoolView, AppError> {
+    ssr::finish(
+        async {
+            let me = ssr::require_member().await?;
+            let patch = PoolPatch {
+                name: Some(name),
+                model_policy: Some(ModelPolicy {
+                    mode,
+                    models: form::model_list(&models),
+                    aliases: form::alias_lines(&aliases)?,
+                }),
+                member_ids: Some(form::checked("member_ids", &members)?),
+            };
+            ssr::backend()?.update_pool(&me, id, patch).await
+        }
+        .await,
+    )
+}
+
+#[server(prefix = "/rpc", endpoint = "delete_pool")]
+pub async fn delete_pool(id: i64) -> Result<Deleted, AppError> {
+    ssr::finish(async { ssr::backend()?.delete_pool(&ssr::require_member().await?, id).await }.await)
+}
+
+/// Every key of the workspace (admins), optionally one member's or pool's.
+#[server(prefix = "/rpc", endpoint = "all_keys")]
+pub async fn list_all_keys(#[server(default)] filter: KeyFilter) -> Result<Vec<ApiKeyView>, AppError> {
+    ssr::finish(async { ssr::backend()?.all_keys(&ssr::require_member().await?, filter).await }.await)
+}
+
+/// Switches any key off or on (admins); a key an admin switched off stays off for its owner.
+#[server(prefix = "/rpc", endpoint = "admin_set_key_enabled")]
+pub async fn admin_set_key_enabled(id: i64, enabled: bool) -> Result<ApiKeyView, AppError> {
+    let patch = KeyPatch { enabled: Some(enabled), expires_at: None };
+    ssr::finish(async { ssr::backend()?.update_key(&ssr::require_member().await?, id, patch).await }.await)
+}
+
+/// Sets or clears (empty) any key's expiry (admins); `datetime-local`, read as UTC.
+#[server(prefix = "/rpc", endpoint = "admin_key_expiry")]
+pub async fn admin_key_expiry(
+    id: i64,
+    #[server(default)] expires_at: String,
+) -> Result<ApiKeyView, AppError> {
+    ssr::finish(
+        async {
+            let patch =
+                KeyPatch { enabled: None, expires_at: Some(form::utc_minute("expires_at", &expires_at)?) };
+            ssr::backend()?.update_key(&ssr::require_member().await?, id, patch).await
+        }
+        .await,
+    )
+}
+
+#[server(prefix = "/rpc", endpoint = "admin_revoke_key")]
+pub async fn admin_revoke_key(id: i64) -> Result<(), AppError> {
+    ssr::finish(async { ssr::backend()?.revoke_key(&ssr::require_member().await?, id).await }.await)
+}
+
+/// Reading plain form fields into typed values, each fault a 422 naming its field.
+#[cfg(feature = "ssr")]
+mod form {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use crate::error::AppError;
+
+    /// A whole number, or `None` when left empty.
+    pub fn number(field: &str, raw: &str) -> Result<Option<u32>, AppError> {
+        match raw.trim() {
+            "" => Ok(None),
+            v => v
+                .parse()
+                .map(Some)
+                .map_err(|_| AppError::invalid_field(field, format!("{field}: {v:?} is not a whole number"))),
+        }
+    }
+
+    /// The ids of checked boxes named `<field>[<id>]`.
+    pub fn checked(field: &str, boxes: &BTreeMap<String, String>) -> Result<Vec<i64>, AppError> {
+        boxes
+            .keys()
+            .map(|k| {
+                k.parse().map_err(|_| AppError::invalid_field(field, format!("{field}: {k:?} is not an id")))
+            })
+            .collect()
+    }
+
+    /// Model ids one per line or separated by commas; blanks skipped, order kept, repeats dropped.
+    pub fn model_list(raw: &str) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        raw.split([',', '\n'])
+            .map(str::trim)
+            .filter(|m| !m.is_empty() && seen.insert(m.to_owned()))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `alias = model` lines (blank lines skipped).
+    pub fn alias_lines(raw: &str) -> Result<BTreeMap<String, String>, AppError> {
+        const FIELD: &str = "model_policy.aliases";
+        let mut aliases = BTreeMap::new();
+        for (n, line) in raw.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let Some((alias, model)) = line.split_once('=') else {
+                return Err(AppError::invalid_field(
+                    FIELD,
+                    format!("{FIELD}: line {} should read alias = model", n + 1),
+                ));
+            };
+            if aliases.insert(alias.trim().to_owned(), model.trim().to_owned()).is_some() {
+                return Err(AppError::invalid_field(
+                    FIELD,
+                    format!("{FIELD}: {:?} is given twice", alias.trim()),
+                ));
+            }
+        }
+        Ok(aliases)
+    }
+
+    /// A `datetime-local` value (minutes) read as UTC; empty is `None`.
+    pub fn utc_minute(field: &str, raw: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, AppError> {
+        match raw.trim() {
+            "" => Ok(None),
+            v => chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M")
+                .map(|t| Some(t.and_utc()))
+                .map_err(|_| {
+                    AppError::invalid_field(field, format!("{field}: a date and time like 2027-01-31T18:00"))
+                }),
+        }
+    }
 }
 
 /// Pool ids as the forms send them: `1,3`.

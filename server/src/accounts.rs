@@ -164,9 +164,12 @@ pub async fn check_new(
     }
     for pool_id in pool_ids {
         let found: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM pools WHERE id = ?").bind(pool_id).fetch_optional(db).await?;
+            sqlx::query_scalar("SELECT id FROM pools WHERE id = ? AND deleted_at IS NULL")
+                .bind(pool_id)
+                .fetch_optional(db)
+                .await?;
         if found.is_none() {
-            return Err(Error::invalid(format!("pool {pool_id} does not exist")));
+            return Err(Error::field("pool_ids", format!("pool_ids: pool {pool_id} does not exist")));
         }
     }
     Ok(())

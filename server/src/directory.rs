@@ -264,10 +264,11 @@ async fn load(
     generation: u64,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot> {
-    let policies: Vec<(i64, String, String, String)> =
-        sqlx::query_as("SELECT id, policy_mode, policy_models, model_aliases FROM pools")
-            .fetch_all(db)
-            .await?;
+    let policies: Vec<(i64, String, String, String)> = sqlx::query_as(
+        "SELECT id, policy_mode, policy_models, model_aliases FROM pools WHERE deleted_at IS NULL",
+    )
+    .fetch_all(db)
+    .await?;
     let mut members: HashMap<i64, (ModelPolicy, Vec<Arc<Account>>)> = policies
         .into_iter()
         .map(|(id, mode, models, aliases)| {

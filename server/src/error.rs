@@ -32,6 +32,9 @@ pub enum Error {
     /// 422 `invalid_request`: well-formed but invalid values.
     #[error("{0}")]
     Invalid(String),
+    /// 422 `invalid_request` about one input, named in `field` (forms show the message beside it).
+    #[error("{message}")]
+    InvalidField { field: &'static str, message: String },
     /// 429 `too_many_login_attempts`: this username or address failed to sign in too often;
     /// retry after the given seconds.
     #[error("too many failed sign-ins; retry in {0} s")]
@@ -59,6 +62,19 @@ impl Error {
         Error::Invalid(msg.into())
     }
 
+    /// A 422 about one input; the message should name it too (it is read without the field).
+    pub fn field(field: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidField { field, message: message.into() }
+    }
+
+    /// The input at fault, for a 422 about one field.
+    pub fn field_name(&self) -> Option<&'static str> {
+        match self {
+            Error::InvalidField { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+
     pub fn forbidden(msg: impl Into<String>) -> Self {
         Error::Forbidden(msg.into())
     }
@@ -79,7 +95,7 @@ impl Error {
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Error::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Invalid(_) | Error::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Busy | Error::RefreshFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::Upstream(_) => StatusCode::BAD_GATEWAY,
@@ -96,7 +112,7 @@ impl Error {
             Error::NotFound(_) => "not_found",
             Error::Conflict(_) => "conflict",
             Error::UnsupportedMediaType => "unsupported_media_type",
-            Error::Invalid(_) => "invalid_request",
+            Error::Invalid(_) | Error::InvalidField { .. } => "invalid_request",
             Error::TooManyAttempts(_) => "too_many_login_attempts",
             Error::Busy => "busy",
             Error::RefreshFailed { .. } => "account_refresh_failed",
@@ -171,6 +187,7 @@ impl From<Error> for app::error::AppError {
         let mut app =
             app::error::AppError::new(e.code(), e.public_message()).with_status(e.status().as_u16());
         app.retry_after = e.retry_after();
+        app.field = e.field_name().map(str::to_owned);
         app
     }
 }

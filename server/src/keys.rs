@@ -44,7 +44,7 @@ impl KeyRow {
             name: self.name,
             member_id: self.member_id,
             pool_id: self.pool_id,
-            pool_name: self.pool_name,
+            pool_name: validate::shown_name(self.pool_name),
             hint: self.hint,
             status,
             created_at: from_unix(self.created_at),
@@ -97,7 +97,7 @@ pub async fn update(
     if let Some(Some(e)) = patch.expires_at
         && e <= now
     {
-        return Err(Error::invalid("expires_at must be in the future"));
+        return Err(Error::field("expires_at", "expires_at must be in the future"));
     }
     let current = get(db, clock, id).await?;
     if owner_id.is_some_and(|o| o != current.member_id) {
@@ -151,15 +151,16 @@ pub async fn create(
     let name = validate::name("name", &new.name)?;
     let now = clock.now();
     if new.expires_at.is_some_and(|e| e <= now) {
-        return Err(Error::invalid("expires_at must be in the future"));
+        return Err(Error::field("expires_at", "expires_at must be in the future"));
     }
-    let enabled: Option<bool> = sqlx::query_scalar("SELECT enabled FROM members WHERE id = ?")
-        .bind(owner_id)
-        .fetch_optional(db)
-        .await?;
+    let enabled: Option<bool> =
+        sqlx::query_scalar("SELECT enabled FROM members WHERE id = ? AND deleted_at IS NULL")
+            .bind(owner_id)
+            .fetch_optional(db)
+            .await?;
     match enabled {
-        None => return Err(Error::invalid("member_id does not name a member")),
-        Some(false) => return Err(Error::invalid("the member is disabled")),
+        None => return Err(Error::field("member_id", "member_id does not name a member")),
+        Some(false) => return Err(Error::field("member_id", "member_id: the member is disabled")),
         Some(true) => {}
     }
     let pools: Vec<i64> =
@@ -170,14 +171,20 @@ pub async fn create(
     let pool_id = match (new.pool_id, pools.as_slice()) {
         (Some(p), _) if pools.contains(&p) => p,
         (Some(_), _) => {
-            return Err(Error::invalid("the member may not use that pool (or it does not exist)"));
+            return Err(Error::field(
+                "pool_id",
+                "pool_id: the member may not use that pool (or it does not exist)",
+            ));
         }
         (None, [only]) => *only,
         (None, []) => {
-            return Err(Error::invalid("the member belongs to no pool; ask an admin to add them to one"));
+            return Err(Error::field(
+                "pool_id",
+                "the member belongs to no pool; ask an admin to add them to one",
+            ));
         }
         (None, _) => {
-            return Err(Error::invalid("pool_id is required: the member belongs to several pools"));
+            return Err(Error::field("pool_id", "pool_id is required: the member belongs to several pools"));
         }
     };
 

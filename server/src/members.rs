@@ -3,10 +3,13 @@
 //!
 //! Invariants: at least one enabled admin always remains; disabling a member or changing their
 //! password ends all their sessions in the same transaction.
+//!
+//! A deleted member stays as a row (their revoked keys and request records point at it) but
+//! leaves every list; their username is freed (see [`validate::DELETED_MARK`]).
 
 use app::model::{MemberPatch, MemberView, NewMember, Role};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::{FromRow, SqlitePool};
+use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
 
 use crate::{
     auth::password,
@@ -55,7 +58,9 @@ pub const COLUMNS: &str =
 
 pub async fn list(db: &SqlitePool) -> Result<Vec<MemberView>> {
     let rows: Vec<MemberRow> =
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM members ORDER BY id")).fetch_all(db).await?;
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE deleted_at IS NULL ORDER BY username"))
+            .fetch_all(db)
+            .await?;
     Ok(rows.iter().map(MemberRow::view).collect())
 }
 
@@ -64,7 +69,7 @@ pub async fn get(db: &SqlitePool, id: i64) -> Result<MemberView> {
 }
 
 async fn find(db: &SqlitePool, id: i64) -> Result<Option<MemberRow>> {
-    Ok(sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE id = ?"))
+    Ok(sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE id = ? AND deleted_at IS NULL"))
         .bind(id)
         .fetch_optional(db)
         .await?)
@@ -107,6 +112,14 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, new: NewMember) -> Resul
     .await
     .map_err(|e| Error::on_conflict(e, || format!("username {username:?} is taken")))?;
     for pool_id in new.pool_ids {
+        let live: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM pools WHERE id = ? AND deleted_at IS NULL")
+                .bind(pool_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if live.is_none() {
+            return Err(Error::field("pool_ids", format!("pool_ids: pool {pool_id} does not exist")));
+        }
         sqlx::query("INSERT OR IGNORE INTO pool_members (pool_id, member_id) VALUES (?, ?)")
             .bind(pool_id)
             .bind(id)
@@ -135,24 +148,17 @@ pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: MemberPa
     };
 
     let mut tx = db.begin().await?;
-    let current: MemberRow = sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE id = ?"))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound("member"))?;
+    let current: MemberRow =
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM members WHERE id = ? AND deleted_at IS NULL"))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound("member"))?;
     let role = patch.role.map(Role::as_str).unwrap_or(current.role.as_str()).to_owned();
     let enabled = patch.enabled.unwrap_or(current.enabled);
     let loses_admin = current.role == "admin" && current.enabled && (role != "admin" || !enabled);
     if loses_admin {
-        let other_admins: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM members WHERE role = 'admin' AND enabled = 1 AND id != ?",
-        )
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
-        if other_admins == 0 {
-            return Err(Error::Conflict("the workspace must keep at least one enabled admin".into()));
-        }
+        keep_an_admin(&mut tx, id).await?;
     }
     let rpm_value = match rpm {
         Some(v) => v.map(i64::from),
@@ -177,6 +183,62 @@ pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: MemberPa
     }
     tx.commit().await?;
     get(db, id).await
+}
+
+/// Refuses a change that would leave no enabled admin besides member `id`.
+async fn keep_an_admin(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<()> {
+    let other_admins: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM members WHERE role = 'admin' AND enabled = 1 AND deleted_at IS NULL AND id != ?",
+    )
+    .bind(id)
+    .fetch_one(&mut **tx)
+    .await?;
+    if other_admins == 0 {
+        return Err(Error::Conflict("the workspace must keep at least one enabled admin".into()));
+    }
+    Ok(())
+}
+
+/// Deletes member `id` on behalf of admin `actor`: they are signed out, their keys are revoked
+/// (the proxy refuses them at once), they leave every pool and their conversation bindings are
+/// forgotten. Their request records stay (until retention prunes them), shown as
+/// "name (deleted)". Nobody deletes themselves, so an enabled admin (the actor) always stays.
+/// Answers how many keys were revoked.
+pub async fn delete(db: &SqlitePool, clock: &dyn Clock, actor: i64, id: i64) -> Result<u64> {
+    if actor == id {
+        return Err(Error::Conflict("you cannot delete yourself; ask another admin".into()));
+    }
+    let now = to_unix(clock.now());
+    let mut tx = db.begin().await?;
+    let marked = sqlx::query(
+        "UPDATE members SET deleted_at = ?, updated_at = ?, enabled = 0, username = username || ? || id
+         WHERE id = ? AND deleted_at IS NULL",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(validate::DELETED_MARK)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    if marked.rows_affected() == 0 {
+        return Err(Error::NotFound("member"));
+    }
+    let revoked =
+        sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE member_id = ? AND revoked_at IS NULL")
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    for sql in [
+        "DELETE FROM sessions WHERE member_id = ?",
+        "DELETE FROM pool_members WHERE member_id = ?",
+        "DELETE FROM session_bindings WHERE member_id = ?",
+    ] {
+        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(revoked)
 }
 
 /// What the first start did, for the operator's console.

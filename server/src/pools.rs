@@ -1,4 +1,7 @@
 //! Resource groups (ID-4): which members may use which accounts, and the model policy.
+//!
+//! A deleted pool stays as a row (revoked keys and request records point at it) but leaves every
+//! list: its name is freed, its keys are revoked, its members and accounts leave it.
 
 use app::model::{ModelPolicy, NewPool, PolicyMode, PoolChoice, PoolPatch, PoolView};
 use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
@@ -38,16 +41,16 @@ const SELECT: &str = "SELECT p.id, p.name, p.policy_mode, p.policy_models, p.mod
     (SELECT group_concat(member_id) FROM pool_members WHERE pool_id = p.id) AS member_ids,
     (SELECT group_concat(ap.account_id) FROM account_pools ap JOIN accounts a ON a.id = ap.account_id
       WHERE ap.pool_id = p.id AND a.deleted_at IS NULL) AS account_ids
-    FROM pools p";
+    FROM pools p WHERE p.deleted_at IS NULL";
 
 pub async fn list(db: &SqlitePool) -> Result<Vec<PoolView>> {
-    let rows: Vec<PoolRow> = sqlx::query_as(&format!("{SELECT} ORDER BY p.id")).fetch_all(db).await?;
+    let rows: Vec<PoolRow> = sqlx::query_as(&format!("{SELECT} ORDER BY p.name")).fetch_all(db).await?;
     Ok(rows.into_iter().map(PoolRow::view).collect())
 }
 
 pub async fn get(db: &SqlitePool, id: i64) -> Result<PoolView> {
     let row: Option<PoolRow> =
-        sqlx::query_as(&format!("{SELECT} WHERE p.id = ?")).bind(id).fetch_optional(db).await?;
+        sqlx::query_as(&format!("{SELECT} AND p.id = ?")).bind(id).fetch_optional(db).await?;
     row.map(PoolRow::view).ok_or(Error::NotFound("pool"))
 }
 
@@ -55,7 +58,7 @@ pub async fn get(db: &SqlitePool, id: i64) -> Result<PoolView> {
 pub async fn choices_for(db: &SqlitePool, member_id: i64) -> Result<Vec<PoolChoice>> {
     let rows: Vec<(i64, String)> = sqlx::query_as(
         "SELECT p.id, p.name FROM pools p JOIN pool_members pm ON pm.pool_id = p.id
-         WHERE pm.member_id = ? ORDER BY p.name",
+         WHERE pm.member_id = ? AND p.deleted_at IS NULL ORDER BY p.name",
     )
     .bind(member_id)
     .fetch_all(db)
@@ -115,7 +118,54 @@ pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: PoolPatc
     get(db, id).await
 }
 
+/// Deletes a pool: its keys are revoked (the proxy refuses them at once), its members and accounts
+/// leave it (accounts stay, possibly in no pool), and conversations bound in it are forgotten.
+/// Request records keep the pool's id. Answers how many keys were revoked.
+pub async fn delete(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<u64> {
+    let now = to_unix(clock.now());
+    let mut tx = db.begin().await?;
+    // The name is freed for a new pool (see `validate::DELETED_MARK`).
+    let marked = sqlx::query(
+        "UPDATE pools SET deleted_at = ?, updated_at = ?, name = name || ? || id
+         WHERE id = ? AND deleted_at IS NULL",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(validate::DELETED_MARK)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    if marked.rows_affected() == 0 {
+        return Err(Error::NotFound("pool"));
+    }
+    let revoked = sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE pool_id = ? AND revoked_at IS NULL")
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    for sql in [
+        "DELETE FROM pool_members WHERE pool_id = ?",
+        "DELETE FROM account_pools WHERE pool_id = ?",
+        "DELETE FROM session_bindings WHERE pool_id = ?",
+    ] {
+        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(revoked)
+}
+
 async fn replace_members(tx: &mut Transaction<'_, Sqlite>, pool_id: i64, member_ids: &[i64]) -> Result<()> {
+    for member_id in member_ids {
+        let live: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM members WHERE id = ? AND deleted_at IS NULL")
+                .bind(member_id)
+                .fetch_optional(&mut **tx)
+                .await?;
+        if live.is_none() {
+            return Err(Error::field("member_ids", format!("member_ids: member {member_id} does not exist")));
+        }
+    }
     sqlx::query("DELETE FROM pool_members WHERE pool_id = ?").bind(pool_id).execute(&mut **tx).await?;
     for member_id in member_ids {
         sqlx::query("INSERT OR IGNORE INTO pool_members (pool_id, member_id) VALUES (?, ?)")
@@ -136,22 +186,38 @@ pub fn policy_from_columns(mode: &str, models: &str, aliases: &str) -> ModelPoli
     }
 }
 
-/// Checks the policy and returns its model list and alias map as JSON text.
+/// Checks the policy and returns its model list and alias map as JSON text. Each fault is a 422
+/// naming its field (`model_policy.models` or `model_policy.aliases`) and the offending entry.
 fn policy_json(policy: &ModelPolicy) -> Result<(String, String)> {
-    let model_id = |field: &str, m: &str| -> Result<()> {
+    const MODELS: &str = "model_policy.models";
+    const ALIASES: &str = "model_policy.aliases";
+    let model_id = |field: &'static str, m: &str| -> Result<()> {
         if m.trim().is_empty() || m.len() > 128 || m.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Error::invalid(format!(
-                "{field} must be model ids of 1..=128 characters without spaces"
-            )));
+            return Err(Error::field(
+                field,
+                format!("{field}: {m:?} is not a model id (1 to 128 characters, no spaces)"),
+            ));
         }
         Ok(())
     };
-    for m in &policy.models {
-        model_id("model_policy.models", m)?;
+    for (i, m) in policy.models.iter().enumerate() {
+        model_id(MODELS, m)?;
+        if policy.models[..i].contains(m) {
+            return Err(Error::field(MODELS, format!("{MODELS}: {m:?} is listed twice")));
+        }
+    }
+    if policy.mode == PolicyMode::Allow && policy.models.is_empty() {
+        return Err(Error::field(
+            MODELS,
+            format!("{MODELS}: an allow list needs at least one model (or choose \"every model\")"),
+        ));
     }
     for (alias, target) in &policy.aliases {
-        model_id("model_policy.aliases", alias)?;
-        model_id("model_policy.aliases", target)?;
+        model_id(ALIASES, alias)?;
+        model_id(ALIASES, target)?;
+        if alias == target {
+            return Err(Error::field(ALIASES, format!("{ALIASES}: {alias:?} points at itself")));
+        }
     }
     let models = serde_json::to_string(&policy.models).map_err(|e| Error::Internal(e.to_string()))?;
     let aliases = serde_json::to_string(&policy.aliases).map_err(|e| Error::Internal(e.to_string()))?;

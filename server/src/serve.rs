@@ -339,6 +339,7 @@ fn draining(path: &str) -> Response {
             error: app::model::ErrorDetail {
                 code: "server_shutting_down".into(),
                 message: "the gateway is shutting down".into(),
+                field: None,
             },
         };
         (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], Json(body)).into_response()

@@ -1,5 +1,5 @@
-//! Small input rules shared by the domain modules; each failure is a 422 with a message that
-//! says which field and why.
+//! Small input rules shared by the domain modules; each failure is a 422 naming its field (in the
+//! message and in the error's `field`) and saying why.
 
 use crate::error::{Error, Result};
 
@@ -7,16 +7,16 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_LEN: usize = 64;
 
 /// Trims a display name and checks it is 1..=64 printable characters.
-pub fn name(field: &str, value: &str) -> Result<String> {
+pub fn name(field: &'static str, value: &str) -> Result<String> {
     let v = value.trim();
     if v.is_empty() {
-        return Err(Error::invalid(format!("{field} must not be empty")));
+        return Err(Error::field(field, format!("{field} must not be empty")));
     }
     if v.chars().count() > MAX_NAME_LEN {
-        return Err(Error::invalid(format!("{field} must have at most {MAX_NAME_LEN} characters")));
+        return Err(Error::field(field, format!("{field} must have at most {MAX_NAME_LEN} characters")));
     }
     if v.chars().any(char::is_control) {
-        return Err(Error::invalid(format!("{field} must not contain control characters")));
+        return Err(Error::field(field, format!("{field} must not contain control characters")));
     }
     Ok(v.to_owned())
 }
@@ -25,17 +25,32 @@ pub fn name(field: &str, value: &str) -> Result<String> {
 pub fn username(value: &str) -> Result<String> {
     let v = name("username", value)?;
     if !v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@')) {
-        return Err(Error::invalid("username may contain only letters, digits, '.', '_', '-' and '@'"));
+        return Err(Error::field(
+            "username",
+            "username may contain only letters, digits, '.', '_', '-' and '@'",
+        ));
     }
     Ok(v)
 }
 
 /// A number within an inclusive range.
-pub fn range(field: &str, value: u32, min: u32, max: u32) -> Result<u32> {
+pub fn range(field: &'static str, value: u32, min: u32, max: u32) -> Result<u32> {
     if (min..=max).contains(&value) {
         Ok(value)
     } else {
-        Err(Error::invalid(format!("{field} must be between {min} and {max}")))
+        Err(Error::field(field, format!("{field} must be between {min} and {max}")))
+    }
+}
+
+/// The suffix a deleted member's username or pool's name gets, so the name is free again. `~` is
+/// not allowed in usernames; a pool named like this by hand is merely shown as deleted.
+pub const DELETED_MARK: &str = "~deleted~";
+
+/// A stored member or pool name as people should read it: `alice~deleted~7` is `alice (deleted)`.
+pub fn shown_name(stored: String) -> String {
+    match stored.split_once(DELETED_MARK) {
+        Some((name, _)) => format!("{name} (deleted)"),
+        None => stored,
     }
 }
 
@@ -57,6 +72,12 @@ mod tests {
         assert!(name("n", "   ").is_err());
         assert!(name("n", &"x".repeat(65)).is_err());
         assert!(name("n", "a\nb").is_err());
+    }
+
+    #[test]
+    fn deleted_names_read_as_deleted() {
+        assert_eq!(shown_name("alice~deleted~7".into()), "alice (deleted)");
+        assert_eq!(shown_name("alice".into()), "alice");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::{
     account_actions,
     app_state::AppState,
     auth::{client, session},
-    keys, pools,
+    keys, members, pools,
     records::query::{self, Scope},
 };
 
@@ -234,6 +234,90 @@ impl Backend for ServerBackend {
             })
             .collect();
         Ok(crate::workspace_settings::patch(&self.state, &body).await?)
+    }
+
+    async fn members(&self, me: &MemberView) -> Result<Vec<MemberView>, AppError> {
+        admin(me)?;
+        Ok(members::list(&self.state.db).await?)
+    }
+
+    async fn create_member(&self, me: &MemberView, new: NewMember) -> Result<MemberView, AppError> {
+        admin(me)?;
+        let view = members::create(&self.state.db, &*self.state.clock, new).await?;
+        self.state.configuration_changed().await;
+        Ok(view)
+    }
+
+    async fn update_member(
+        &self,
+        me: &MemberView,
+        id: i64,
+        patch: MemberPatch,
+    ) -> Result<MemberView, AppError> {
+        admin(me)?;
+        let view = members::update(&self.state.db, &*self.state.clock, id, patch).await?;
+        // A switched-off member's keys and limits reach the proxy at once.
+        self.state.configuration_changed().await;
+        Ok(view)
+    }
+
+    async fn delete_member(&self, me: &MemberView, id: i64) -> Result<Deleted, AppError> {
+        admin(me)?;
+        let revoked_keys = members::delete(&self.state.db, &*self.state.clock, me.id, id).await?;
+        self.state.configuration_changed().await;
+        Ok(Deleted { revoked_keys })
+    }
+
+    async fn pools(&self, me: &MemberView) -> Result<Vec<PoolView>, AppError> {
+        admin(me)?;
+        Ok(pools::list(&self.state.db).await?)
+    }
+
+    async fn create_pool(&self, me: &MemberView, new: NewPool) -> Result<PoolView, AppError> {
+        admin(me)?;
+        let view = pools::create(&self.state.db, &*self.state.clock, new).await?;
+        self.state.configuration_changed().await;
+        Ok(view)
+    }
+
+    async fn update_pool(&self, me: &MemberView, id: i64, patch: PoolPatch) -> Result<PoolView, AppError> {
+        admin(me)?;
+        let view = pools::update(&self.state.db, &*self.state.clock, id, patch).await?;
+        // The model policy is enforced from the directory: the next request sees the new one.
+        self.state.configuration_changed().await;
+        Ok(view)
+    }
+
+    async fn delete_pool(&self, me: &MemberView, id: i64) -> Result<Deleted, AppError> {
+        admin(me)?;
+        let revoked_keys = pools::delete(&self.state.db, &*self.state.clock, id).await?;
+        self.state.configuration_changed().await;
+        Ok(Deleted { revoked_keys })
+    }
+
+    async fn account_choices(&self, me: &MemberView) -> Result<Vec<AccountChoice>, AppError> {
+        admin(me)?;
+        let accounts = crate::accounts::list(&self.state.db).await?;
+        Ok(accounts.into_iter().map(|a| AccountChoice { id: a.id, name: a.name }).collect())
+    }
+
+    async fn all_keys(&self, me: &MemberView, filter: KeyFilter) -> Result<Vec<ApiKeyView>, AppError> {
+        admin(me)?;
+        Ok(keys::list_all(&self.state.db, &*self.state.clock, &filter).await?)
+    }
+
+    async fn update_key(&self, me: &MemberView, id: i64, patch: KeyPatch) -> Result<ApiKeyView, AppError> {
+        admin(me)?;
+        let view = keys::update(&self.state.db, &*self.state.clock, None, id, patch).await?;
+        self.state.configuration_changed().await;
+        Ok(view)
+    }
+
+    async fn revoke_key(&self, me: &MemberView, id: i64) -> Result<(), AppError> {
+        admin(me)?;
+        keys::revoke(&self.state.db, &*self.state.clock, None, id).await?;
+        self.state.configuration_changed().await;
+        Ok(())
     }
 }
 

@@ -89,10 +89,12 @@ async fn admin_routes_refuse_anonymous_and_members() {
         (Method::POST, "/api/members", Some(json!({"username": "x", "password": "12345678"}))),
         (Method::GET, "/api/members/1", None),
         (Method::PATCH, "/api/members/1", Some(json!({"enabled": false}))),
+        (Method::DELETE, "/api/members/1", None),
         (Method::GET, "/api/pools", None),
         (Method::POST, "/api/pools", Some(json!({"name": "p2"}))),
         (Method::GET, "/api/pools/1", None),
         (Method::PATCH, "/api/pools/1", Some(json!({"name": "renamed"}))),
+        (Method::DELETE, "/api/pools/1", None),
         (Method::GET, "/api/accounts", None),
         (Method::POST, "/api/accounts", Some(json!({"provider": "openai_api", "name": "a"}))),
         (Method::GET, "/api/accounts/1", None),
@@ -233,13 +235,24 @@ async fn the_last_enabled_admin_cannot_be_demoted_or_disabled() {
 async fn member_validation_errors_are_4xx_with_codes() {
     let t = TestServer::start().await;
     let mut admin = t.admin().await;
-    let cases = [
-        (json!({"username": "bob", "password": "short"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"username": "b o b", "password": "long-enough"}), StatusCode::UNPROCESSABLE_ENTITY),
+    // 422s about one input name it, in the message and in `field` (forms show it beside the input)
+    let named = [
+        (json!({"username": "bob", "password": "short"}), "password"),
+        (json!({"username": "b o b", "password": "long-enough"}), "username"),
         (
             json!({"username": "bob", "password": "long-enough", "concurrency_limit": 1001}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "concurrency_limit",
         ),
+        (json!({"username": "bob", "password": "long-enough", "rpm_limit": 0}), "rpm_limit"),
+        (json!({"username": "bob", "password": "long-enough", "pool_ids": [999]}), "pool_ids"),
+    ];
+    for (body, field) in named {
+        let (status, resp) = admin.call(Method::POST, "/api/members", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body} -> {resp}");
+        assert_eq!(resp["error"]["field"], field, "{resp}");
+        assert!(resp["error"]["message"].as_str().unwrap().contains(field), "{resp}");
+    }
+    let cases = [
         (json!({"username": "bob"}), StatusCode::UNPROCESSABLE_ENTITY),
         (
             json!({"username": "bob", "password": "long-enough", "surprise": 1}),

@@ -376,3 +376,166 @@ async fn keys_are_switched_off_and_on_by_their_owner_or_an_admin() {
     let (status, _) = bob.call(Method::PATCH, &path, Some(json!({"bogus": 1}))).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+/// Deleting a member: signed out, keys refused at once, out of every pool; their records stay and
+/// read "name (deleted)"; the username is free again; nobody deletes themselves.
+#[tokio::test]
+async fn deleting_a_member_revokes_their_keys_and_keeps_their_records() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (mut bob, bob_id) = t.member(&admin, "bob").await;
+    let (_, made) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "laptop"}))).await;
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    let http = reqwest::Client::new();
+    let call = |s: &str| {
+        http.post(format!("{}/v1/responses", t.base))
+            .bearer_auth(s.to_owned())
+            .json(&json!({"model": "gpt-5", "input": "hi"}))
+            .send()
+    };
+    // no account serves the pool: the request is refused after authentication, and recorded
+    assert_ne!(call(&secret).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(t.records(1).await.len(), 1);
+
+    let (status, body) = admin.call(Method::DELETE, &format!("/api/members/{bob_id}"), None).await;
+    assert_eq!((status, body["revoked_keys"].as_u64()), (StatusCode::OK, Some(1)), "{body}");
+    assert_eq!(call(&secret).await.unwrap().status(), StatusCode::UNAUTHORIZED, "the key is refused at once");
+    let (status, _) = bob.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "their session ended");
+    let again = t.client();
+    let resp = again
+        .request(Method::POST, "/api/session")
+        .json(&json!({"username": "bob", "password": common::MEMBER_PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "they cannot sign in");
+    let (_, members) = admin.call(Method::GET, "/api/members", None).await;
+    assert!(members.as_array().unwrap().iter().all(|m| m["id"] != bob_id), "{members}");
+    let (status, _) = admin.call(Method::GET, &format!("/api/members/{bob_id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, pool) = admin.call(Method::GET, "/api/pools/1", None).await;
+    assert!(!pool["member_ids"].as_array().unwrap().contains(&json!(bob_id)), "{pool}");
+    let (_, page) = admin.call(Method::GET, "/api/requests", None).await;
+    assert_eq!(page["items"][0]["username"], "bob (deleted)", "{page}");
+    let (_, keys) = admin.call(Method::GET, &format!("/api/keys?member_id={bob_id}"), None).await;
+    assert_eq!(keys[0]["status"], "revoked", "the key is kept, revoked: {keys}");
+    let (status, _) = admin.call(Method::DELETE, &format!("/api/members/{bob_id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "deleted once");
+
+    // the name is free again, for a new member with nothing of the old one's
+    let (mut bob2, bob2_id) = t.member(&admin, "bob").await;
+    assert_ne!(bob2_id, bob_id);
+    let (_, mine) = bob2.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(mine, json!([]));
+    let (_, own) = bob2.call(Method::GET, "/api/me/requests", None).await;
+    assert_eq!(own["items"], json!([]), "the old member's records stay theirs");
+
+    // nobody deletes themselves (so an enabled admin, the one deleting, always stays)
+    let (_, me) = admin.call(Method::GET, "/api/me", None).await;
+    let admin_id = me["id"].as_i64().unwrap();
+    let (status, body) = admin.call(Method::DELETE, &format!("/api/members/{admin_id}"), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (_, other) = admin
+        .call(
+            Method::POST,
+            "/api/members",
+            Some(json!({"username": "root2", "password": "long-enough", "role": "admin"})),
+        )
+        .await;
+    let other_id = other["id"].as_i64().unwrap();
+    let (status, _) = admin.call(Method::DELETE, &format!("/api/members/{other_id}"), None).await;
+    assert_eq!(status, StatusCode::OK, "another admin can be deleted");
+}
+
+/// Deleting a pool: its keys are refused at once, members and accounts leave it (the accounts
+/// stay), its name is free again; policy mistakes are 422s naming the field.
+#[tokio::test]
+async fn deleting_a_pool_revokes_its_keys_and_frees_its_name() {
+    let t = TestServer::start().await;
+    let mut admin = t.admin().await;
+    let (mut bob, bob_id) = t.member(&admin, "bob").await;
+    let (_, pool) =
+        admin.call(Method::POST, "/api/pools", Some(json!({"name": "team", "member_ids": [bob_id]}))).await;
+    let pool_id = pool["id"].as_i64().unwrap();
+    let (status, account) = admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(json!({
+                "provider": "openai_api", "name": "k1", "pool_ids": [1, pool_id],
+                "credentials": {"kind": "api_key", "api_key": "sk-test-1"}
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{account}");
+    let (_, made) =
+        bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "ci", "pool_id": pool_id}))).await;
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    let (_, kept) = bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "main", "pool_id": 1}))).await;
+    let http = reqwest::Client::new();
+    let models = |s: &str| http.get(format!("{}/v1/models", t.base)).bearer_auth(s.to_owned()).send();
+    assert_eq!(models(&secret).await.unwrap().status(), StatusCode::OK);
+
+    let (status, body) = admin.call(Method::DELETE, &format!("/api/pools/{pool_id}"), None).await;
+    assert_eq!((status, body["revoked_keys"].as_u64()), (StatusCode::OK, Some(1)), "{body}");
+    assert_eq!(models(&secret).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        models(kept["secret"].as_str().unwrap()).await.unwrap().status(),
+        StatusCode::OK,
+        "keys of other pools go on"
+    );
+    let (_, account) = admin.call(Method::GET, &format!("/api/accounts/{}", account["id"]), None).await;
+    assert_eq!(account["pool_ids"], json!([1]), "the account stays, in its other pools");
+    let (_, pools) = admin.call(Method::GET, "/api/pools", None).await;
+    assert_eq!(pools.as_array().unwrap().len(), 1, "{pools}");
+    let (status, _) = admin.call(Method::GET, &format!("/api/pools/{pool_id}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) =
+        admin.call(Method::PATCH, &format!("/api/pools/{pool_id}"), Some(json!({"name": "x"}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, keys) = admin.call(Method::GET, &format!("/api/keys?pool_id={pool_id}"), None).await;
+    assert_eq!(
+        (keys[0]["status"].as_str(), keys[0]["pool_name"].as_str()),
+        (Some("revoked"), Some("team (deleted)"))
+    );
+    let (status, body) =
+        bob.call(Method::POST, "/api/me/keys", Some(json!({"name": "x", "pool_id": pool_id}))).await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("pool_id"))
+    );
+    let (status, _) = admin
+        .call(
+            Method::POST,
+            "/api/members",
+            Some(json!({"username": "eve", "password": "long-enough", "pool_ids": [pool_id]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a deleted pool cannot be joined");
+    let (status, _) = admin.call(Method::POST, "/api/pools", Some(json!({"name": "team"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "the name is free again");
+
+    // model policy mistakes name their field
+    let cases = [
+        (json!({"mode": "deny", "models": ["has space"]}), "model_policy.models"),
+        (json!({"mode": "deny", "models": ["o3", "o3"]}), "model_policy.models"),
+        (json!({"mode": "allow", "models": []}), "model_policy.models"),
+        (json!({"aliases": {"fast": ""}}), "model_policy.aliases"),
+        (json!({"aliases": {"same": "same"}}), "model_policy.aliases"),
+    ];
+    for (policy, field) in cases {
+        let (status, body) =
+            admin.call(Method::PATCH, "/api/pools/1", Some(json!({"model_policy": policy}))).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{policy} -> {body}");
+        assert_eq!(body["error"]["field"], field, "{body}");
+    }
+    let (status, body) = admin.call(Method::PATCH, "/api/pools/1", Some(json!({"name": " "}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("name")));
+    let (status, body) =
+        admin.call(Method::PATCH, "/api/pools/1", Some(json!({"member_ids": [bob_id, 4242]}))).await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("member_ids"))
+    );
+}

@@ -2,6 +2,7 @@
 
 mod copy;
 mod shell;
+pub mod style;
 mod time;
 
 pub use copy::CopyButton;
@@ -21,13 +22,48 @@ pub fn PageHeader(title: &'static str, #[prop(optional)] description: &'static s
     }
 }
 
-/// A friendly note for pages whose feature arrives in a later release.
+/// The message of a failed form submission when it is about `field`, shown beside that field and
+/// announced to screen readers; `id` lets the input point at it (`aria-describedby`).
 #[component]
-pub fn ComingSoon(children: Children) -> impl IntoView {
+pub fn FieldError<T: Clone + Send + Sync + 'static>(
+    result: Signal<Option<Result<T, crate::error::AppError>>>,
+    field: &'static str,
+    id: String,
+) -> impl IntoView {
+    move || {
+        result.get().and_then(|r| r.err()).and_then(|e| e.for_field(field)).map(|message| {
+            view! { <p id=id.clone() role="alert" class="mt-1 text-xs text-red-700" data-field-error=field>{message}</p> }
+        })
+    }
+}
+
+/// A form's error that is not about one of the fields it shows beside them.
+#[component]
+pub fn FormError<T: Clone + Send + Sync + 'static>(
+    result: Signal<Option<Result<T, crate::error::AppError>>>,
+    /// The fields that show their own errors.
+    fields: &'static [&'static str],
+) -> impl IntoView {
+    move || {
+        result
+            .get()
+            .and_then(|r| r.err())
+            .filter(|e| !e.field.as_deref().is_some_and(|f| fields.contains(&f)))
+            .map(|e| view! { <div class="mt-2"><ErrorNote message=e.message /></div> })
+    }
+}
+
+/// A destructive action behind a second step that works without JavaScript: `summary` opens a
+/// panel that says what will happen (`children`, holding the confirming form).
+#[component]
+pub fn Confirm(summary: String, children: Children) -> impl IntoView {
     view! {
-        <div class="rounded-lg border border-dashed border-slate-300 bg-white p-6 text-sm text-slate-600">
-            {children()}
-        </div>
+        <details class="inline-block align-top">
+            <summary class=style::SUMMARY>{summary}</summary>
+            <div role="group" class="mt-2 max-w-sm rounded-md border border-red-200 bg-red-50 p-3 text-left text-xs text-red-900">
+                {children()}
+            </div>
+        </details>
     }
 }
 

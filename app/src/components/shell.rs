@@ -57,6 +57,7 @@ fn Frame(member: MemberView) -> impl IntoView {
                             <NavLink href="/admin/requests" label="All requests" />
                             <NavLink href="/admin/accounts" label="Accounts" />
                             <NavLink href="/admin/members" label="Members" />
+                            <NavLink href="/admin/keys" label="All keys" />
                             <NavLink href="/admin/pools" label="Pools" />
                             <NavLink href="/admin/settings" label="Settings" />
                         </NavSection>

@@ -1,6 +1,7 @@
 //! Timestamps. The server renders UTC (it cannot know the viewer's zone); after hydration the
-//! browser rewrites the text into the viewer's local time (UI-5). The `datetime` attribute keeps
-//! the exact instant either way.
+//! browser rewrites the text into the viewer's local time and adds how long ago it was ("3 min
+//! ago"), refreshed every minute (UI-5). The `datetime` attribute keeps the exact instant either
+//! way, and the title gives it in UTC.
 
 use chrono::{DateTime, Utc};
 use leptos::prelude::*;
@@ -9,13 +10,51 @@ use leptos::prelude::*;
 pub fn Timestamp(at: DateTime<Utc>) -> impl IntoView {
     let iso = at.to_rfc3339();
     let utc_text = at.format("%Y-%m-%d %H:%M UTC").to_string();
-    let text = RwSignal::new(utc_text);
+    let text = RwSignal::new(utc_text.clone());
+    let ago = RwSignal::new(String::new());
     #[cfg(feature = "hydrate")]
     {
         let millis = at.timestamp_millis() as f64;
-        Effect::new(move |_| text.set(local_text(millis)));
+        let tick = RwSignal::new(0u32);
+        Effect::new(move |_| {
+            tick.track();
+            text.set(local_text(millis));
+            ago.set(relative(((js_sys::Date::now() - millis) / 1000.0) as i64));
+        });
+        // Relative words go stale; once a minute is enough for their precision.
+        if let Ok(handle) = set_interval_with_handle(
+            move || tick.update(|t| *t = t.wrapping_add(1)),
+            std::time::Duration::from_secs(60),
+        ) {
+            on_cleanup(move || handle.clear());
+        }
     }
-    view! { <time datetime=iso title=at.to_rfc3339()>{move || text.get()}</time> }
+    view! {
+        <time datetime=iso title=utc_text>{move || text.get()}</time>
+        {move || {
+            let words = ago.get();
+            (!words.is_empty()).then(|| view! { <span class="ml-1 text-xs text-slate-500">{format!("· {words}")}</span> })
+        }}
+    }
+}
+
+/// How long ago `secs` seconds were, in words ("3 min ago", "in 2 h"); empty beyond a week, where
+/// the date says enough.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub fn relative(secs: i64) -> String {
+    let future = secs < 0;
+    let s = secs.unsigned_abs();
+    let amount = match s {
+        0..=44 => return "just now".to_owned(),
+        45..=3_599 => format!("{} min", (s + 30) / 60),
+        3_600..=86_399 => format!("{} h", (s + 1_800) / 3_600),
+        86_400..=604_799 => match (s + 43_200) / 86_400 {
+            1 => "1 day".to_owned(),
+            n => format!("{n} days"),
+        },
+        _ => return String::new(),
+    };
+    if future { format!("in {amount}") } else { format!("{amount} ago") }
 }
 
 #[cfg(feature = "hydrate")]
@@ -29,4 +68,23 @@ fn local_text(millis: f64) -> String {
         d.get_hours(),
         d.get_minutes()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative;
+
+    #[test]
+    fn relative_words() {
+        assert_eq!(relative(0), "just now");
+        assert_eq!(relative(44), "just now");
+        assert_eq!(relative(45), "1 min ago");
+        assert_eq!(relative(180), "3 min ago");
+        assert_eq!(relative(-180), "in 3 min");
+        assert_eq!(relative(3_600), "1 h ago");
+        assert_eq!(relative(5 * 3_600 + 10), "5 h ago");
+        assert_eq!(relative(86_400), "1 day ago");
+        assert_eq!(relative(3 * 86_400), "3 days ago");
+        assert_eq!(relative(8 * 86_400), "");
+    }
 }

@@ -6,13 +6,13 @@ use leptos::{either::Either, prelude::*};
 use leptos_meta::Title;
 
 use crate::{
-    components::{ErrorNote, PageHeader, Timestamp},
+    components::{
+        ErrorNote, PageHeader, Timestamp,
+        style::{BUTTON, INPUT},
+    },
     model::{ApiKeyView, CreatedApiKey, KeyStatus},
     rpc::{CreateKey, RevokeKey, SetKeyEnabled, list_my_keys, list_my_pools},
 };
-
-const INPUT: &str = "mt-1 block w-full rounded-md border border-slate-300 bg-white px-3 py-2 text-sm focus:border-slate-900 focus:outline-none focus:ring-1 focus:ring-slate-900";
-const BUTTON: &str = "rounded-md bg-slate-900 px-3 py-2 text-sm font-medium text-white hover:bg-slate-700 focus-visible:outline-2 focus-visible:outline-offset-2 focus-visible:outline-slate-900 disabled:opacity-60";
 
 #[component]
 pub fn KeysPage() -> impl IntoView {
@@ -198,7 +198,7 @@ fn KeyRow(
 }
 
 #[component]
-fn StatusBadge(status: KeyStatus) -> impl IntoView {
+pub(crate) fn StatusBadge(status: KeyStatus) -> impl IntoView {
     let (text, class) = match status {
         KeyStatus::Active => ("active", "bg-emerald-100 text-emerald-800"),
         KeyStatus::Disabled => ("disabled", "bg-slate-200 text-slate-700"),

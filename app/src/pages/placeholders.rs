@@ -1,33 +1,7 @@
-//! Pages whose features arrive with later work; each says what is coming.
+//! The page for addresses that name no page.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-
-use crate::components::{ComingSoon, PageHeader};
-
-#[component]
-pub fn MembersPage() -> impl IntoView {
-    view! {
-        <Title text="Members" />
-        <PageHeader title="Members" description="People in this workspace, their roles and limits." />
-        <ComingSoon>
-            "Member management in the browser is on its way. Until then use "<code>"GET/POST /api/members"</code>
-            " and "<code>"PATCH /api/members/{id}"</code>"."
-        </ComingSoon>
-    }
-}
-
-#[component]
-pub fn PoolsPage() -> impl IntoView {
-    view! {
-        <Title text="Pools" />
-        <PageHeader title="Pools" description="Resource groups: which accounts serve which members and models." />
-        <ComingSoon>
-            "Pool editing in the browser is on its way. Until then use "<code>"GET/POST /api/pools"</code>
-            " and "<code>"PATCH /api/pools/{id}"</code>"."
-        </ComingSoon>
-    }
-}
 
 #[component]
 pub fn NotFound() -> impl IntoView {

@@ -1,6 +1,6 @@
-//! Admin: `GET/POST /api/members`, `GET/PATCH /api/members/{id}`.
+//! Admin: `GET/POST /api/members`, `GET/PATCH/DELETE /api/members/{id}`.
 
-use app::model::{MemberPatch, MemberView, NewMember};
+use app::model::{Deleted, MemberPatch, MemberView, NewMember};
 use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
 
 use crate::{
@@ -12,7 +12,9 @@ use crate::{
 };
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/members", get(list).post(create)).route("/members/{id}", get(show).patch(update))
+    Router::new()
+        .route("/members", get(list).post(create))
+        .route("/members/{id}", get(show).patch(update).delete(remove))
 }
 
 async fn list(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<MemberView>>> {
@@ -38,4 +40,13 @@ async fn update(
     ApiJson(patch): ApiJson<MemberPatch>,
 ) -> Result<Json<MemberView>> {
     Ok(Json(members::update(&s.db, &*s.clock, id, patch).await?))
+}
+
+/// Signs the member out, revokes their keys, takes them out of every pool; records stay.
+async fn remove(
+    Admin(me): Admin,
+    State(s): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<Deleted>> {
+    Ok(Json(Deleted { revoked_keys: members::delete(&s.db, &*s.clock, me.id, id).await? }))
 }

@@ -1,5 +1,5 @@
 //! The JSON API for people and scripts, mounted at `/api`. Handlers are thin: extract, call one
-//! domain function, map the result. Every error is `{"error":{"code","message"}}` (see
+//! domain function, map the result. Every error is `{"error":{"code","message"}}` (with `field` when one input is at fault) (see
 //! [`crate::error::Error`]); unknown routes and methods answer in the same shape.
 
 mod accounts;
@@ -39,8 +39,13 @@ impl IntoResponse for Error {
         if let Error::Internal(detail) = &self {
             tracing::error!(%detail, "internal error answered as 500");
         }
-        let body =
-            ErrorBody { error: ErrorDetail { code: self.code().into(), message: self.public_message() } };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code().into(),
+                message: self.public_message(),
+                field: self.field_name().map(str::to_owned),
+            },
+        };
         let mut resp = (self.status(), Json(body)).into_response();
         if let Some(secs) = self.retry_after() {
             resp.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
@@ -58,6 +63,7 @@ impl IntoResponse for MethodNotAllowed {
             error: ErrorDetail {
                 code: "method_not_allowed".into(),
                 message: "method not allowed on this route".into(),
+                field: None,
             },
         };
         (axum::http::StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()

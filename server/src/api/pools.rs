@@ -1,6 +1,6 @@
-//! Admin: `GET/POST /api/pools`, `GET/PATCH /api/pools/{id}` (members, model policy).
+//! Admin: `GET/POST /api/pools`, `GET/PATCH/DELETE /api/pools/{id}` (members, model policy).
 
-use app::model::{NewPool, PoolPatch, PoolView};
+use app::model::{Deleted, NewPool, PoolPatch, PoolView};
 use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
 
 use crate::{
@@ -12,7 +12,9 @@ use crate::{
 };
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/pools", get(list).post(create)).route("/pools/{id}", get(show).patch(update))
+    Router::new()
+        .route("/pools", get(list).post(create))
+        .route("/pools/{id}", get(show).patch(update).delete(remove))
 }
 
 async fn list(_: Admin, State(s): State<AppState>) -> Result<Json<Vec<PoolView>>> {
@@ -38,4 +40,9 @@ async fn update(
     ApiJson(patch): ApiJson<PoolPatch>,
 ) -> Result<Json<PoolView>> {
     Ok(Json(pools::update(&s.db, &*s.clock, id, patch).await?))
+}
+
+/// Revokes the pool's keys and empties it; accounts and members stay; records keep its id.
+async fn remove(_: Admin, State(s): State<AppState>, ApiPath(id): ApiPath<i64>) -> Result<Json<Deleted>> {
+    Ok(Json(Deleted { revoked_keys: pools::delete(&s.db, &*s.clock, id).await? }))
 }

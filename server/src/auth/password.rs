@@ -58,10 +58,16 @@ async fn hashing<T: Send + 'static>(
 pub fn validate(password: &str) -> Result<()> {
     let len = password.chars().count();
     if len < MIN_PASSWORD_LEN {
-        return Err(Error::invalid(format!("password must have at least {MIN_PASSWORD_LEN} characters")));
+        return Err(Error::field(
+            "password",
+            format!("password must have at least {MIN_PASSWORD_LEN} characters"),
+        ));
     }
     if len > MAX_PASSWORD_LEN {
-        return Err(Error::invalid(format!("password must have at most {MAX_PASSWORD_LEN} characters")));
+        return Err(Error::field(
+            "password",
+            format!("password must have at most {MAX_PASSWORD_LEN} characters"),
+        ));
     }
     Ok(())
 }

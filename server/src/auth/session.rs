@@ -118,10 +118,10 @@ pub async fn change_password(
     };
     gate()?;
     if change.new_password != change.confirm_password.as_deref().unwrap_or(&change.new_password) {
-        return Err(Error::invalid("new_password: the two new passwords differ"));
+        return Err(Error::field("confirm_password", "confirm_password: the two new passwords differ"));
     }
     password::validate(&change.new_password)
-        .map_err(|e| Error::invalid(format!("new_password: {}", e.public_message())))?;
+        .map_err(|e| Error::field("new_password", format!("new_password: {}", e.public_message())))?;
     let row = members::find_by_username(db, &me.username).await?;
     let hash = row.as_ref().map(|r| r.password_hash.clone());
     if !password::verify_async(change.current_password.clone(), hash, gate).await? {

@@ -12,6 +12,7 @@ use super::writer::{Retention, prune};
 use crate::{
     clock::{Clock, from_unix},
     error::{Error, Result},
+    validate,
 };
 
 /// Records per page (REC-5).
@@ -132,7 +133,7 @@ pub async fn list(
             output_tokens: r.output_tokens,
             cached_tokens: r.cached_tokens,
             member_id: admin.then_some(r.member_id),
-            username: if admin { r.username } else { None },
+            username: if admin { r.username.map(validate::shown_name) } else { None },
             account_id: if admin { r.account_id } else { None },
             account_name: if admin {
                 if r.account_deleted.is_some() { Some("deleted".into()) } else { r.account_name }
@@ -191,7 +192,10 @@ pub async fn choices(db: &SqlitePool, clock: &dyn Clock, scope: Scope) -> Result
         .fetch_all(&mut *tx)
         .await?;
         (
-            members.into_iter().map(|(id, username)| MemberChoice { id, username }).collect(),
+            members
+                .into_iter()
+                .map(|(id, username)| MemberChoice { id, username: validate::shown_name(username) })
+                .collect(),
             accounts
                 .into_iter()
                 .map(|(id, name, deleted)| AccountChoice {
