@@ -441,6 +441,33 @@ async fn websocket_turns_are_checked_one_at_a_time() {
     assert_eq!(r.mock.state.calls(CODEX).len(), 1);
 }
 
+/// The workspace's stream idle timeout ends a WebSocket turn whose upstream falls silent, as it
+/// does an HTTP stream: the client gets an `error` event with the request id and the turn is
+/// recorded as `stream_idle_timeout`. (The configured default, below the app's 10 s minimum, keeps
+/// the test short.)
+#[tokio::test]
+async fn a_silent_upstream_ends_a_websocket_turn_after_the_idle_timeout() {
+    let r = Rig::start(&[("SUBLANE_STREAM_IDLE_TIMEOUT", "300ms")]).await;
+    r.script(CODEX, json!({"steps": [{"kind": "stall", "after_deltas": 1}]})).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    let started = std::time::Instant::now();
+    let error = loop {
+        let e = next_event(&mut ws).await;
+        if e["type"] == "error" {
+            break e;
+        }
+    };
+    assert!(started.elapsed() < Duration::from_secs(5), "ended by the idle timeout");
+    assert!(error["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{error}");
+    let rows = r.t.records(1).await;
+    assert_eq!(
+        (rows[0]["outcome"].as_str(), rows[0]["error_code"].as_str()),
+        (Some("error"), Some("stream_idle_timeout"))
+    );
+}
+
 /// Failed sign-ins back off per username (and address): after a few, even the right password
 /// gets 429 with Retry-After until the block passes; an over-long password is never hashed.
 #[tokio::test]

@@ -603,6 +603,10 @@ async fn relay_turn(
     let provider = account.provider;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + REQUEST_DEADLINE;
+    // The workspace's stream idle timeout (off unless set): upstream silence mid-turn ends the
+    // turn as on an HTTP stream. Read per turn, so a changed setting applies to the next one.
+    let idle_timeout = s.workspace_settings.stream_idle_timeout();
+    let mut last_upstream = tokio::time::Instant::now();
     let (mut client_gone, mut upstream_gone) = (false, false);
     let mut ended: Option<&'static str> = None;
     let mut error_code: Option<String> = None;
@@ -612,6 +616,7 @@ async fn relay_turn(
     loop {
         tokio::select! {
             frame = upstream.next() => {
+                last_upstream = tokio::time::Instant::now();
                 let text = match frame {
                     Some(Ok(tungstenite::Message::Text(t))) => t.to_string(),
                     Some(Ok(tungstenite::Message::Ping(_) | tungstenite::Message::Pong(_) | tungstenite::Message::Frame(_))) => continue,
@@ -669,6 +674,10 @@ async fn relay_turn(
                 Some(Ok(_)) => {}
             },
             () = tokio::time::sleep_until(deadline) => { ended = Some("request_timeout"); break; }
+            () = tokio::time::sleep_until(last_upstream + idle_timeout.unwrap_or_default()), if idle_timeout.is_some() => {
+                ended = Some("stream_idle_timeout");
+                break;
+            }
             () = s.lifecycle.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
         }
     }
@@ -690,7 +699,7 @@ async fn relay_turn(
     if (upstream_gone || ended.is_some()) && seen.outcome.is_none() && !client_gone {
         let e = match ended {
             Some("server_shutdown") => GatewayError::shutting_down(),
-            Some("request_timeout") => GatewayError::upstream_timeout(),
+            Some("request_timeout" | "stream_idle_timeout") => GatewayError::upstream_timeout(),
             _ => GatewayError::upstream_unavailable(),
         };
         let _ = send_error(limits, client, &e, request_id).await;
