@@ -106,16 +106,30 @@ pub async fn update(
     if current.status == KeyStatus::Revoked && patch.enabled == Some(true) {
         return Err(Error::Conflict("a revoked key stays revoked; create a new one".into()));
     }
-    // An admin's switch-off binds the owner: only an admin switches such a key back on.
-    let by_admin: bool = sqlx::query_scalar("SELECT disabled_by_admin FROM api_keys WHERE id = ?")
-        .bind(id)
-        .fetch_one(db)
-        .await?;
-    if owner_id.is_some() && by_admin && patch.enabled == Some(true) {
+    // An admin's switch-off and an admin's expiry bind the owner: only an admin switches such a
+    // key back on, and the owner may only bring such an expiry forward.
+    let (off_by_admin, expiry_by_admin): (bool, bool) =
+        sqlx::query_as("SELECT disabled_by_admin, expiry_by_admin FROM api_keys WHERE id = ?")
+            .bind(id)
+            .fetch_one(db)
+            .await?;
+    if owner_id.is_some() && off_by_admin && patch.enabled == Some(true) {
         return Err(Error::Forbidden("an admin switched this key off; ask an admin to switch it on".into()));
+    }
+    if let (Some(_), true, Some(wanted), Some(set)) =
+        (owner_id, expiry_by_admin, patch.expires_at, current.expires_at)
+        && wanted.is_none_or(|w| w > set)
+    {
+        return Err(Error::Forbidden(
+            "an admin set this key's expiry; you may bring it forward, not push it back or remove it".into(),
+        ));
     }
     let mark = match (owner_id, patch.enabled) {
         (None, Some(enabled)) => Some(!enabled),
+        _ => None,
+    };
+    let expiry_mark = match (owner_id, patch.expires_at) {
+        (None, Some(e)) => Some(e.is_some()),
         _ => None,
     };
     let expires = match patch.expires_at {
@@ -124,11 +138,13 @@ pub async fn update(
     };
     sqlx::query(
         "UPDATE api_keys SET enabled = COALESCE(?, enabled), expires_at = ?,
-                disabled_by_admin = COALESCE(?, disabled_by_admin) WHERE id = ?",
+                disabled_by_admin = COALESCE(?, disabled_by_admin), expiry_by_admin = COALESCE(?, expiry_by_admin)
+         WHERE id = ?",
     )
     .bind(patch.enabled)
     .bind(expires)
     .bind(mark)
+    .bind(expiry_mark)
     .bind(id)
     .execute(db)
     .await?;

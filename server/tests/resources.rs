@@ -369,6 +369,27 @@ async fn keys_are_switched_off_and_on_by_their_owner_or_an_admin() {
         "the owner's own switch-off is theirs"
     );
 
+    // an admin's expiry binds the owner: forward yes, back or away no
+    let (status, _) = admin
+        .call(
+            Method::PATCH,
+            &format!("/api/keys/{other}"),
+            Some(json!({"expires_at": "2099-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for later in [json!(null), json!("2099-06-01T00:00:00Z")] {
+        let (status, body) = bob.call(Method::PATCH, &own, Some(json!({"expires_at": later}))).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{later}: {body}");
+    }
+    let (status, key) =
+        bob.call(Method::PATCH, &own, Some(json!({"expires_at": "2098-01-01T00:00:00Z"}))).await;
+    assert_eq!((status, key["expires_at"].as_str()), (StatusCode::OK, Some("2098-01-01T00:00:00Z")));
+    admin.call(Method::PATCH, &format!("/api/keys/{other}"), Some(json!({"expires_at": null}))).await;
+    let (status, _) =
+        bob.call(Method::PATCH, &own, Some(json!({"expires_at": "2099-06-01T00:00:00Z"}))).await;
+    assert_eq!(status, StatusCode::OK, "an admin's cleared expiry frees the owner again");
+
     // a revoked key stays revoked
     bob.call(Method::DELETE, &path, None).await;
     let (status, _) = bob.call(Method::PATCH, &path, Some(json!({"enabled": true}))).await;
