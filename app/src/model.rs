@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// A member's role in the workspace (ID-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Admin,
@@ -26,7 +26,7 @@ impl Role {
 }
 
 /// A workspace member as people and scripts see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemberView {
     pub id: i64,
     pub username: String,
@@ -80,7 +80,7 @@ pub struct MemberPatch {
 }
 
 /// Which models a pool serves (ID-4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyMode {
     /// Every model its accounts support.
@@ -112,7 +112,7 @@ impl PolicyMode {
 }
 
 /// A pool's model policy: allow/deny list plus optional aliases (alias -> real model id).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPolicy {
     #[serde(default)]
@@ -124,7 +124,7 @@ pub struct ModelPolicy {
 }
 
 /// A resource group (pool): accounts, members allowed to use it, and its model policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PoolView {
     pub id: i64,
     pub name: String,
@@ -649,7 +649,7 @@ pub struct CredentialSource {
 }
 
 /// Whether a key can currently be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyStatus {
     Active,
@@ -659,7 +659,7 @@ pub enum KeyStatus {
 }
 
 /// A gateway API key (ID-3). The secret is never part of it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ApiKeyView {
     pub id: i64,
     pub name: String,

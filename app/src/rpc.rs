@@ -446,8 +446,10 @@ pub async fn create_pool(name: String) -> Result<PoolView, AppError> {
     ssr::finish(async { ssr::backend()?.create_pool(&ssr::require_member().await?, new).await }.await)
 }
 
-/// A pool's form (admins): name, members (`members[<id>]` checked), and model policy: the mode,
-/// models one per line (or comma-separated), aliases one `alias = model` per line.
+/// A pool's form (admins): name, members (`members[<id>]` checked, `shown[<id>]` for every member
+/// the form listed), and model policy: the mode, models one per line (or comma-separated),
+/// aliases one `alias = model` per line. Membership changes only among the members the form
+/// showed, so a member added meanwhile (another tab, another admin) is not dropped.
 #[server(prefix = "/rpc", endpoint = "save_pool")]
 pub async fn save_pool(
     id: i64,
@@ -456,10 +458,22 @@ pub async fn save_pool(
     #[server(default)] models: String,
     #[server(default)] aliases: String,
     #[server(default)] members: std::collections::BTreeMap<String, String>,
+    #[server(default)] shown: std::collections::BTreeMap<String, String>,
 ) -> Result<PoolView, AppError> {
     ssr::finish(
         async {
             let me = ssr::require_member().await?;
+            let backend = ssr::backend()?;
+            let shown = form::checked("member_ids", &shown)?;
+            let current = backend
+                .pools(&me)
+                .await?
+                .into_iter()
+                .find(|p| p.id == id)
+                .ok_or_else(|| AppError::new("not_found", "pool not found").with_status(404))?;
+            let mut member_ids: Vec<i64> =
+                current.member_ids.into_iter().filter(|m| !shown.contains(m)).collect();
+            member_ids.extend(form::checked("member_ids", &members)?);
             let patch = PoolPatch {
                 name: Some(name),
                 model_policy: Some(ModelPolicy {
@@ -467,9 +481,9 @@ pub async fn save_pool(
                     models: form::model_list(&models),
                     aliases: form::alias_lines(&aliases)?,
                 }),
-                member_ids: Some(form::checked("member_ids", &members)?),
+                member_ids: Some(member_ids),
             };
-            ssr::backend()?.update_pool(&me, id, patch).await
+            backend.update_pool(&me, id, patch).await
         }
         .await,
     )

@@ -8,7 +8,8 @@ before(async () => { server = await startServer(); browser = await launchBrowser
 after(async () => { await browser?.close(); await server?.stop(); });
 
 test('sign in, create a key, see it listed, revoke it', async () => {
-  const page = await newPage(browser);
+  // A viewer east of UTC: times are typed and shown in their zone (UI-5).
+  const page = await newPage(browser, { timezoneId: 'Asia/Tokyo' });
   await signIn(page, server.url);
   await waitForHydration(page);
   await assert.doesNotReject(page.getByRole('heading', { name: 'Requests' }).waitFor());
@@ -40,9 +41,12 @@ test('sign in, create a key, see it listed, revoke it', async () => {
   await page.getByRole('button', { name: 'Enable key e2e laptop' }).click();
   await page.locator('tr', { hasText: 'e2e laptop' }).getByTestId('key-status').getByText('active').waitFor();
   await page.getByLabel('Name').fill('e2e expiring');
-  await page.getByLabel('Expires (UTC, optional)').fill('2099-01-31T18:00');
+  await page.getByLabel('Expires (your time, optional)').fill('2099-01-31T18:00');
   await page.getByRole('button', { name: 'Create key' }).click();
-  await page.locator('tr', { hasText: 'e2e expiring' }).locator('time[datetime^="2099-01-31T18:00"]').waitFor();
+  // 18:00 in Tokyo is 09:00 UTC; the table shows it in Tokyo time again
+  const expiring = page.locator('tr', { hasText: 'e2e expiring' }).locator('time[datetime^="2099-01-31T09:00"]');
+  await expiring.waitFor();
+  assert.equal((await expiring.textContent()).trim(), '2099-01-31 18:00');
 
   await row.getByRole('button', { name: 'Revoke key e2e laptop' }).click();
   await page.locator('tr', { hasText: 'e2e laptop' }).getByText('revoked').waitFor();

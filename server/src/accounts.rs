@@ -347,6 +347,17 @@ pub async fn delete(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<()> {
 }
 
 async fn replace_pools(tx: &mut Transaction<'_, Sqlite>, account_id: i64, pool_ids: &[i64]) -> Result<()> {
+    // A form loaded before a pool was deleted must not put the account back into it.
+    for pool_id in pool_ids {
+        let live: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM pools WHERE id = ? AND deleted_at IS NULL")
+                .bind(pool_id)
+                .fetch_optional(&mut **tx)
+                .await?;
+        if live.is_none() {
+            return Err(Error::field("pool_ids", format!("pool_ids: pool {pool_id} does not exist")));
+        }
+    }
     sqlx::query("DELETE FROM account_pools WHERE account_id = ?").bind(account_id).execute(&mut **tx).await?;
     for pool_id in pool_ids {
         sqlx::query("INSERT OR IGNORE INTO account_pools (account_id, pool_id) VALUES (?, ?)")

@@ -202,8 +202,8 @@ async fn keep_an_admin(tx: &mut Transaction<'_, Sqlite>, id: i64) -> Result<()> 
 /// Deletes member `id` on behalf of admin `actor`: they are signed out, their keys are revoked
 /// (the proxy refuses them at once), they leave every pool and their conversation bindings are
 /// forgotten. Their request records stay (until retention prunes them), shown as
-/// "name (deleted)". Nobody deletes themselves, so an enabled admin (the actor) always stays.
-/// Answers how many keys were revoked.
+/// "name (deleted)". Nobody deletes themselves, and the acting admin must still be one when the
+/// write happens, so an enabled admin always stays. Answers how many keys were revoked.
 pub async fn delete(db: &SqlitePool, clock: &dyn Clock, actor: i64, id: i64) -> Result<u64> {
     if actor == id {
         return Err(Error::Conflict("you cannot delete yourself; ask another admin".into()));
@@ -223,6 +223,18 @@ pub async fn delete(db: &SqlitePool, clock: &dyn Clock, actor: i64, id: i64) -> 
     if marked.rows_affected() == 0 {
         return Err(Error::NotFound("member"));
     }
+    // Two admins deleting each other at once: the writes are serialized, and the second finds
+    // its actor gone and leaves the workspace its admin.
+    let actor_live: Option<i64> = sqlx::query_scalar(
+        "SELECT id FROM members WHERE id = ? AND role = 'admin' AND enabled = 1 AND deleted_at IS NULL",
+    )
+    .bind(actor)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if actor_live.is_none() {
+        return Err(Error::forbidden("you are no longer an enabled admin"));
+    }
+    keep_an_admin(&mut tx, id).await?;
     let revoked =
         sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE member_id = ? AND revoked_at IS NULL")
             .bind(now)

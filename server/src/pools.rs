@@ -66,8 +66,17 @@ pub async fn choices_for(db: &SqlitePool, member_id: i64) -> Result<Vec<PoolChoi
     Ok(rows.into_iter().map(|(id, name)| PoolChoice { id, name }).collect())
 }
 
+/// A pool name: a display name that cannot pass for a deleted pool's.
+fn pool_name(value: &str) -> Result<String> {
+    let name = validate::name("name", value)?;
+    if name.contains(validate::DELETED_MARK) {
+        return Err(Error::field("name", format!("name must not contain {:?}", validate::DELETED_MARK)));
+    }
+    Ok(name)
+}
+
 pub async fn create(db: &SqlitePool, clock: &dyn Clock, new: NewPool) -> Result<PoolView> {
-    let name = validate::name("name", &new.name)?;
+    let name = pool_name(&new.name)?;
     let (models, aliases) = policy_json(&new.model_policy)?;
     let now = to_unix(clock.now());
     let mut tx = db.begin().await?;
@@ -92,15 +101,16 @@ pub async fn create(db: &SqlitePool, clock: &dyn Clock, new: NewPool) -> Result<
 pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: PoolPatch) -> Result<PoolView> {
     let current = get(db, id).await?;
     let name = match &patch.name {
-        Some(n) => validate::name("name", n)?,
+        Some(n) => pool_name(n)?,
         None => current.name,
     };
     let policy = patch.model_policy.unwrap_or(current.model_policy);
     let (models, aliases) = policy_json(&policy)?;
     let mut tx = db.begin().await?;
-    sqlx::query(
+    // A delete landing since `get` wins: the deleted row keeps its freed name and stays empty.
+    let changed = sqlx::query(
         "UPDATE pools SET name = ?, policy_mode = ?, policy_models = ?, model_aliases = ?, updated_at = ?
-         WHERE id = ?",
+         WHERE id = ? AND deleted_at IS NULL",
     )
     .bind(&name)
     .bind(policy.mode.as_str())
@@ -111,6 +121,9 @@ pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: PoolPatc
     .execute(&mut *tx)
     .await
     .map_err(|e| Error::on_conflict(e, || format!("a pool named {name:?} exists")))?;
+    if changed.rows_affected() == 0 {
+        return Err(Error::NotFound("pool"));
+    }
     if let Some(member_ids) = &patch.member_ids {
         replace_members(&mut tx, id, member_ids).await?;
     }

@@ -534,8 +534,22 @@ async fn deleting_a_pool_revokes_its_keys_and_frees_its_name() {
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a deleted pool cannot be joined");
+    let (status, _) = admin
+        .call(
+            Method::PATCH,
+            &format!("/api/accounts/{}", account["id"]),
+            Some(json!({"pool_ids": [1, pool_id]})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "a form loaded before the delete cannot put an account back"
+    );
     let (status, _) = admin.call(Method::POST, "/api/pools", Some(json!({"name": "team"}))).await;
     assert_eq!(status, StatusCode::CREATED, "the name is free again");
+    let (status, body) = admin.call(Method::POST, "/api/pools", Some(json!({"name": "ops~deleted~1"}))).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("name")));
 
     // model policy mistakes name their field
     let cases = [

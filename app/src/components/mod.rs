@@ -6,8 +6,8 @@ pub mod style;
 mod time;
 
 pub use copy::CopyButton;
-pub use shell::Shell;
-pub use time::Timestamp;
+pub use shell::{Me, Shell};
+pub use time::{LocalDateTimeInput, Timestamp};
 
 use leptos::prelude::*;
 
@@ -23,17 +23,19 @@ pub fn PageHeader(title: &'static str, #[prop(optional)] description: &'static s
 }
 
 /// The message of a failed form submission when it is about `field`, shown beside that field and
-/// announced to screen readers; `id` lets the input point at it (`aria-describedby`).
+/// announced to screen readers. The element is always there (empty without an error), so an
+/// input's `aria-describedby` pointing at `id` never dangles.
 #[component]
 pub fn FieldError<T: Clone + Send + Sync + 'static>(
     result: Signal<Option<Result<T, crate::error::AppError>>>,
     field: &'static str,
     id: String,
 ) -> impl IntoView {
-    move || {
-        result.get().and_then(|r| r.err()).and_then(|e| e.for_field(field)).map(|message| {
-            view! { <p id=id.clone() role="alert" class="mt-1 text-xs text-red-700" data-field-error=field>{message}</p> }
-        })
+    let message = move || result.get().and_then(|r| r.err()).and_then(|e| e.for_field(field));
+    view! {
+        <p id=id role="alert" class="mt-1 text-xs text-red-700 empty:hidden" data-field-error=field>
+            {message}
+        </p>
     }
 }
 
@@ -65,6 +67,22 @@ pub fn Confirm(summary: String, children: Children) -> impl IntoView {
             </div>
         </details>
     }
+}
+
+/// Counts an action's successful answers, for the lists it changes to reload on. Reloading on
+/// a refusal too would redraw the form from the server and lose what was typed beside the error.
+pub fn successes<A>(action: ServerAction<A>) -> ReadSignal<u32>
+where
+    A: leptos::server_fn::ServerFn<Error = crate::error::AppError> + Clone + Send + Sync + 'static,
+    A::Output: Clone + Send + Sync + 'static,
+{
+    let (count, set_count) = signal(0u32);
+    Effect::new(move |_| {
+        if matches!(action.value().get(), Some(Ok(_))) {
+            set_count.update(|n| *n += 1);
+        }
+    });
+    count
 }
 
 /// An error message from a server function, announced to screen readers.

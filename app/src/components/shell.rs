@@ -29,8 +29,14 @@ pub fn Shell() -> impl IntoView {
     }
 }
 
+/// The signed-in member, in context for the pages inside the frame (e.g. to spare an admin
+/// deleting themselves).
+#[derive(Debug, Clone)]
+pub struct Me(pub MemberView);
+
 #[component]
 fn Frame(member: MemberView) -> impl IntoView {
+    provide_context(Me(member.clone()));
     let logout = ServerAction::<Logout>::new();
     let is_admin = member.is_admin();
     view! {

@@ -38,6 +38,72 @@ pub fn Timestamp(at: DateTime<Utc>) -> impl IntoView {
     }
 }
 
+/// A `datetime-local` input in the viewer's time zone. The server renders it in UTC, named `name`
+/// (so a form works without JavaScript, and `zone` says "UTC"); once hydrated the visible input
+/// shows and takes local time, and a hidden input named `name` carries the UTC value the
+/// browser computed for it (daylight saving included), still as `YYYY-MM-DDTHH:MM`, so servers
+/// read one format either way.
+#[component]
+pub fn LocalDateTimeInput(
+    id: String,
+    name: &'static str,
+    value: Option<DateTime<Utc>>,
+    #[prop(optional)] class: &'static str,
+    #[prop(optional, into)] described_by: Option<String>,
+    /// Where the zone in force is written ("UTC" or "your time"), e.g. in the label.
+    zone: RwSignal<&'static str>,
+) -> impl IntoView {
+    let utc_minute = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M").to_string();
+    let initial = value.map(utc_minute).unwrap_or_default();
+    let shown = RwSignal::new(initial.clone());
+    let hydrated = RwSignal::new(false);
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if !hydrated.get_untracked() {
+            shown.set(
+                value.map(|t| local_text(t.timestamp_millis() as f64).replace(' ', "T")).unwrap_or_default(),
+            );
+            hydrated.set(true);
+            zone.set("your time");
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = zone;
+    let utc_value = move || {
+        #[cfg(feature = "hydrate")]
+        {
+            local_to_utc(&shown.get()).map(utc_minute).unwrap_or_default()
+        }
+        #[cfg(not(feature = "hydrate"))]
+        {
+            let _ = utc_minute;
+            shown.get()
+        }
+    };
+    view! {
+        <input id=id type="datetime-local" name=move || if hydrated.get() { "" } else { name }
+            value=initial prop:value=move || shown.get()
+            on:input=move |ev| shown.set(event_target_value(&ev))
+            aria-describedby=described_by class=class />
+        {move || hydrated.get().then(|| view! { <input type="hidden" name=name prop:value=utc_value /> })}
+    }
+}
+
+/// A local `YYYY-MM-DDTHH:MM` as the instant it names in the browser's zone.
+#[cfg(feature = "hydrate")]
+fn local_to_utc(local: &str) -> Option<DateTime<Utc>> {
+    let t = chrono::NaiveDateTime::parse_from_str(local.trim(), "%Y-%m-%dT%H:%M").ok()?;
+    use chrono::{Datelike, Timelike};
+    let d = js_sys::Date::new_with_year_month_day_hr_min(
+        t.year() as u32,
+        t.month0() as i32,
+        t.day() as i32,
+        t.hour() as i32,
+        t.minute() as i32,
+    );
+    DateTime::from_timestamp_millis(d.get_time() as i64)
+}
+
 /// How long ago `secs` seconds were, in words ("3 min ago", "in 2 h"); empty beyond a week, where
 /// the date says enough.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]

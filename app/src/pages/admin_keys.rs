@@ -12,8 +12,9 @@ use leptos_router::hooks::use_query_map;
 use super::keys::StatusBadge;
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, PageHeader, Timestamp,
+        Confirm, ErrorNote, FieldError, LocalDateTimeInput, PageHeader, Timestamp,
         style::{BUTTON, DANGER_BUTTON, INPUT, SMALL_BUTTON},
+        successes,
     },
     error::AppError,
     model::{ApiKeyView, KeyFilter, KeyStatus, MemberView, PoolView},
@@ -25,8 +26,8 @@ struct Actions {
     toggle: ServerAction<AdminSetKeyEnabled>,
     expiry: ServerAction<AdminKeyExpiry>,
     revoke: ServerAction<AdminRevokeKey>,
-    /// The key whose form was sent last: its refusal is shown in its row only.
-    target: RwSignal<Option<i64>>,
+    /// The key whose expiry form was sent last: its refusal is shown in its row only.
+    expiry_row: RwSignal<Option<i64>>,
 }
 
 #[component]
@@ -41,17 +42,11 @@ pub fn AdminKeysPage() -> impl IntoView {
         toggle: ServerAction::new(),
         expiry: ServerAction::new(),
         revoke: ServerAction::new(),
-        target: RwSignal::new(None),
+        expiry_row: RwSignal::new(None),
     };
+    let expiry_ok = successes(actions.expiry);
     let keys = Resource::new(
-        move || {
-            (
-                filter(),
-                actions.toggle.version().get(),
-                actions.expiry.version().get(),
-                actions.revoke.version().get(),
-            )
-        },
+        move || (filter(), actions.toggle.version().get(), expiry_ok.get(), actions.revoke.version().get()),
         |(f, ..)| list_all_keys(f),
     );
     // One server function per resource: each reads its request context on its first poll.
@@ -126,10 +121,18 @@ fn AllKeysTable(keys: Vec<ApiKeyView>, members: Vec<MemberView>, actions: Action
                     </tr>
                 </thead>
                 <tbody class="divide-y divide-slate-100">
-                    {keys.into_iter().map(|k| {
-                        let owner = owners.get(&k.member_id).cloned().unwrap_or_else(|| "deleted member".to_owned());
-                        view! { <AdminKeyRow key=k owner actions /> }.into_any()
-                    }).collect_view()}
+                    // Keyed by everything a row shows, so an open confirmation or a typed expiry
+                    // never slides onto another key when the list changes.
+                    <For
+                        each=move || {
+                            keys.clone().into_iter().map(|k| {
+                                let owner = owners.get(&k.member_id).cloned().unwrap_or_else(|| "deleted member".to_owned());
+                                (k, owner)
+                            }).collect::<Vec<_>>()
+                        }
+                        key=|row| row.clone()
+                        children=move |(key, owner)| view! { <AdminKeyRow key owner actions /> }
+                    />
                 </tbody>
             </table>
         </div>
@@ -139,16 +142,13 @@ fn AllKeysTable(keys: Vec<ApiKeyView>, members: Vec<MemberView>, actions: Action
 #[component]
 fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoView {
     let id = key.id;
-    let aim = move |_| actions.target.set(Some(id));
-    let expiry_result: Signal<Option<Result<ApiKeyView, AppError>>> =
-        Signal::derive(
-            move || {
-                if actions.target.get() == Some(id) { actions.expiry.value().get() } else { None }
-            },
-        );
+    let aim = move |_| actions.expiry_row.set(Some(id));
+    let expiry_result: Signal<Option<Result<ApiKeyView, AppError>>> = Signal::derive(move || {
+        if actions.expiry_row.get() == Some(id) { actions.expiry.value().get() } else { None }
+    });
     let live = key.status != KeyStatus::Revoked;
     let label = format!("{} ({owner})", key.name);
-    let expiry_value = key.expires_at.map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default();
+    let zone = RwSignal::new("UTC");
     let switch = live.then(|| {
         let label = label.clone();
         let on = key.status == KeyStatus::Disabled;
@@ -157,7 +157,7 @@ fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoVie
             <ActionForm action=actions.toggle attr:class="inline">
                 <input type="hidden" name="id" value=id.to_string() />
                 <input type="hidden" name="enabled" value=on.to_string() />
-                <button type="submit" on:click=aim aria-label=format!("{text} key {label}") class=format!("mr-2 {SMALL_BUTTON}")>{text}</button>
+                <button type="submit" aria-label=format!("{text} key {label}") class=format!("mr-2 {SMALL_BUTTON}")>{text}</button>
             </ActionForm>
         }
     });
@@ -169,10 +169,10 @@ fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoVie
         view! {
             <ActionForm action=actions.expiry attr:class="flex items-center gap-1">
                 <input type="hidden" name="id" value=id.to_string() />
-                <label for=field.clone() class="sr-only">{format!("Expiry of key {label} (UTC; empty: never)")}</label>
-                <input id=field.clone() name="expires_at" type="datetime-local" value=expiry_value
-                    aria-describedby=described_by
-                    class="rounded-md border border-slate-300 px-1.5 py-1 text-xs" />
+                <label for=field.clone() class="sr-only">{move || format!("Expiry of key {label} ({}; empty: never)", zone.get())}</label>
+                <LocalDateTimeInput id=field.clone() name="expires_at" value=key.expires_at described_by
+                    class="rounded-md border border-slate-300 px-1.5 py-1 text-xs" zone />
+                <span class="text-xs text-slate-500" aria-hidden="true">{move || zone.get()}</span>
                 <button type="submit" on:click=aim class=SMALL_BUTTON>"Set"</button>
             </ActionForm>
             <FieldError result=expiry_result field="expires_at" id=error_id />
@@ -206,7 +206,7 @@ fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoVie
                         <p>{format!("Key {label} stops working at once, for good. Its records stay.")}</p>
                         <ActionForm action=actions.revoke attr:class="mt-2">
                             <input type="hidden" name="id" value=id.to_string() />
-                            <button type="submit" on:click=aim class=DANGER_BUTTON>{format!("Revoke key {label}")}</button>
+                            <button type="submit" class=DANGER_BUTTON>{format!("Revoke key {label}")}</button>
                         </ActionForm>
                     </Confirm>
                 })}

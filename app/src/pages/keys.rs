@@ -7,7 +7,7 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        ErrorNote, PageHeader, Timestamp,
+        ErrorNote, LocalDateTimeInput, PageHeader, Timestamp,
         style::{BUTTON, INPUT},
     },
     model::{ApiKeyView, CreatedApiKey, KeyStatus},
@@ -24,6 +24,7 @@ pub fn KeysPage() -> impl IntoView {
         |_| list_my_keys(),
     );
     let pools = Resource::new(|| (), |_| list_my_pools());
+    let zone = RwSignal::new("UTC");
 
     view! {
         <Title text="API keys" />
@@ -51,8 +52,8 @@ pub fn KeysPage() -> impl IntoView {
                         </Suspense>
                     </div>
                     <div>
-                        <label for="key-expires" class="block text-sm font-medium">"Expires (UTC, optional)"</label>
-                        <input id="key-expires" name="expires_at" type="datetime-local" class=INPUT />
+                        <label for="key-expires" class="block text-sm font-medium">{move || format!("Expires ({}, optional)", zone.get())}</label>
+                        <LocalDateTimeInput id="key-expires".to_owned() name="expires_at" value=None class=INPUT zone />
                     </div>
                     <button type="submit" class=BUTTON disabled=move || create.pending().get()>"Create key"</button>
                 </div>

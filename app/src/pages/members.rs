@@ -1,7 +1,8 @@
 //! Admin -> Members (UI-4, API-1): everyone in the workspace with role, state, limits and pools;
 //! add a member (with their pools), change role and limits, switch off or on, set a new password,
-//! delete. Every action is a form posting to a server function, so it works without JavaScript;
-//! hydrated, the list refreshes in place and a refused value is explained beside its field.
+//! delete. Every action is a form posting to a server function, so it also works without
+//! JavaScript; hydrated, the list refreshes in place (rows keyed by their contents, so an open
+//! panel never slides onto another member) and a refused value is explained beside its field.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +11,9 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, FormError, PageHeader, Timestamp,
+        Confirm, ErrorNote, FieldError, FormError, Me, PageHeader, Timestamp,
         style::{BUTTON, DANGER_BUTTON, INPUT, SMALL_BUTTON, SUMMARY},
+        successes,
     },
     error::AppError,
     model::{MemberView, PoolView, Role},
@@ -21,26 +23,42 @@ use crate::{
     },
 };
 
-/// The row forms' actions, shared by every row; `target` is the member whose form was sent
-/// last, so a refusal is shown in that row only.
+/// The row forms' actions, shared by every row, each with the member whose form it sent last, so
+/// an answer is shown in that row only.
 #[derive(Clone, Copy)]
 struct RowActions {
-    save: ServerAction<SaveMember>,
+    save: Aimed<SaveMember>,
     toggle: ServerAction<SetMemberEnabled>,
-    password: ServerAction<ResetMemberPassword>,
+    password: Aimed<ResetMemberPassword>,
     delete: ServerAction<DeleteMember>,
-    target: RwSignal<Option<i64>>,
 }
 
-impl RowActions {
-    /// `result`, but only for member `id`'s row.
-    fn for_row<T: Clone + Send + Sync + 'static>(
-        self,
-        id: i64,
-        result: impl Fn() -> Option<Result<T, AppError>> + Send + Sync + 'static,
-    ) -> Signal<Option<Result<T, AppError>>> {
-        let target = self.target;
-        Signal::derive(move || if target.get() == Some(id) { result() } else { None })
+/// A row action and the row (member id) that sent it last.
+struct Aimed<A: leptos::server_fn::ServerFn + 'static> {
+    action: ServerAction<A>,
+    row: RwSignal<Option<i64>>,
+}
+
+impl<A: leptos::server_fn::ServerFn + 'static> Clone for Aimed<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A: leptos::server_fn::ServerFn + 'static> Copy for Aimed<A> {}
+
+impl<A> Aimed<A>
+where
+    A: leptos::server_fn::ServerFn<Error = AppError> + Clone + Send + Sync + 'static,
+    A::Output: Clone + Send + Sync + 'static,
+{
+    fn new() -> Self {
+        Aimed { action: ServerAction::new(), row: RwSignal::new(None) }
+    }
+
+    /// The action's answer, for row `id` only.
+    fn for_row(self, id: i64) -> Signal<Option<Result<A::Output, AppError>>> {
+        Signal::derive(move || if self.row.get() == Some(id) { self.action.value().get() } else { None })
     }
 }
 
@@ -48,22 +66,15 @@ impl RowActions {
 pub fn MembersPage() -> impl IntoView {
     let create = ServerAction::<CreateMember>::new();
     let rows = RowActions {
-        save: ServerAction::new(),
+        save: Aimed::new(),
         toggle: ServerAction::new(),
-        password: ServerAction::new(),
+        password: Aimed::new(),
         delete: ServerAction::new(),
-        target: RwSignal::new(None),
     };
+    let (create_ok, save_ok, toggle_ok) =
+        (successes(create), successes(rows.save.action), successes(rows.toggle));
     let members = Resource::new(
-        move || {
-            (
-                create.version().get(),
-                rows.save.version().get(),
-                rows.toggle.version().get(),
-                rows.password.version().get(),
-                rows.delete.version().get(),
-            )
-        },
+        move || (create_ok.get(), save_ok.get(), toggle_ok.get(), rows.delete.version().get()),
         |_| list_members(),
     );
     // One server function per resource: each reads its request context on its first poll.
@@ -111,7 +122,7 @@ pub fn MembersPage() -> impl IntoView {
                             aria-describedby="member-rpm-error" class=INPUT />
                         <FieldError result=created field="rpm_limit" id="member-rpm-error".to_owned() />
                     </div>
-                    <fieldset class="text-sm">
+                    <fieldset class="text-sm" aria-describedby="member-pools-error">
                         <legend class="font-medium">"Pools"</legend>
                         <Suspense fallback=|| ()>
                             {move || Suspend::new(async move {
@@ -196,10 +207,18 @@ fn MemberTable(members: Vec<MemberView>, pools: Vec<PoolView>, rows: RowActions)
                     </tr>
                 </thead>
                 <tbody class="divide-y divide-slate-100">
-                    {members.into_iter().map(|m| {
-                        let pools = pools_of.get(&m.id).cloned().unwrap_or_default();
-                        view! { <MemberRow m pools rows /> }.into_any()
-                    }).collect_view()}
+                    // Keyed by everything a row shows: an unchanged row keeps its element (and an
+                    // open panel), a changed or new one is drawn afresh, a deleted one goes away.
+                    <For
+                        each=move || {
+                            members.clone().into_iter().map(|m| {
+                                let pools = pools_of.get(&m.id).cloned().unwrap_or_default();
+                                (m, pools)
+                            }).collect::<Vec<_>>()
+                        }
+                        key=|row| row.clone()
+                        children=move |(m, pools)| view! { <MemberRow m pools rows /> }
+                    />
                 </tbody>
             </table>
         </div>
@@ -210,9 +229,11 @@ fn MemberTable(members: Vec<MemberView>, pools: Vec<PoolView>, rows: RowActions)
 fn MemberRow(m: MemberView, pools: Vec<String>, rows: RowActions) -> impl IntoView {
     let id = m.id;
     let name = m.username.clone();
-    let aim = move |_| rows.target.set(Some(id));
-    let saved = rows.for_row(id, move || rows.save.value().get());
-    let password_result = rows.for_row(id, move || rows.password.value().get());
+    let is_me = use_context::<Me>().is_some_and(|me| me.0.id == id);
+    let aim_save = move |_| rows.save.row.set(Some(id));
+    let aim_password = move |_| rows.password.row.set(Some(id));
+    let saved = rows.save.for_row(id);
+    let password_result = rows.password.for_row(id);
     let field_id = move |f: &str| format!("member-{id}-{f}");
     let role = m.role;
     let switch_text = if m.enabled { "Disable" } else { "Enable" };
@@ -244,7 +265,7 @@ fn MemberRow(m: MemberView, pools: Vec<String>, rows: RowActions) -> impl IntoVi
             <td class="space-y-2 px-3 py-2 text-right">
                 <details class="text-left">
                     <summary class=SUMMARY aria-label=edit_label>"Edit"</summary>
-                    <ActionForm action=rows.save attr:class="mt-2 grid w-64 gap-2">
+                    <ActionForm action=rows.save.action attr:class="mt-2 grid w-64 gap-2">
                         <input type="hidden" name="id" value=id.to_string() />
                         <label class="text-xs font-medium" for=field_id("role")>"Role"</label>
                         <select id=field_id("role") name="role" class=INPUT>
@@ -259,36 +280,41 @@ fn MemberRow(m: MemberView, pools: Vec<String>, rows: RowActions) -> impl IntoVi
                         <input id=field_id("rpm") name="rpm_limit" type="number" min="1"
                             value=m.rpm_limit.map(|v| v.to_string()).unwrap_or_default() aria-describedby=field_id("rpm-error") class=INPUT />
                         <FieldError result=saved field="rpm_limit" id=field_id("rpm-error") />
-                        <button type="submit" on:click=aim class=SMALL_BUTTON>"Save"</button>
+                        <button type="submit" on:click=aim_save class=SMALL_BUTTON>"Save"</button>
                         <FormError result=saved fields=&["concurrency_limit", "rpm_limit"] />
                     </ActionForm>
                 </details>
                 <details class="text-left">
                     <summary class=SUMMARY aria-label=password_label>"New password"</summary>
-                    <ActionForm action=rows.password attr:class="mt-2 grid w-64 gap-2">
+                    <ActionForm action=rows.password.action attr:class="mt-2 grid w-64 gap-2">
                         <input type="hidden" name="id" value=id.to_string() />
-                        <label class="text-xs font-medium" for=field_id("password")>"New password (signs them out)"</label>
+                        <label class="text-xs font-medium" for=field_id("password")>
+                            {if is_me { "New password (signs you out everywhere, here too)" } else { "New password (signs them out)" }}
+                        </label>
                         <input id=field_id("password") name="password" type="password" required autocomplete="new-password"
                             aria-describedby=field_id("password-error") class=INPUT />
                         <FieldError result=password_result field="password" id=field_id("password-error") />
-                        <button type="submit" on:click=aim class=SMALL_BUTTON>"Set password"</button>
+                        <button type="submit" on:click=aim_password class=SMALL_BUTTON>"Set password"</button>
                         {move || password_result.get().and_then(|r| r.ok()).map(|_| view! {
                             <p role="status" class="text-xs text-emerald-800">"Password set; their sessions have ended."</p>
                         })}
                     </ActionForm>
                 </details>
-                <ActionForm action=rows.toggle attr:class="inline">
-                    <input type="hidden" name="id" value=id.to_string() />
-                    <input type="hidden" name="enabled" value=(!m.enabled).to_string() />
-                    <button type="submit" on:click=aim aria-label=switch_label class=SMALL_BUTTON>{switch_text}</button>
-                </ActionForm>
-                <Confirm summary=delete_summary>
-                    <p>{delete_text}</p>
-                    <ActionForm action=rows.delete attr:class="mt-2">
+                // Nobody switches themselves off or deletes themselves (another admin can).
+                {(!is_me).then(|| view! {
+                    <ActionForm action=rows.toggle attr:class="inline">
                         <input type="hidden" name="id" value=id.to_string() />
-                        <button type="submit" on:click=aim class=DANGER_BUTTON>{delete_button}</button>
+                        <input type="hidden" name="enabled" value=(!m.enabled).to_string() />
+                        <button type="submit" aria-label=switch_label class=SMALL_BUTTON>{switch_text}</button>
                     </ActionForm>
-                </Confirm>
+                    <Confirm summary=delete_summary>
+                        <p>{delete_text}</p>
+                        <ActionForm action=rows.delete attr:class="mt-2">
+                            <input type="hidden" name="id" value=id.to_string() />
+                            <button type="submit" class=DANGER_BUTTON>{delete_button}</button>
+                        </ActionForm>
+                    </Confirm>
+                })}
             </td>
         </tr>
     }

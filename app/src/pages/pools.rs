@@ -13,6 +13,7 @@ use crate::{
     components::{
         Confirm, ErrorNote, FieldError, FormError, PageHeader,
         style::{BUTTON, DANGER_BUTTON, INPUT},
+        successes,
     },
     error::AppError,
     model::{AccountChoice, MemberView, PolicyMode, PoolView},
@@ -30,11 +31,10 @@ pub fn PoolsPage() -> impl IntoView {
     // The pool whose form was sent last: its refusal is shown in its card only.
     let target = RwSignal::new(None::<i64>);
     // One server function per resource: each reads its request context on its first poll.
-    let pools = Resource::new(
-        move || (create.version().get(), save.version().get(), delete.version().get()),
-        |_| list_pools(),
-    );
-    let members = Resource::new(|| (), |_| list_members());
+    let (create_ok, save_ok) = (successes(create), successes(save));
+    let pools =
+        Resource::new(move || (create_ok.get(), save_ok.get(), delete.version().get()), |_| list_pools());
+    let members = Resource::new(move || save_ok.get(), |_| list_members());
     let accounts = Resource::new(|| (), |_| list_account_choices());
     let created: Signal<Option<Result<PoolView, AppError>>> = create.value().into();
 
@@ -75,14 +75,22 @@ pub fn PoolsPage() -> impl IntoView {
                     }.into_any()),
                     (Ok(pools), Ok(members), Ok(accounts)) => {
                         let account_names: BTreeMap<i64, String> = accounts.into_iter().map(|a: AccountChoice| (a.id, a.name)).collect();
+                        let cards: Vec<(PoolView, Vec<MemberView>, Vec<String>)> = pools.into_iter().map(|pool| {
+                            let accounts = pool.account_ids.iter()
+                                .map(|id| account_names.get(id).cloned().unwrap_or_else(|| format!("#{id}")))
+                                .collect();
+                            (pool, members.clone(), accounts)
+                        }).collect();
+                        // Keyed by everything a card shows: an unchanged card keeps its element
+                        // (and what is typed into it), a deleted one goes away without its open
+                        // confirmation sliding onto the next.
                         Either::Left(view! {
                             <div class="space-y-6">
-                                {pools.into_iter().map(|pool| {
-                                    let accounts: Vec<String> = pool.account_ids.iter()
-                                        .map(|id| account_names.get(id).cloned().unwrap_or_else(|| format!("#{id}")))
-                                        .collect();
-                                    view! { <PoolCard pool members=members.clone() accounts save delete target /> }.into_any()
-                                }).collect_view()}
+                                <For
+                                    each=move || cards.clone()
+                                    key=|card| card.clone()
+                                    children=move |(pool, members, accounts)| view! { <PoolCard pool members accounts save delete target /> }
+                                />
                             </div>
                         }.into_any())
                     }
@@ -151,6 +159,7 @@ fn PoolCard(
                             {members.into_iter().map(|m| {
                                 let checked = pool.member_ids.contains(&m.id);
                                 view! {
+                                    <input type="hidden" name=format!("shown[{}]", m.id) value="on" />
                                     <label class="mr-4 mt-1 inline-flex items-center gap-1.5">
                                         <input type="checkbox" name=format!("members[{}]", m.id) value="on" checked=checked />
                                         {m.username}

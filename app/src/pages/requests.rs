@@ -11,7 +11,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::{
-    components::{CopyButton, ErrorNote, PageHeader, Timestamp},
+    components::{CopyButton, ErrorNote, LocalDateTimeInput, PageHeader, Timestamp},
     model::{RequestFilter, RequestFilterChoices, RequestRecord},
     rpc::{list_requests, request_detail, request_filters},
 };
@@ -64,11 +64,6 @@ fn unix_time(v: &str) -> Option<i64> {
             .find_map(|f| NaiveDateTime::parse_from_str(v, f).ok())
             .map(|t| t.and_utc().timestamp())
     })
-}
-
-/// A unix time as a `datetime-local` value (UTC).
-fn local_value(unix: i64) -> String {
-    DateTime::from_timestamp(unix, 0).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default()
 }
 
 #[component]
@@ -140,7 +135,8 @@ fn encode(v: &str) -> String {
 fn Filters(choices: RequestFilterChoices, everyone: bool) -> impl IntoView {
     let query = use_query_map();
     let current = move |k: &str| query.read_untracked().get(k).unwrap_or_default();
-    let time = move |k: &str| unix_time(&current(k)).map(local_value).unwrap_or_default();
+    let time = move |k: &str| unix_time(&current(k)).and_then(|u| DateTime::from_timestamp(u, 0));
+    let zone = RwSignal::new("UTC");
     let select =
         move |id: &'static str, name: &'static str, label: &'static str, options: Vec<(String, String)>| {
             let now = current(name);
@@ -173,12 +169,12 @@ fn Filters(choices: RequestFilterChoices, everyone: bool) -> impl IntoView {
                 {select("f-account", "account_id", "Account", accounts.into_iter().map(|a| (a.id.to_string(), a.name)).collect())}
             })}
             <div>
-                <label for="f-from" class="block text-xs font-medium text-slate-600">"From (UTC)"</label>
-                <input id="f-from" name="from" type="datetime-local" value=time("from") class=FIELD />
+                <label for="f-from" class="block text-xs font-medium text-slate-600">{move || format!("From ({})", zone.get())}</label>
+                <LocalDateTimeInput id="f-from".to_owned() name="from" value=time("from") class=FIELD zone />
             </div>
             <div>
-                <label for="f-until" class="block text-xs font-medium text-slate-600">"Until (UTC)"</label>
-                <input id="f-until" name="until" type="datetime-local" value=time("until") class=FIELD />
+                <label for="f-until" class="block text-xs font-medium text-slate-600">{move || format!("Until ({})", zone.get())}</label>
+                <LocalDateTimeInput id="f-until".to_owned() name="until" value=time("until") class=FIELD zone />
             </div>
             <div>
                 <label for="f-request" class="block text-xs font-medium text-slate-600">"Request ID"</label>
