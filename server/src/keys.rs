@@ -151,6 +151,34 @@ pub async fn update(
     get(db, clock, id).await
 }
 
+/// Whose keys a deletion revokes.
+#[derive(Debug, Clone, Copy)]
+pub enum Holder {
+    Member,
+    Pool,
+}
+
+/// Revokes, inside the deletion's transaction, every live key of a deleted member or pool (the
+/// proxy refuses them once the change is applied), then removes the rows that tied `id` to the
+/// workspace (`forget`: statements with one `?` for the id). Answers how many keys were revoked.
+pub async fn revoke_for_deletion(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    holder: Holder,
+    id: i64,
+    now: i64,
+    forget: &[&str],
+) -> Result<u64> {
+    let sql = match holder {
+        Holder::Member => "UPDATE api_keys SET revoked_at = ? WHERE member_id = ? AND revoked_at IS NULL",
+        Holder::Pool => "UPDATE api_keys SET revoked_at = ? WHERE pool_id = ? AND revoked_at IS NULL",
+    };
+    let revoked = sqlx::query(sql).bind(now).bind(id).execute(&mut **tx).await?.rows_affected();
+    for sql in forget {
+        sqlx::query(sql).bind(id).execute(&mut **tx).await?;
+    }
+    Ok(revoked)
+}
+
 async fn get(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<ApiKeyView> {
     let row: Option<KeyRow> =
         sqlx::query_as(&format!("{SELECT} WHERE k.id = ?")).bind(id).fetch_optional(db).await?;

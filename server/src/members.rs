@@ -15,7 +15,7 @@ use crate::{
     auth::password,
     clock::{Clock, from_unix, to_unix},
     error::{Error, Result},
-    validate,
+    keys, validate,
 };
 
 /// Member concurrency default (ADM-3).
@@ -235,20 +235,12 @@ pub async fn delete(db: &SqlitePool, clock: &dyn Clock, actor: i64, id: i64) -> 
         return Err(Error::forbidden("you are no longer an enabled admin"));
     }
     keep_an_admin(&mut tx, id).await?;
-    let revoked =
-        sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE member_id = ? AND revoked_at IS NULL")
-            .bind(now)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-    for sql in [
+    let forget = [
         "DELETE FROM sessions WHERE member_id = ?",
         "DELETE FROM pool_members WHERE member_id = ?",
         "DELETE FROM session_bindings WHERE member_id = ?",
-    ] {
-        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-    }
+    ];
+    let revoked = keys::revoke_for_deletion(&mut tx, keys::Holder::Member, id, now, &forget).await?;
     tx.commit().await?;
     Ok(revoked)
 }

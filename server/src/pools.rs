@@ -9,7 +9,7 @@ use sqlx::{FromRow, Sqlite, SqlitePool, Transaction};
 use crate::{
     clock::{Clock, from_unix, to_unix},
     error::{Error, Result},
-    validate,
+    keys, validate,
 };
 
 #[derive(Debug, FromRow)]
@@ -151,19 +151,12 @@ pub async fn delete(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<u64> 
     if marked.rows_affected() == 0 {
         return Err(Error::NotFound("pool"));
     }
-    let revoked = sqlx::query("UPDATE api_keys SET revoked_at = ? WHERE pool_id = ? AND revoked_at IS NULL")
-        .bind(now)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    for sql in [
+    let forget = [
         "DELETE FROM pool_members WHERE pool_id = ?",
         "DELETE FROM account_pools WHERE pool_id = ?",
         "DELETE FROM session_bindings WHERE pool_id = ?",
-    ] {
-        sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-    }
+    ];
+    let revoked = keys::revoke_for_deletion(&mut tx, keys::Holder::Pool, id, now, &forget).await?;
     tx.commit().await?;
     Ok(revoked)
 }

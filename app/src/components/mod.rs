@@ -7,7 +7,7 @@ mod time;
 
 pub use copy::CopyButton;
 pub use shell::{Me, Shell};
-pub use time::{LocalDateTimeInput, Timestamp};
+pub use time::{LocalDateTimeInput, TimeOrNever, Timestamp};
 
 use leptos::prelude::*;
 

@@ -38,6 +38,15 @@ pub fn Timestamp(at: DateTime<Utc>) -> impl IntoView {
     }
 }
 
+/// A time that may be absent ("never": a key that does not expire, was never used).
+#[component]
+pub fn TimeOrNever(at: Option<DateTime<Utc>>) -> impl IntoView {
+    match at {
+        Some(at) => leptos::either::Either::Left(view! { <Timestamp at /> }),
+        None => leptos::either::Either::Right(view! { <span class="text-slate-400">"never"</span> }),
+    }
+}
+
 /// A `datetime-local` input in the viewer's time zone. The server renders it in UTC, named `name`
 /// (so a form works without JavaScript, and `zone` says "UTC"); once hydrated the visible input
 /// shows and takes local time, and a hidden input named `name` carries the UTC value the

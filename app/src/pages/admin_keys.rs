@@ -12,7 +12,7 @@ use leptos_router::hooks::use_query_map;
 use super::keys::StatusBadge;
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, LocalDateTimeInput, PageHeader, Timestamp,
+        Confirm, ErrorNote, FieldError, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp,
         style::{BUTTON, DANGER_BUTTON, INPUT, SMALL_BUTTON},
         successes,
     },
@@ -187,17 +187,11 @@ fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoVie
             <td class="px-3 py-2"><StatusBadge status=key.status /></td>
             <td class="whitespace-nowrap px-3 py-2"><Timestamp at=key.created_at /></td>
             <td class="whitespace-nowrap px-3 py-2">
-                {match key.expires_at {
-                    Some(at) => Either::Left(view! { <Timestamp at /> }),
-                    None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
-                }}
+                <TimeOrNever at=key.expires_at />
                 {expiry_form}
             </td>
             <td class="whitespace-nowrap px-3 py-2">
-                {match key.last_used_at {
-                    Some(at) => Either::Left(view! { <Timestamp at /> }),
-                    None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
-                }}
+                <TimeOrNever at=key.last_used_at />
             </td>
             <td class="whitespace-nowrap px-3 py-2 text-right">
                 {switch}

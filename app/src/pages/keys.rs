@@ -7,7 +7,7 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        ErrorNote, LocalDateTimeInput, PageHeader, Timestamp,
+        ErrorNote, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp,
         style::{BUTTON, INPUT},
     },
     model::{ApiKeyView, CreatedApiKey, KeyStatus},
@@ -171,16 +171,10 @@ fn KeyRow(
             <td class="px-3 py-2"><StatusBadge status=key.status /></td>
             <td class="whitespace-nowrap px-3 py-2"><Timestamp at=key.created_at /></td>
             <td class="whitespace-nowrap px-3 py-2">
-                {match key.expires_at {
-                    Some(at) => Either::Left(view! { <Timestamp at /> }),
-                    None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
-                }}
+                <TimeOrNever at=key.expires_at />
             </td>
             <td class="whitespace-nowrap px-3 py-2">
-                {match key.last_used_at {
-                    Some(at) => Either::Left(view! { <Timestamp at /> }),
-                    None => Either::Right(view! { <span class="text-slate-400">"never"</span> }),
-                }}
+                <TimeOrNever at=key.last_used_at />
             </td>
             <td class="whitespace-nowrap px-3 py-2 text-right">
                 {switch}
