@@ -656,6 +656,8 @@ pub enum KeyStatus {
     Disabled,
     Revoked,
     Expired,
+    /// BUD-4: tripped the circuit breaker for the 5th time; refused for good.
+    Banned,
 }
 
 /// A gateway API key (ID-3). The secret is never part of it.
@@ -673,6 +675,15 @@ pub struct ApiKeyView {
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
+    /// BUD-4: times the key tripped the circuit breaker (for its whole life).
+    #[serde(default)]
+    pub breaker_trips: u32,
+    /// BUD-4: the breaker refuses the key until then (only while that lies ahead).
+    #[serde(default)]
+    pub blocked_until: Option<DateTime<Utc>>,
+    /// BUD-4: when the 5th trip banned the key.
+    #[serde(default)]
+    pub banned_at: Option<DateTime<Utc>>,
 }
 
 /// `POST /api/me/keys` (and, with `member_id`, `POST /api/keys`).

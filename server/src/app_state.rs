@@ -53,6 +53,8 @@ pub struct AppState {
     pub lifecycle: Arc<Lifecycle>,
     /// Failed sign-ins per username and address (ID-2).
     pub logins: Arc<crate::auth::throttle::LoginThrottle>,
+    /// BUD-4: every key's failure window, blocks and bans.
+    pub breaker: Arc<crate::breaker::Breaker>,
 }
 
 tokio::task_local! {

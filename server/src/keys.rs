@@ -25,6 +25,9 @@ struct KeyRow {
     expires_at: Option<i64>,
     revoked_at: Option<i64>,
     last_used_at: Option<i64>,
+    breaker_trips: i64,
+    breaker_blocked_until: Option<i64>,
+    banned_at: Option<i64>,
 }
 
 impl KeyRow {
@@ -32,6 +35,8 @@ impl KeyRow {
         let expires_at = self.expires_at.map(from_unix);
         let status = if self.revoked_at.is_some() {
             KeyStatus::Revoked
+        } else if self.banned_at.is_some() {
+            KeyStatus::Banned
         } else if !self.enabled {
             KeyStatus::Disabled
         } else if expires_at.is_some_and(|e| e <= now) {
@@ -51,12 +56,18 @@ impl KeyRow {
             expires_at,
             revoked_at: self.revoked_at.map(from_unix),
             last_used_at: self.last_used_at.map(from_unix),
+            breaker_trips: u32::try_from(self.breaker_trips).unwrap_or(0),
+            blocked_until: self
+                .breaker_blocked_until
+                .and_then(DateTime::from_timestamp_millis)
+                .filter(|until| *until > now),
+            banned_at: self.banned_at.map(from_unix),
         }
     }
 }
 
 const SELECT: &str = "SELECT k.id, k.name, k.member_id, k.pool_id, p.name AS pool_name, k.hint, k.enabled,
-    k.created_at, k.expires_at, k.revoked_at, k.last_used_at
+    k.created_at, k.expires_at, k.revoked_at, k.last_used_at, k.breaker_trips, k.breaker_blocked_until, k.banned_at
     FROM api_keys k JOIN pools p ON p.id = k.pool_id";
 
 /// The keys of one member, newest first (scoped in SQL).

@@ -7,6 +7,7 @@ pub mod accounts;
 pub mod api;
 pub mod app_state;
 pub mod auth;
+pub mod breaker;
 pub mod catalogue;
 pub mod clock;
 pub mod config;

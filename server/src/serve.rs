@@ -221,6 +221,11 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     quota.load().await.map_err(|e| StartError::Bootstrap(format!("quota observations: {e}")))?;
     let workspace_settings =
         Arc::new(crate::workspace_settings::Live::new(&config, config.configured.clone()));
+    let breaker = Arc::new(
+        crate::breaker::Breaker::load(&db)
+            .await
+            .map_err(|e| StartError::Bootstrap(format!("key circuit breaker: {e}")))?,
+    );
     let state = AppState {
         config: Arc::new(config),
         db: db.clone(),
@@ -240,6 +245,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         quota,
         workspace_settings,
         logins: Arc::new(LoginThrottle::default()),
+        breaker,
     };
     crate::workspace_settings::load(&state)
         .await

@@ -9,7 +9,7 @@ use leptos::{either::Either, prelude::*};
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use super::keys::StatusBadge;
+use super::keys::{BreakerNote, StatusBadge};
 use crate::{
     components::{
         Confirm, ErrorNote, FieldError, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp,
@@ -184,7 +184,7 @@ fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoVie
             <td class="px-3 py-2">{owner.clone()}</td>
             <td class="px-3 py-2"><code class="font-mono text-xs">{key.hint.clone()}</code></td>
             <td class="px-3 py-2">{key.pool_name.clone()}</td>
-            <td class="px-3 py-2"><StatusBadge status=key.status /></td>
+            <td class="px-3 py-2"><StatusBadge status=key.status /><BreakerNote key=key.clone() /></td>
             <td class="whitespace-nowrap px-3 py-2"><Timestamp at=key.created_at /></td>
             <td class="whitespace-nowrap px-3 py-2">
                 <TimeOrNever at=key.expires_at />

@@ -145,7 +145,8 @@ fn KeyRow(
     revoke: ServerAction<RevokeKey>,
     toggle: ServerAction<SetKeyEnabled>,
 ) -> impl IntoView {
-    let active = key.status == KeyStatus::Active;
+    // Any key but a revoked one can be revoked (a banned key too: the seed says to delete it).
+    let active = key.status != KeyStatus::Revoked;
     let label = format!("Revoke key {}", key.name);
     // A revoked key stays revoked; any other can be switched off or back on.
     let switch = (key.status != KeyStatus::Revoked).then(|| {
@@ -168,7 +169,7 @@ fn KeyRow(
             <td class="px-3 py-2 font-medium">{key.name.clone()}</td>
             <td class="px-3 py-2"><code class="font-mono text-xs">{key.hint.clone()}</code></td>
             <td class="px-3 py-2">{key.pool_name.clone()}</td>
-            <td class="px-3 py-2"><StatusBadge status=key.status /></td>
+            <td class="px-3 py-2"><StatusBadge status=key.status /><BreakerNote key=key.clone() /></td>
             <td class="whitespace-nowrap px-3 py-2"><Timestamp at=key.created_at /></td>
             <td class="whitespace-nowrap px-3 py-2">
                 <TimeOrNever at=key.expires_at />
@@ -192,6 +193,25 @@ fn KeyRow(
     }
 }
 
+/// BUD-4 on a key: banned since when, or blocked until when, and how often it tripped.
+#[component]
+pub(crate) fn BreakerNote(key: ApiKeyView) -> impl IntoView {
+    let trips = key.breaker_trips;
+    let note = if let Some(at) = key.banned_at {
+        Some(view! { <span>"banned "<Timestamp at />{format!(" after {trips} trips of the error-rate breaker")}</span> }.into_any())
+    } else if let Some(until) = key.blocked_until {
+        Some(
+            view! { <span>"blocked until "<Timestamp at=until />{format!(" (trip {trips} of 5)")}</span> }
+                .into_any(),
+        )
+    } else if trips > 0 {
+        Some(view! { <span>{format!("tripped the error-rate breaker {trips} of 5 times")}</span> }.into_any())
+    } else {
+        None
+    };
+    note.map(|n| view! { <p class="mt-1 text-xs text-red-800" data-testid="breaker-note">{n}</p> })
+}
+
 #[component]
 pub(crate) fn StatusBadge(status: KeyStatus) -> impl IntoView {
     let (text, class) = match status {
@@ -199,6 +219,7 @@ pub(crate) fn StatusBadge(status: KeyStatus) -> impl IntoView {
         KeyStatus::Disabled => ("disabled", "bg-slate-200 text-slate-700"),
         KeyStatus::Revoked => ("revoked", "bg-red-100 text-red-800"),
         KeyStatus::Expired => ("expired", "bg-amber-100 text-amber-800"),
+        KeyStatus::Banned => ("banned", "bg-red-200 text-red-900"),
     };
     view! { <span class=format!("rounded px-2 py-0.5 text-xs font-medium {class}") data-testid="key-status">{text}</span> }
 }

@@ -1,7 +1,8 @@
 //! One model call over HTTP, from gateway key to request record (PX-1, PX-2, PX-5, PX-6, ID-3,
 //! ID-4, REC-1, REC-2, REC-7, REC-8, REC-9).
 //!
-//! Order: key from the headers (401, no record) -> workspace slot -> body, read only now, bounded
+//! Order: key from the headers (401, no record) -> key circuit breaker (BUD-4: 429/403, no
+//! record) -> workspace slot -> body, read only now, bounded
 //! and decoded (400/413, no record) -> an [`Attempt`] exists from here on and is recorded exactly
 //! once -> pool and model policy -> account -> upstream -> stream, collect or pass the JSON
 //! answer. Every response carries `X-Request-ID`.
@@ -60,11 +61,20 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
     let headers = parts.headers;
     let query = parts.uri.query();
     let stop = &s.lifecycle.hard_stop;
+    let principal = match authenticate_request(&s, &headers).await {
+        Ok(p) => p,
+        Err(e) => return with_request_id(e.render(spec.protocol, Some(&request_id)), &request_id),
+    };
+    // BUD-4: a blocked or banned key is refused first, neither recorded nor counted.
+    let key_id = principal.key_id;
+    if let Err(e) = s.breaker.check(key_id, s.clock.now().timestamp_millis()) {
+        return with_request_id(e.render(spec.protocol, Some(&request_id)), &request_id);
+    }
     let admitted = tokio::select! {
-        admitted = admit(&s, &headers, path_model, body) => admitted,
+        admitted = admit(&s, principal, &headers, path_model, body) => admitted,
         () = stop.cancelled() => Err(Refused::Silently(GatewayError::shutting_down())),
     };
-    let mut resp = match admitted {
+    let resp = match admitted {
         Ok(Admitted { principal, slots, body, fields, model }) => {
             let operation = spec.op.record_name();
             let mut attempt =
@@ -85,7 +95,32 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
                 .await
         }
     };
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
+    count_for_breaker(&s, key_id, resp.status().as_u16() >= 400);
+    with_request_id(resp, &request_id)
+}
+
+/// BUD-4: every answer to an authenticated key counts, SubLane's own refusals included. A trip is
+/// written to the key's row off the request path.
+pub(super) fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
+    let now = s.clock.now().timestamp_millis();
+    if let Some(trip) = s.breaker.record(key_id, failed, now) {
+        tracing::warn!(
+            key_id,
+            trips = trip.trips,
+            banned = trip.blocked_until.is_none(),
+            "key circuit breaker tripped"
+        );
+        let db = s.db.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::breaker::store(&db, trip, now).await {
+                tracing::error!(error = %e, key_id, "key circuit breaker trip could not be stored");
+            }
+        });
+    }
+}
+
+fn with_request_id(mut resp: Response, request_id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
         resp.headers_mut().insert("x-request-id", v);
     }
     resp
@@ -122,7 +157,7 @@ impl From<GatewayError> for Refused {
     }
 }
 
-/// Authentication, workspace and member admission, then the body (bounded, decoded) and its
+/// Workspace and member admission (the key is authenticated and not blocked), then the body (bounded, decoded) and its
 /// routing fields, then the member's RPM. The body is read only for an authenticated caller who
 /// holds a workspace and a member slot, so one member uploading slowly cannot pin more of the
 /// workspace than their own concurrency. A member over their concurrency is refused before the
@@ -130,11 +165,11 @@ impl From<GatewayError> for Refused {
 /// only for a request that could be read.
 async fn admit(
     s: &AppState,
+    principal: Principal,
     headers: &HeaderMap,
     path_model: Option<String>,
     body: Body,
 ) -> Result<Admitted, Refused> {
-    let principal = authenticate_request(s, headers).await?;
     let workspace = s.admission.workspace().ok_or_else(GatewayError::workspace_busy)?;
     let member = match member_slot(s, &principal) {
         Ok(m) => m,

@@ -35,7 +35,7 @@ impl Protocol {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GatewayError {
     pub status: StatusCode,
     /// Stable code from the SPEC catalogue (`invalid_api_key`, `no_available_account`, ...).
@@ -43,11 +43,20 @@ pub struct GatewayError {
     pub message: String,
     /// Seconds for `Retry-After`, when the catalogue gives one.
     pub retry_after: Option<u64>,
+    /// Further body fields a client can act on (BUD-2's `limit`/`used`/`reset_at`, BUD-4's
+    /// `retry_after`/`blocked_until`), placed where each protocol keeps such details.
+    pub fields: Vec<(String, Value)>,
 }
 
 impl GatewayError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        GatewayError { status, code, message: message.into(), retry_after: None }
+        GatewayError { status, code, message: message.into(), retry_after: None, fields: Vec::new() }
+    }
+
+    /// Adds a body field (see [`GatewayError::fields`]).
+    pub fn with_field(mut self, name: &str, value: Value) -> Self {
+        self.fields.push((name.to_owned(), value));
+        self
     }
 
     pub fn retry_after(self, secs: u64) -> Self {
@@ -283,9 +292,34 @@ impl GatewayError {
         Self::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time")
     }
 
+    /// The error body in `protocol`'s shape with the request id and the extra fields: in the
+    /// `error` object for OpenAI and Anthropic; for Gemini as ErrorInfo metadata (strings, as
+    /// google.rpc requires) and a RetryInfo detail when a retry time is known.
+    pub fn body(&self, protocol: Protocol, request_id: Option<&str>) -> Value {
+        let mut b = body(protocol, self.status, self.code, &self.message, request_id);
+        match protocol {
+            Protocol::OpenAi | Protocol::Anthropic => {
+                for (name, value) in &self.fields {
+                    b["error"][name.as_str()] = value.clone();
+                }
+            }
+            Protocol::Gemini => {
+                for (name, value) in &self.fields {
+                    let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+                    b["error"]["details"][0]["metadata"][name.as_str()] = Value::String(text);
+                }
+                if let (Some(secs), Some(details)) = (self.retry_after, b["error"]["details"].as_array_mut())
+                {
+                    details.push(json!({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{secs}s")}));
+                }
+            }
+        }
+        b
+    }
+
     /// Renders in `protocol`'s shape with the request id.
     pub fn render(&self, protocol: Protocol, request_id: Option<&str>) -> Response {
-        let body = body(protocol, self.status, self.code, &self.message, request_id);
+        let body = self.body(protocol, request_id);
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())

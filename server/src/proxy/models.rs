@@ -67,6 +67,24 @@ async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protoco
         Ok(p) => p,
         Err(e) => return fail(e),
     };
+    // BUD-4: a listing is a request of the key like any other (refused when blocked, counted).
+    if let Err(e) = s.breaker.check(principal.key_id, s.clock.now().timestamp_millis()) {
+        return fail(e);
+    }
+    let resp = served_models(&s, &principal, only, protocol, &request_id).await;
+    super::call::count_for_breaker(&s, principal.key_id, resp.status().as_u16() >= 400);
+    resp
+}
+
+/// The listing for an admitted key.
+async fn served_models(
+    s: &AppState,
+    principal: &crate::keys::Principal,
+    only: Option<Provider>,
+    protocol: Protocol,
+    request_id: &str,
+) -> Response {
+    let fail = |e: GatewayError| e.render(protocol, Some(request_id));
     // A metadata read: it takes a workspace slot (ADM-2), never a model-request slot (PX-4).
     let Some(_slot) = s.admission.workspace() else { return fail(GatewayError::workspace_busy()) };
     let snapshot = match s.directory.snapshot(&s.db, &s.sealer).await {

@@ -60,7 +60,8 @@ pub const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 /// Largest single WebSocket frame accepted.
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
-/// Authenticates before upgrading: a refused key gets a plain 401 and no socket.
+/// Authenticates before upgrading: a refused key gets a plain 401 (a blocked or banned one its
+/// 429/403) and no socket.
 pub async fn upgrade(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -71,6 +72,10 @@ pub async fn upgrade(
         Ok(p) => p,
         Err(e) => return e.render(Protocol::OpenAi, None).into_response(),
     };
+    // BUD-4: a blocked or banned key gets no socket.
+    if let Err(e) = s.breaker.check(principal.key_id, s.clock.now().timestamp_millis()) {
+        return e.render(Protocol::OpenAi, None).into_response();
+    }
     // Tracked from now: between this answer and the upgraded socket, a shutdown must not find
     // the session missing.
     let tracked = s.lifecycle.tasks.token();
@@ -172,7 +177,7 @@ async fn session(
         match member {
             Ok(member) => attempt.slots = Some((workspace, member)),
             Err(e) => {
-                if !fail_turn(&limits, &mut client, attempt, warmup, &e, Outcome::Rejected).await {
+                if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Rejected).await {
                     break;
                 }
                 continue;
@@ -189,11 +194,11 @@ async fn session(
             Err(cut) => {
                 // Queued or connecting when the client left or the hard stop came: no slot is
                 // kept for it, and the turn is recorded as cut.
-                end_turn(attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
+                end_turn(&s, attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
                 break;
             }
             Ok(Err((e, outcome))) => {
-                if !fail_turn(&limits, &mut client, attempt, warmup, &e, outcome).await {
+                if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, outcome).await {
                     break;
                 }
                 continue;
@@ -201,7 +206,7 @@ async fn session(
         };
         let Some(binding) = bound.as_mut() else {
             let e = GatewayError::upstream_unavailable();
-            if !fail_turn(&limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
+            if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
                 break;
             }
             continue;
@@ -218,14 +223,14 @@ async fn session(
         let forwarded = match watch(forward, &limits, &mut client, &request_id).await {
             Ok(sent) => matches!(sent, Ok(Ok(()))),
             Err(cut) => {
-                end_turn(attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
+                end_turn(&s, attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
                 break;
             }
         };
         if !forwarded {
             bound = None;
             let e = GatewayError::upstream_unavailable();
-            if !fail_turn(&limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
+            if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
                 break;
             }
             continue;
@@ -241,7 +246,7 @@ async fn session(
         if turn.upstream_gone {
             bound = None;
         }
-        end_turn(attempt, warmup, turn.ending).await;
+        end_turn(&s, attempt, warmup, turn.ending).await;
         if turn.client_gone {
             break;
         }
@@ -258,6 +263,7 @@ async fn session(
 /// Ends a turn with a gateway error: the client hears it (an error event with the request id)
 /// and the turn is recorded. Returns whether the client is still there.
 async fn fail_turn(
+    s: &AppState,
     limits: &SendLimits,
     client: &mut WebSocket,
     attempt: Attempt,
@@ -266,12 +272,14 @@ async fn fail_turn(
     outcome: Outcome,
 ) -> bool {
     let sent = send_error(limits, client, e, &attempt.request_id).await;
-    end_turn(attempt, warmup, Ending::failed(e.code, outcome)).await;
+    end_turn(s, attempt, warmup, Ending::failed(e.code, outcome)).await;
     sent.is_ok()
 }
 
-/// Records a generating turn; a warm-up (`generate:false`) leaves no record (REC-1).
-async fn end_turn(attempt: Attempt, warmup: bool, ending: Ending) {
+/// Records a generating turn; a warm-up (`generate:false`) leaves no record (REC-1). Either counts
+/// for the key's circuit breaker (BUD-4): a turn that did not succeed is a failure.
+async fn end_turn(s: &AppState, attempt: Attempt, warmup: bool, ending: Ending) {
+    super::call::count_for_breaker(s, attempt.principal.key_id, ending.outcome != Outcome::Success);
     if warmup {
         attempt.discard();
     } else {
@@ -339,7 +347,17 @@ async fn turn_principal(
     current: &Principal,
 ) -> Result<Principal, (GatewayError, bool)> {
     match authenticate_request(s, headers).await {
-        Ok(p) if p.key_id == current.key_id && p.pool_id == current.pool_id => Ok(p),
+        // BUD-4: a key blocked or banned since the socket opened is refused per turn; a ban
+        // ends the socket.
+        Ok(p) if p.key_id == current.key_id && p.pool_id == current.pool_id => {
+            match s.breaker.check(p.key_id, s.clock.now().timestamp_millis()) {
+                Ok(()) => Ok(p),
+                Err(e) => {
+                    let end = e.code == "api_key_permanently_banned";
+                    Err((e, end))
+                }
+            }
+        }
         Ok(_) => Err((GatewayError::invalid_api_key(), true)),
         Err(e) => {
             let end = e.code == GatewayError::invalid_api_key().code;
@@ -726,7 +744,10 @@ async fn send_error(
     e: &GatewayError,
     request_id: &str,
 ) -> Result<(), Unsent> {
-    let frame = json!({"type": "error", "status": e.status.as_u16(), "request_id": request_id,
+    let mut frame = json!({"type": "error", "status": e.status.as_u16(), "request_id": request_id,
         "error": {"type": "invalid_request_error", "code": e.code, "message": e.message}});
+    for (name, value) in &e.fields {
+        frame["error"][name.as_str()] = value.clone();
+    }
     limits.send(client, Message::Text(frame.to_string().into()), None).await
 }
