@@ -8,6 +8,7 @@ pub mod api;
 pub mod app_state;
 pub mod auth;
 pub mod breaker;
+pub mod budgets;
 pub mod catalogue;
 pub mod clock;
 pub mod config;
