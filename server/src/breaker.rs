@@ -7,7 +7,13 @@
 //! sums the window, since only a failure can trip it. Blocked requests are neither recorded nor
 //! counted: the window after a block starts empty.
 
-use std::{collections::HashMap, sync::Mutex};
+use std::{
+    collections::HashMap,
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;
@@ -79,6 +85,9 @@ pub struct Trip {
 #[derive(Debug, Default)]
 pub struct Breaker {
     keys: Mutex<HashMap<i64, KeyState>>,
+    /// Whether any key was ever blocked or banned in this process: until then `check` takes no
+    /// lock (the usual case costs one atomic load).
+    refusing: AtomicBool,
 }
 
 impl Breaker {
@@ -89,18 +98,22 @@ impl Breaker {
         )
         .fetch_all(db)
         .await?;
-        let keys = rows
+        let keys: HashMap<i64, KeyState> = rows
             .into_iter()
             .map(|(id, trips, until, banned)| {
                 (id, KeyState::new(u32::try_from(trips).unwrap_or(0), until.unwrap_or(0), banned.is_some()))
             })
             .collect();
-        Ok(Breaker { keys: Mutex::new(keys) })
+        let refusing = AtomicBool::new(!keys.is_empty());
+        Ok(Breaker { keys: Mutex::new(keys), refusing })
     }
 
     /// Refuses a blocked (429 `api_key_circuit_open`, with when to retry) or banned (403
     /// `api_key_permanently_banned`) key. Called before anything else is done for the request.
     pub fn check(&self, key_id: i64, now_ms: i64) -> Result<(), GatewayError> {
+        if !self.refusing.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let Some(k) = keys.get(&key_id) else { return Ok(()) };
         if let Some(message) = k.banned {
@@ -152,22 +165,26 @@ impl Breaker {
         }
         k.trips += 1;
         k.buckets = [Bucket::default(); WINDOW_SECS as usize];
+        self.refusing.store(true, Ordering::Release);
         if k.trips >= BAN_TRIP {
             k.banned = Some(BANNED_NOW);
             return Some(Trip { key_id, trips: k.trips, blocked_until: None });
         }
+        // Ends on a whole second, so `blocked_until` in the body, Retry-After and the real end agree.
         let block = LADDER_SECS[(k.trips - 1) as usize] * 1000;
-        k.blocked_until = now_ms + block;
+        k.blocked_until = (now_ms + block + 999).div_euclid(1000) * 1000;
         Some(Trip { key_id, trips: k.trips, blocked_until: Some(k.blocked_until) })
     }
 }
 
-/// Writes a trip to the key's row (the ban with its time), so it outlives the process.
+/// Writes a trip to the key's row (the ban with its time), so it outlives the process. An older
+/// trip landing late never undoes a newer one (count, block end and ban only move forward).
 pub async fn store(db: &SqlitePool, trip: Trip, now_ms: i64) -> Result<()> {
     sqlx::query(
-        "UPDATE api_keys SET breaker_trips = MAX(breaker_trips, ?), breaker_blocked_until = ?,
-                banned_at = CASE WHEN ? THEN COALESCE(banned_at, ?) ELSE banned_at END
-         WHERE id = ?",
+        "UPDATE api_keys SET breaker_trips = MAX(breaker_trips, ?1),
+                breaker_blocked_until = CASE WHEN ?1 >= breaker_trips THEN ?2 ELSE breaker_blocked_until END,
+                banned_at = CASE WHEN ?3 THEN COALESCE(banned_at, ?4) ELSE banned_at END
+         WHERE id = ?5",
     )
     .bind(i64::from(trip.trips))
     .bind(trip.blocked_until)
@@ -242,6 +259,15 @@ mod tests {
         let e = b.check(7, now + 365 * 86_400_000).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code), (403, "api_key_permanently_banned"));
         assert_eq!(e.message, BANNED_NOW);
+    }
+
+    #[test]
+    fn a_block_ends_on_a_whole_second() {
+        let b = Breaker::default();
+        let trip = feed(&b, 100, 100, T0 + 400).expect("trips");
+        assert_eq!(trip.blocked_until, Some(T0 + 31_000));
+        let e = b.check(7, T0 + 400).unwrap_err();
+        assert_eq!(e.retry_after, Some(31), "Retry-After reaches the end, never short of it");
     }
 
     #[test]

@@ -149,7 +149,7 @@ fn AdminKeyRow(key: ApiKeyView, owner: String, actions: Actions) -> impl IntoVie
     let live = key.status != KeyStatus::Revoked;
     let label = format!("{} ({owner})", key.name);
     let zone = RwSignal::new("UTC");
-    let switch = live.then(|| {
+    let switch = (live && key.status != KeyStatus::Banned).then(|| {
         let label = label.clone();
         let on = key.status == KeyStatus::Disabled;
         let text = if on { "Enable" } else { "Disable" };

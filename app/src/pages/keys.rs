@@ -149,7 +149,8 @@ fn KeyRow(
     let active = key.status != KeyStatus::Revoked;
     let label = format!("Revoke key {}", key.name);
     // A revoked key stays revoked; any other can be switched off or back on.
-    let switch = (key.status != KeyStatus::Revoked).then(|| {
+    // A banned key stays refused whatever its switch says, so it has none.
+    let switch = (!matches!(key.status, KeyStatus::Revoked | KeyStatus::Banned)).then(|| {
         let on = key.status == KeyStatus::Disabled;
         let text = if on { "Enable" } else { "Disable" };
         let aria = format!("{text} key {}", key.name);

@@ -95,13 +95,17 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
                 .await
         }
     };
-    count_for_breaker(&s, key_id, resp.status().as_u16() >= 400);
+    count_for_breaker(&s, key_id, resp.status().as_u16() >= 400).await;
     with_request_id(resp, &request_id)
 }
 
-/// BUD-4: every answer to an authenticated key counts, SubLane's own refusals included. A trip is
-/// written to the key's row off the request path.
-pub(super) fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
+/// BUD-4: every answer to an authenticated key counts, SubLane's own refusals included, except
+/// what a shutdown cuts (not the key's doing). A trip (rare) is written to the key's row before
+/// the answer goes out, so neither a crash nor a shutdown right after it loses it.
+pub(super) async fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
+    if s.lifecycle.shutdown.is_cancelled() {
+        return;
+    }
     let now = s.clock.now().timestamp_millis();
     if let Some(trip) = s.breaker.record(key_id, failed, now) {
         tracing::warn!(
@@ -110,12 +114,9 @@ pub(super) fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
             banned = trip.blocked_until.is_none(),
             "key circuit breaker tripped"
         );
-        let db = s.db.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::breaker::store(&db, trip, now).await {
-                tracing::error!(error = %e, key_id, "key circuit breaker trip could not be stored");
-            }
-        });
+        if let Err(e) = crate::breaker::store(&s.db, trip, now).await {
+            tracing::error!(error = %e, key_id, "key circuit breaker trip could not be stored");
+        }
     }
 }
 

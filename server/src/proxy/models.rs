@@ -72,7 +72,7 @@ async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protoco
         return fail(e);
     }
     let resp = served_models(&s, &principal, only, protocol, &request_id).await;
-    super::call::count_for_breaker(&s, principal.key_id, resp.status().as_u16() >= 400);
+    super::call::count_for_breaker(&s, principal.key_id, resp.status().as_u16() >= 400).await;
     resp
 }
 

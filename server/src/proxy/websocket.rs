@@ -141,6 +141,8 @@ async fn session(
             Ok(v) => v,
             Err(_) => {
                 let e = GatewayError::bad_request("frames must be JSON");
+                // Refusals before a turn exists count for the breaker as an HTTP 400 would.
+                super::call::count_for_breaker(&s, principal.key_id, true).await;
                 if send_error(&limits, &mut client, &e, &request_id).await.is_err() {
                     break;
                 }
@@ -150,6 +152,7 @@ async fn session(
         let model = match turn_model(&frame) {
             Ok(m) => m,
             Err(e) => {
+                super::call::count_for_breaker(&s, principal.key_id, true).await;
                 if send_error(&limits, &mut client, &e, &request_id).await.is_err() {
                     break;
                 }
@@ -159,6 +162,7 @@ async fn session(
         let warmup = frame["generate"].as_bool() == Some(false);
         // A turn holds workspace and member slots while it runs; an idle socket holds none (ADM-4).
         let Some(workspace) = s.admission.workspace() else {
+            super::call::count_for_breaker(&s, principal.key_id, true).await;
             if send_error(&limits, &mut client, &GatewayError::workspace_busy(), &request_id).await.is_err() {
                 break;
             }
@@ -277,9 +281,11 @@ async fn fail_turn(
 }
 
 /// Records a generating turn; a warm-up (`generate:false`) leaves no record (REC-1). Either counts
-/// for the key's circuit breaker (BUD-4): a turn that did not succeed is a failure.
+/// for the key's circuit breaker (BUD-4) as an HTTP call would: an error or a refusal is a
+/// failure; an incomplete answer (200 over HTTP) or a client that left is not.
 async fn end_turn(s: &AppState, attempt: Attempt, warmup: bool, ending: Ending) {
-    super::call::count_for_breaker(s, attempt.principal.key_id, ending.outcome != Outcome::Success);
+    let failed = matches!(ending.outcome, Outcome::Error | Outcome::Rejected);
+    super::call::count_for_breaker(s, attempt.principal.key_id, failed).await;
     if warmup {
         attempt.discard();
     } else {
