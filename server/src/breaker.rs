@@ -88,7 +88,13 @@ pub struct Breaker {
     /// Whether any key was ever blocked or banned in this process: until then `check` takes no
     /// lock (the usual case costs one atomic load).
     refusing: AtomicBool,
+    /// Counts recordings, to sweep idle keys now and then.
+    recorded: std::sync::atomic::AtomicU64,
 }
+
+/// Every this many recordings, keys with no trip and nothing in their window are forgotten (a
+/// key that is revoked or merely idle costs nothing for long).
+const SWEEP_EVERY: u64 = 4096;
 
 impl Breaker {
     /// The breaker with the trips, blocks and bans stored on the keys.
@@ -105,7 +111,7 @@ impl Breaker {
             })
             .collect();
         let refusing = AtomicBool::new(!keys.is_empty());
-        Ok(Breaker { keys: Mutex::new(keys), refusing })
+        Ok(Breaker { keys: Mutex::new(keys), refusing, recorded: Default::default() })
     }
 
     /// Refuses a blocked (429 `api_key_circuit_open`, with when to retry) or banned (403
@@ -145,6 +151,11 @@ impl Breaker {
     pub fn record(&self, key_id: i64, failed: bool, now_ms: i64) -> Option<Trip> {
         let second = now_ms.div_euclid(1000);
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if self.recorded.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            keys.retain(|_, k| {
+                k.trips > 0 || k.buckets.iter().any(|b| b.total > 0 && b.second > second - WINDOW_SECS)
+            });
+        }
         let k = keys.entry(key_id).or_insert_with(|| KeyState::new(0, 0, false));
         if k.banned.is_some() || k.blocked_until > now_ms {
             return None;
@@ -259,6 +270,20 @@ mod tests {
         let e = b.check(7, now + 365 * 86_400_000).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code), (403, "api_key_permanently_banned"));
         assert_eq!(e.message, BANNED_NOW);
+    }
+
+    #[test]
+    fn idle_keys_are_forgotten_and_tripped_ones_kept() {
+        let b = Breaker::default();
+        feed(&b, 100, 100, T0); // key 7 trips
+        b.record(8, false, T0);
+        for i in 0..SWEEP_EVERY {
+            b.record(9, false, T0 + 120_000 + i as i64);
+        }
+        let keys = b.keys.lock().unwrap();
+        assert!(keys.contains_key(&7), "trips are kept");
+        assert!(!keys.contains_key(&8), "an idle key with no trip is gone");
+        assert!(keys.contains_key(&9));
     }
 
     #[test]
