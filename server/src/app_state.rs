@@ -1,4 +1,6 @@
-//! Everything a request handler may need, cloned cheaply into each handler.
+//! Everything a request handler may need. Handlers get it by cloning [`AppState`], which is one
+//! `Arc`: axum clones the state for every request, and cloning the fields one by one (a score of
+//! reference counts, the site options' strings) showed up in profiles (issue 15).
 
 use std::sync::Arc;
 
@@ -17,8 +19,25 @@ use crate::{
     scheduler::{Scheduler, admission::Admission},
 };
 
+/// The shared state behind one `Arc`; fields are read through `Deref`.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub config: Arc<Config>,
     pub db: SqlitePool,
     /// Wall clock for stored times (sessions, key expiry); a fake one in tests.

@@ -226,7 +226,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
             .await
             .map_err(|e| StartError::Bootstrap(format!("key circuit breaker: {e}")))?,
     );
-    let state = AppState {
+    let state = AppState::new(crate::app_state::Shared {
         config: Arc::new(config),
         db: db.clone(),
         clock,
@@ -246,7 +246,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         workspace_settings,
         logins: Arc::new(LoginThrottle::default()),
         breaker,
-    };
+    });
     crate::workspace_settings::load(&state)
         .await
         .map_err(|e| StartError::Bootstrap(format!("workspace settings: {e}")))?;
