@@ -162,28 +162,44 @@ pub async fn update(
     get(db, clock, id).await
 }
 
-/// Whose keys a deletion revokes.
+/// What a soft deletion removes: a member or a pool (both stay as rows for history).
 #[derive(Debug, Clone, Copy)]
 pub enum Holder {
     Member,
     Pool,
 }
 
-/// Revokes, inside the deletion's transaction, every live key of a deleted member or pool (the
-/// proxy refuses them once the change is applied), then removes the rows that tied `id` to the
-/// workspace (`forget`: statements with one `?` for the id). Answers how many keys were revoked.
-pub async fn revoke_for_deletion(
+/// Deletes member or pool `id` inside `tx`, the one mechanism for both: the row is marked deleted
+/// with its name freed (see `validate::DELETED_MARK`; a member is also switched off), every live
+/// key it holds is revoked (the proxy refuses them once the change is applied), and the rows that
+/// tied it to the workspace are removed (`forget`: statements with one `?` for the id). 404 when
+/// there is no such live row. Answers how many keys were revoked.
+pub async fn soft_delete(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     holder: Holder,
     id: i64,
     now: i64,
     forget: &[&str],
 ) -> Result<u64> {
-    let sql = match holder {
-        Holder::Member => "UPDATE api_keys SET revoked_at = ? WHERE member_id = ? AND revoked_at IS NULL",
-        Holder::Pool => "UPDATE api_keys SET revoked_at = ? WHERE pool_id = ? AND revoked_at IS NULL",
+    let (mark, revoke, what) = match holder {
+        Holder::Member => (
+            "UPDATE members SET deleted_at = ?1, updated_at = ?1, enabled = 0, username = username || ?2 || id
+             WHERE id = ?3 AND deleted_at IS NULL",
+            "UPDATE api_keys SET revoked_at = ? WHERE member_id = ? AND revoked_at IS NULL",
+            "member",
+        ),
+        Holder::Pool => (
+            "UPDATE pools SET deleted_at = ?1, updated_at = ?1, name = name || ?2 || id
+             WHERE id = ?3 AND deleted_at IS NULL",
+            "UPDATE api_keys SET revoked_at = ? WHERE pool_id = ? AND revoked_at IS NULL",
+            "pool",
+        ),
     };
-    let revoked = sqlx::query(sql).bind(now).bind(id).execute(&mut **tx).await?.rows_affected();
+    let marked = sqlx::query(mark).bind(now).bind(validate::DELETED_MARK).bind(id).execute(&mut **tx).await?;
+    if marked.rows_affected() == 0 {
+        return Err(Error::NotFound(what));
+    }
+    let revoked = sqlx::query(revoke).bind(now).bind(id).execute(&mut **tx).await?.rows_affected();
     for sql in forget {
         sqlx::query(sql).bind(id).execute(&mut **tx).await?;
     }

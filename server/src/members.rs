@@ -210,19 +210,12 @@ pub async fn delete(db: &SqlitePool, clock: &dyn Clock, actor: i64, id: i64) -> 
     }
     let now = to_unix(clock.now());
     let mut tx = db.begin().await?;
-    let marked = sqlx::query(
-        "UPDATE members SET deleted_at = ?, updated_at = ?, enabled = 0, username = username || ? || id
-         WHERE id = ? AND deleted_at IS NULL",
-    )
-    .bind(now)
-    .bind(now)
-    .bind(validate::DELETED_MARK)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    if marked.rows_affected() == 0 {
-        return Err(Error::NotFound("member"));
-    }
+    let forget = [
+        "DELETE FROM sessions WHERE member_id = ?",
+        "DELETE FROM pool_members WHERE member_id = ?",
+        "DELETE FROM session_bindings WHERE member_id = ?",
+    ];
+    let revoked = keys::soft_delete(&mut tx, keys::Holder::Member, id, now, &forget).await?;
     // Two admins deleting each other at once: the writes are serialized, and the second finds
     // its actor gone and leaves the workspace its admin.
     let actor_live: Option<i64> = sqlx::query_scalar(
@@ -235,12 +228,6 @@ pub async fn delete(db: &SqlitePool, clock: &dyn Clock, actor: i64, id: i64) -> 
         return Err(Error::forbidden("you are no longer an enabled admin"));
     }
     keep_an_admin(&mut tx, id).await?;
-    let forget = [
-        "DELETE FROM sessions WHERE member_id = ?",
-        "DELETE FROM pool_members WHERE member_id = ?",
-        "DELETE FROM session_bindings WHERE member_id = ?",
-    ];
-    let revoked = keys::revoke_for_deletion(&mut tx, keys::Holder::Member, id, now, &forget).await?;
     tx.commit().await?;
     Ok(revoked)
 }

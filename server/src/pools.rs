@@ -137,26 +137,12 @@ pub async fn update(db: &SqlitePool, clock: &dyn Clock, id: i64, patch: PoolPatc
 pub async fn delete(db: &SqlitePool, clock: &dyn Clock, id: i64) -> Result<u64> {
     let now = to_unix(clock.now());
     let mut tx = db.begin().await?;
-    // The name is freed for a new pool (see `validate::DELETED_MARK`).
-    let marked = sqlx::query(
-        "UPDATE pools SET deleted_at = ?, updated_at = ?, name = name || ? || id
-         WHERE id = ? AND deleted_at IS NULL",
-    )
-    .bind(now)
-    .bind(now)
-    .bind(validate::DELETED_MARK)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    if marked.rows_affected() == 0 {
-        return Err(Error::NotFound("pool"));
-    }
     let forget = [
         "DELETE FROM pool_members WHERE pool_id = ?",
         "DELETE FROM account_pools WHERE pool_id = ?",
         "DELETE FROM session_bindings WHERE pool_id = ?",
     ];
-    let revoked = keys::revoke_for_deletion(&mut tx, keys::Holder::Pool, id, now, &forget).await?;
+    let revoked = keys::soft_delete(&mut tx, keys::Holder::Pool, id, now, &forget).await?;
     tx.commit().await?;
     Ok(revoked)
 }
