@@ -1078,3 +1078,92 @@ mod tests {
         }
     }
 }
+
+/// A budget policy (BUD-1) with its usage in the current window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetView {
+    pub id: i64,
+    /// `apikey`, `member` or `ws` (the workspace).
+    pub subject: String,
+    /// The key or member; none for the workspace.
+    pub subject_id: Option<i64>,
+    /// The key's name and owner, the member's username, or "Workspace".
+    pub subject_name: String,
+    /// `requests`, `total_tokens`, `prompt_tokens`, `completion_tokens` or `credits`.
+    pub metric: String,
+    /// `minute`, `minutes`, `day`, `month` or `total`.
+    pub window: String,
+    /// For a `minutes` window.
+    pub window_minutes: Option<u32>,
+    /// Credits may have decimals; the other metrics are whole numbers.
+    pub limit: f64,
+    pub used: f64,
+    pub remaining: f64,
+    /// When a refused client may retry (BUD-2: 90 s after the window's end); none for `total`.
+    pub reset_at: Option<DateTime<Utc>>,
+}
+
+impl BudgetView {
+    /// `300 requests / day`, `2.5 credits / 15 minutes`.
+    pub fn describe(&self) -> String {
+        let window = match (self.window.as_str(), self.window_minutes) {
+            ("minutes", Some(n)) => format!("{n} minutes"),
+            ("total", _) => "in total".to_owned(),
+            (w, _) => w.to_owned(),
+        };
+        let sep = if self.window == "total" { " " } else { " / " };
+        format!("{} {}{sep}{window}", self.limit, self.metric.replace('_', " "))
+    }
+}
+
+/// A new budget policy. Admins set any; a key's owner sets their key's (`apikey`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewBudget {
+    pub subject: String,
+    #[serde(default)]
+    pub subject_id: Option<i64>,
+    pub metric: String,
+    pub window: String,
+    #[serde(default)]
+    pub window_minutes: Option<i64>,
+    pub limit: f64,
+}
+
+/// A change to a budget policy; absent fields stay. A new metric or window starts the count
+/// afresh.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetPatch {
+    #[serde(default)]
+    pub metric: Option<String>,
+    #[serde(default)]
+    pub window: Option<String>,
+    #[serde(default)]
+    pub window_minutes: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<f64>,
+}
+
+/// A model's price for the `credits` metric: credits per million tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PriceView {
+    /// A model id, or `*` for every model without a price of its own.
+    pub model: String,
+    pub prompt: f64,
+    pub completion: f64,
+    /// Cached prompt tokens; the prompt price when none.
+    pub cached: Option<f64>,
+    /// `app` (set in the web app or API, overrides) or `config` (the configuration file).
+    pub source: String,
+}
+
+/// A price set in the web app or API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceInput {
+    pub prompt: f64,
+    pub completion: f64,
+    #[serde(default)]
+    pub cached: Option<f64>,
+}

@@ -74,6 +74,8 @@ pub struct Shared {
     pub logins: Arc<crate::auth::throttle::LoginThrottle>,
     /// BUD-4: every key's failure window, blocks and bans.
     pub breaker: Arc<crate::breaker::Breaker>,
+    /// BUD-1..BUD-3: budget policies, their usage and the price table.
+    pub budgets: Arc<crate::budgets::Budgets>,
 }
 
 tokio::task_local! {

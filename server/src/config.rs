@@ -162,6 +162,15 @@ pub struct Settings {
     #[arg(long, value_name = "BOOL")]
     #[serde(default)]
     pub gateway_quota_weighted: Option<bool>,
+    /// Time zone of calendar budget windows (days, months), an IANA name [env: SUBLANE_TIME_ZONE] [default: Asia/Shanghai]
+    #[arg(long, value_name = "ZONE")]
+    #[serde(default)]
+    pub time_zone: Option<chrono_tz::Tz>,
+    /// Credits per million tokens by model, for `credits` budgets; config file only:
+    /// `[prices."gpt-5.1"] prompt = 1.25, completion = 10.0, cached = 0.125` (`"*"` for any other model)
+    #[arg(skip)]
+    #[serde(default)]
+    pub prices: Option<std::collections::BTreeMap<String, crate::budgets::Price>>,
     #[command(flatten)]
     #[serde(default)]
     pub upstream: UpstreamSettings,
@@ -340,6 +349,10 @@ pub struct Config {
     pub models: crate::catalogue::Catalogues,
     /// Which workspace settings the environment or config file set (the web app says so).
     pub configured: crate::workspace_settings::Configured,
+    /// BUD-1: the zone calendar budget windows follow.
+    pub time_zone: chrono_tz::Tz,
+    /// BUD-1: the configured price table (the web app's prices override it).
+    pub prices: crate::budgets::Prices,
 }
 
 /// Resolved upstream URLs.
@@ -413,6 +426,8 @@ impl Settings {
                 "SUBLANE_GATEWAY_QUOTA_WEIGHTED",
                 var("SUBLANE_GATEWAY_QUOTA_WEIGHTED").map(|v| v.to_ascii_lowercase()),
             )?,
+            time_zone: parsed("SUBLANE_TIME_ZONE", var("SUBLANE_TIME_ZONE"))?,
+            prices: None,
             upstream: UpstreamSettings {
                 codex_base_url: parse("SUBLANE_CODEX_BASE_URL")?,
                 codex_usage_url: parse("SUBLANE_CODEX_USAGE_URL")?,
@@ -487,6 +502,8 @@ impl Settings {
             overload_pause: over.overload_pause.or(self.overload_pause),
             binding_ttl: over.binding_ttl.or(self.binding_ttl),
             gateway_quota_weighted: over.gateway_quota_weighted.or(self.gateway_quota_weighted),
+            time_zone: over.time_zone.or(self.time_zone),
+            prices: over.prices.or(self.prices),
             upstream: UpstreamSettings {
                 codex_base_url: o.codex_base_url.or(u.codex_base_url),
                 codex_usage_url: o.codex_usage_url.or(u.codex_usage_url),
@@ -545,6 +562,10 @@ impl Settings {
             binding_ttl: self.binding_ttl.filter(|d| !d.is_zero()).unwrap_or(defaults.binding_ttl),
             quota_weighted: self.gateway_quota_weighted.unwrap_or(defaults.quota_weighted),
         };
+        let prices = crate::budgets::Prices(self.prices.unwrap_or_default());
+        for (model, price) in &prices.0 {
+            price.validate().map_err(|e| ConfigError::Invalid(format!("price of {model:?}: {e}")))?;
+        }
         let u = self.upstream;
         let oa = self.oauth;
         let m = self.models;
@@ -591,6 +612,8 @@ impl Settings {
             scheduler,
             models,
             configured,
+            time_zone: self.time_zone.unwrap_or(crate::budgets::window::DEFAULT_ZONE),
+            prices,
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
                 codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,

@@ -226,6 +226,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
             .await
             .map_err(|e| StartError::Bootstrap(format!("key circuit breaker: {e}")))?,
     );
+    let budgets = Arc::new(crate::budgets::Budgets::new(config.time_zone, config.prices.clone()));
+    budgets.load(&db, clock.now()).await.map_err(|e| StartError::Bootstrap(format!("budgets: {e}")))?;
     let state = AppState::new(crate::app_state::Shared {
         config: Arc::new(config),
         db: db.clone(),
@@ -246,6 +248,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         workspace_settings,
         logins: Arc::new(LoginThrottle::default()),
         breaker,
+        budgets,
     });
     crate::workspace_settings::load(&state)
         .await

@@ -3,8 +3,11 @@
 
 mod common;
 
-use common::bed::{Bed, T0};
-use reqwest::{Method, StatusCode};
+use common::{
+    bed::{Bed, T0},
+    rig::{self, MODEL},
+};
+use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 
 impl Bed {
@@ -138,4 +141,246 @@ async fn mostly_failing_is_not_enough_and_every_protocol_hears_the_block() {
     assert_eq!(body["error"]["details"][0]["metadata"]["retry_after"], "30");
     assert_eq!(body["error"]["details"][1]["retryDelay"], "30s");
     let _ = &mut bed;
+}
+
+/// One Responses call on the rig's key, read to the end: status, headers, body (JSON or the
+/// streamed text).
+async fn call(bed: &Bed) -> (StatusCode, HeaderMap, Value) {
+    let resp = bed.rig.responses(None, rig::body(MODEL)).send().await.unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let text = resp.text().await.unwrap();
+    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+impl Bed {
+    /// The id of the rig's (first) key.
+    async fn key_id(&mut self) -> i64 {
+        let (_, keys) = self.rig.admin.call(Method::GET, "/api/me/keys", None).await;
+        keys.as_array().unwrap().iter().filter_map(|k| k["id"].as_i64()).min().unwrap()
+    }
+
+    async fn policy(&mut self, policy: Value) -> i64 {
+        let (status, body) = self.rig.admin.call(Method::POST, "/api/budgets", Some(policy)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_i64().unwrap()
+    }
+
+    /// The policy as `GET /api/budgets` shows it once its usage is `used` (charges land when a
+    /// call's record is made, just after its last byte).
+    async fn usage(&mut self, id: i64, used: f64) -> Value {
+        let mut shown = Value::Null;
+        for _ in 0..100 {
+            let (_, all) = self.rig.admin.call(Method::GET, "/api/budgets", None).await;
+            shown = all.as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone();
+            if shown["used"] == used {
+                return shown;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("usage never reached {used}: {shown}");
+    }
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// BUD-2/BUD-3: a key's daily token budget lets the call that crosses it complete and refuses
+/// the next (429, the seed's message, `limit`/`used`/`reset_at`, no Retry-After, recorded as
+/// rejected); every answer carries the quota headers; usage outlives a restart; the next day in
+/// the workspace zone (Shanghai) starts afresh.
+#[tokio::test]
+async fn a_key_budget_refuses_the_call_after_the_one_that_crosses_it() {
+    let mut bed = Bed::start(&[]).await;
+    bed.rig.add_account("codex", "tok-budget", 0).await;
+    let key = bed.key_id().await;
+    let id = bed
+        .policy(json!({"subject": "apikey", "subject_id": key, "metric": "total_tokens", "window": "day", "limit": 200}))
+        .await;
+    // T0 is 2030-03-18 01:46:40 in Shanghai: the day ends at 16:00 UTC, reset_at 90 s later
+    let (status, h, _) = call(&bed).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&h, "x-sublane-quota-total_tokens-limit"), Some("200"));
+    assert_eq!(header(&h, "x-sublane-quota-total_tokens-remaining"), Some("200"));
+    assert_eq!(header(&h, "x-sublane-quota-total_tokens-reset"), Some("2030-03-18T16:01:30Z"));
+    bed.usage(id, 127.0).await; // the mock reports 120 input + 7 output tokens
+    let (status, h, _) = call(&bed).await;
+    assert_eq!(status, StatusCode::OK, "127 of 200 used: this call crosses the limit and completes");
+    assert_eq!(header(&h, "x-sublane-quota-total_tokens-remaining"), Some("73"));
+    let shown = bed.usage(id, 254.0).await;
+    assert_eq!(
+        (shown["remaining"].clone(), shown["reset_at"].clone()),
+        (json!(0.0), json!("2030-03-18T16:01:30Z"))
+    );
+
+    let records = bed.rig.t.records(2).await.len();
+    let (status, h, body) = call(&bed).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(header(&h, "retry-after"), None);
+    assert_eq!(body["error"]["message"], "rate limit exceeded on apikey total_tokens/day");
+    assert_eq!((body["error"]["limit"].clone(), body["error"]["used"].clone()), (json!(200.0), json!(254.0)));
+    assert_eq!(body["error"]["reset_at"], "2030-03-18T16:01:30Z");
+    assert_eq!(header(&h, "x-sublane-quota-total_tokens-remaining"), Some("0"), "refusals carry them too");
+    let all = bed.rig.t.records(records + 1).await;
+    let last = all.iter().max_by_key(|r| r["id"].as_i64()).unwrap();
+    assert_eq!(
+        (last["outcome"].as_str(), last["error_code"].as_str()),
+        (Some("rejected"), Some("budget_exceeded"))
+    );
+    bed.usage(id, 254.0).await; // a refusal uses nothing
+
+    let secret = bed.rig.key.clone();
+    let mut bed = bed.restart().await;
+    bed.rig.key = secret;
+    bed.usage(id, 254.0).await;
+    assert_eq!(call(&bed).await.0, StatusCode::TOO_MANY_REQUESTS, "still refused after a restart");
+    bed.advance(80_000 - 1); // 15:59:59 UTC: still the same Shanghai day
+    assert_eq!(call(&bed).await.0, StatusCode::TOO_MANY_REQUESTS);
+    bed.advance(1);
+    let (status, h, _) = call(&bed).await;
+    assert_eq!(status, StatusCode::OK, "a new day");
+    assert_eq!(header(&h, "x-sublane-quota-total_tokens-reset"), Some("2030-03-19T16:01:30Z"));
+    let _ = T0;
+}
+
+/// Member and workspace policies, `minutes` windows and `credits` priced per model; a
+/// WebSocket turn is refused like an HTTP call; calls in flight when a limit is reached all
+/// complete and are all counted (the overshoot is at most what was in flight).
+#[tokio::test]
+async fn member_workspace_and_credit_budgets_and_calls_in_flight() {
+    let mut bed = Bed::start(&[]).await;
+    bed.rig.add_account("codex", "tok-credits", 0).await;
+    let (status, prices) = bed
+        .rig
+        .admin
+        .call(
+            Method::PUT,
+            &format!("/api/prices/{MODEL}"),
+            Some(json!({"prompt": 1000, "completion": 10000, "cached": 500})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{prices}");
+    // (120 - 64) × 1000 + 64 × 500 + 7 × 10000 micro-credits = 0.158 credits a call
+    let credits = bed
+        .policy(json!({"subject": "member", "subject_id": 1, "metric": "credits", "window": "month", "limit": 0.2}))
+        .await;
+    assert_eq!(call(&bed).await.0, StatusCode::OK);
+    bed.usage(credits, 0.158).await;
+    assert_eq!(call(&bed).await.0, StatusCode::OK);
+    bed.usage(credits, 0.316).await;
+    let (status, h, body) = call(&bed).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["error"]["message"], "rate limit exceeded on member credits/month");
+    assert_eq!(header(&h, "x-sublane-quota-credits-limit"), Some("0.2"));
+    let (status, _) = bed.rig.admin.call(Method::DELETE, &format!("/api/budgets/{credits}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    // six calls at once, each 300 ms at the upstream, against a workspace limit of 2 requests
+    let ws = bed
+        .policy(json!({"subject": "ws", "metric": "requests", "window": "minutes", "window_minutes": 15, "limit": 2}))
+        .await;
+    bed.rig.script("tok-credits", json!({"delay_ms": 300})).await;
+    let calls = (0..6).map(|_| call(&bed));
+    let answers = futures_util::future::join_all(calls).await;
+    assert!(answers.iter().all(|a| a.0 == StatusCode::OK), "all were admitted before any finished");
+    bed.usage(ws, 6.0).await;
+    let (status, _, body) = call(&bed).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["error"]["message"], "rate limit exceeded on ws requests/minutes");
+    assert_eq!(body["error"]["window_minutes"], 15);
+
+    // a WebSocket turn hears it as an error event
+    let url = format!("{}/v1/responses", bed.rig.t.base.replace("http://", "ws://"));
+    let mut req =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url).unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", bed.rig.key).parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    use futures_util::{SinkExt, StreamExt};
+    let create =
+        json!({"type": "response.create", "model": MODEL, "input": [{"role": "user", "content": "hi"}]});
+    socket.send(tokio_tungstenite::tungstenite::Message::text(create.to_string())).await.unwrap();
+    let frame = loop {
+        let msg = socket.next().await.unwrap().unwrap();
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
+            break serde_json::from_str::<Value>(t.as_str()).unwrap();
+        }
+    };
+    assert_eq!(frame["type"], "error", "{frame}");
+    assert_eq!(frame["error"]["message"], "rate limit exceeded on ws requests/minutes");
+    assert_eq!(frame["error"]["limit"], 2.0);
+
+    // the next 15-minute window (from the zone's midnight) starts afresh
+    bed.advance(15 * 60);
+    assert_eq!(call(&bed).await.0, StatusCode::OK);
+}
+
+/// Who may set what (API): a member sets their own key's budget only and sees the policies
+/// that apply to them; bad input names its field; anonymous callers are refused.
+#[tokio::test]
+async fn members_set_their_own_keys_budget_and_see_what_applies_to_them() {
+    let mut bed = Bed::start(&[]).await;
+    let admin_key = bed.key_id().await;
+    let (mut member, member_id) = bed.rig.t.member(&bed.rig.admin, "budgeted").await;
+    let (status, key) = member.call(Method::POST, "/api/me/keys", Some(json!({"name": "mine"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{key}");
+    let own = key["key"]["id"].as_i64().unwrap();
+    let mine =
+        json!({"subject": "apikey", "subject_id": own, "metric": "requests", "window": "day", "limit": 50});
+    let (status, body) = member.call(Method::POST, "/api/budgets", Some(mine)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let own_policy = body["id"].as_i64().unwrap();
+    let (status, body) =
+        member.call(Method::PATCH, &format!("/api/budgets/{own_policy}"), Some(json!({"limit": 80}))).await;
+    assert_eq!((status, body["limit"].clone()), (StatusCode::OK, json!(80.0)), "{body}");
+    let theirs = json!({"subject": "apikey", "subject_id": admin_key, "metric": "requests", "window": "day", "limit": 5});
+    let (status, body) = member.call(Method::POST, "/api/budgets", Some(theirs)).await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("subject_id"))
+    );
+    let on_member = json!({"subject": "member", "subject_id": member_id, "metric": "requests", "window": "day", "limit": 5});
+    let (status, _) = member.call(Method::POST, "/api/budgets", Some(on_member.clone())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = member.call(Method::GET, "/api/budgets", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = member.call(Method::GET, "/api/prices", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let admin_only = bed
+        .policy(json!({"subject": "apikey", "subject_id": admin_key, "metric": "requests", "window": "total", "limit": 9}))
+        .await;
+    let (status, body) = member.call(Method::DELETE, &format!("/api/budgets/{admin_only}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    bed.policy(on_member).await;
+    bed.policy(json!({"subject": "ws", "metric": "total_tokens", "window": "month", "limit": 1000000})).await;
+    let (status, quota) = member.call(Method::GET, "/api/me/quota", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let subjects: Vec<&str> =
+        quota.as_array().unwrap().iter().map(|p| p["subject"].as_str().unwrap()).collect();
+    assert_eq!(subjects, ["apikey", "member", "ws"], "their key's, their own and the workspace's: {quota}");
+    assert_eq!(quota[0]["subject_name"], "mine (budgeted)");
+
+    for (bad, field) in [
+        (json!({"subject": "ws", "metric": "bogus", "window": "day", "limit": 1}), "metric"),
+        (json!({"subject": "ws", "metric": "requests", "window": "minutes", "limit": 1}), "window_minutes"),
+        (json!({"subject": "ws", "metric": "requests", "window": "week", "limit": 1}), "window"),
+        (json!({"subject": "ws", "metric": "requests", "window": "day", "limit": 1.5}), "limit"),
+        (
+            json!({"subject": "dept", "subject_id": 1, "metric": "requests", "window": "day", "limit": 1}),
+            "subject",
+        ),
+        (
+            json!({"subject": "member", "subject_id": 999, "metric": "requests", "window": "day", "limit": 1}),
+            "subject_id",
+        ),
+    ] {
+        let (status, body) = bed.rig.admin.call(Method::POST, "/api/budgets", Some(bad.clone())).await;
+        assert_eq!(
+            (status, body["error"]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "{bad}: {body}"
+        );
+    }
+    let (status, _) = bed.rig.t.client().call(Method::GET, "/api/me/quota", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

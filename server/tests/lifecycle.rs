@@ -36,6 +36,25 @@ impl Process {
     async fn start(env: &[(&str, &str)]) -> Process {
         let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
+        let (child, base) = Self::launch(&dir, &mock, env).await;
+        let mut admin = common::Client::new(&base);
+        admin.sign_in("admin", common::ADMIN_PASSWORD).await;
+        let (status, account) = admin
+            .call(
+                Method::POST,
+                "/api/accounts",
+                Some(json!({"provider": "openai_api", "name": "life", "pool_ids": [1],
+                            "credentials": {"kind": "api_key", "api_key": TOKEN}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{account}");
+        let account_id = account["id"].as_i64().unwrap();
+        let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "life"}))).await;
+        Process { child, base, dir, mock, key: key["secret"].as_str().unwrap().to_owned(), account_id }
+    }
+
+    /// The binary on `dir`, once it announces its address.
+    async fn launch(dir: &tempfile::TempDir, mock: &MockUpstream, env: &[(&str, &str)]) -> (Child, String) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sublane"));
         cmd.env("SUBLANE_ADDR", "127.0.0.1:0")
             .env("SUBLANE_DATA_DIR", dir.path())
@@ -60,20 +79,15 @@ impl Process {
                 break url.trim().to_owned();
             }
         };
-        let mut admin = common::Client::new(&base);
-        admin.sign_in("admin", common::ADMIN_PASSWORD).await;
-        let (status, account) = admin
-            .call(
-                Method::POST,
-                "/api/accounts",
-                Some(json!({"provider": "openai_api", "name": "life", "pool_ids": [1],
-                            "credentials": {"kind": "api_key", "api_key": TOKEN}})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{account}");
-        let account_id = account["id"].as_i64().unwrap();
-        let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "life"}))).await;
-        Process { child, base, dir, mock, key: key["secret"].as_str().unwrap().to_owned(), account_id }
+        (child, base)
+    }
+
+    /// `kill -9`, then the binary again on the same data directory.
+    async fn crash_and_restart(&mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+        let (child, base) = Self::launch(&self.dir, &self.mock, &[]).await;
+        (self.child, self.base) = (child, base);
     }
 
     async fn script(&self, script: Value) {
@@ -312,4 +326,46 @@ where
     })
     .await
     .expect("the WebSocket is closed in time")
+}
+
+/// BUD-2: budget usage is written in the transaction of the records it counts, so a `kill -9`
+/// keeps exactly what was written: after the restart the count equals the records (never counted
+/// twice, nothing written lost), and counting goes on from there.
+#[tokio::test]
+async fn budget_usage_survives_kill_9_without_double_counting() {
+    let mut p = Process::start(&[]).await;
+    let mut admin = common::Client::new(&p.base);
+    admin.sign_in("admin", common::ADMIN_PASSWORD).await;
+    let policy = json!({"subject": "ws", "metric": "requests", "window": "total", "limit": 100});
+    let (status, body) = admin.call(Method::POST, "/api/budgets", Some(policy)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let http = reqwest::Client::new();
+    let secret = p.key.clone();
+    let call = |base: String| {
+        let req = http
+            .post(format!("{base}/v1/responses"))
+            .bearer_auth(&secret)
+            .json(&json!({"model": "gpt-5.1-codex", "input": "hi"}));
+        async move { req.send().await.unwrap().status() }
+    };
+    for _ in 0..3 {
+        assert_eq!(call(p.base.clone()).await, StatusCode::OK);
+    }
+    assert!(eventually(Duration::from_secs(10), || async { p.records().len() == 3 }).await);
+
+    p.crash_and_restart().await;
+    let mut admin = common::Client::new(&p.base);
+    admin.sign_in("admin", common::ADMIN_PASSWORD).await;
+    let (_, quota) = admin.call(Method::GET, "/api/me/quota", None).await;
+    assert_eq!(quota[0]["used"], 3.0, "{quota}");
+    assert_eq!(call(p.base.clone()).await, StatusCode::OK);
+    let mut used = Value::Null;
+    for _ in 0..100 {
+        used = admin.call(Method::GET, "/api/me/quota", None).await.1[0]["used"].clone();
+        if used == 4.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(used, 4.0);
 }

@@ -3,6 +3,7 @@
 //! [`crate::error::Error`]); unknown routes and methods answer in the same shape.
 
 mod accounts;
+mod budgets;
 mod extract;
 mod keys;
 mod members;
@@ -30,6 +31,7 @@ pub fn router() -> Router<AppState> {
         .merge(keys::router())
         .merge(requests::router())
         .merge(settings::router())
+        .merge(budgets::router())
         .fallback(|| async { Error::NotFound("API route") })
         .method_not_allowed_fallback(|| async { MethodNotAllowed })
 }

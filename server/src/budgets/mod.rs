@@ -1,4 +1,386 @@
 //! Budgets (BUD-1..BUD-3): limits on requests, tokens or credits per key, member or workspace over
-//! a window. This part holds the window arithmetic; policies and their enforcement build on it.
+//! a window.
+//!
+//! This module owns the runtime state: the policies in force, each policy's usage in its current
+//! window, and the price table. A call is checked at admission (and again before dispatch after a
+//! wait); a finished call is charged at once in memory, and the same charges travel with its
+//! request record to the record writer, which adds them to `budget_usage` in the transaction that
+//! writes the record. So a crash keeps or loses both, and a restart reloads exactly what was
+//! written: nothing is counted twice. Usage is counted after completion (the seed's rule): calls
+//! already in flight when a limit is reached complete, so a limit is overshot by at most those.
 
+pub mod manage;
+pub mod policy;
+pub mod prices;
+pub mod store;
 pub mod window;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use chrono::{DateTime, SecondsFormat, Utc};
+use chrono_tz::Tz;
+use serde_json::json;
+
+pub use policy::{Metric, Policy, Subject};
+pub use prices::{Price, Prices};
+pub use window::{Span, Window};
+
+use crate::{proxy::error::GatewayError, records::Usage};
+
+/// Usage added to one policy's window by one finished request; written with its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub policy_id: i64,
+    pub window_start_ms: i64,
+    pub window_end_ms: Option<i64>,
+    pub amount: i64,
+}
+
+/// A policy's window and its usage at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    pub policy: Policy,
+    pub span: Span,
+    pub used: i64,
+}
+
+impl Standing {
+    pub fn remaining(&self) -> i64 {
+        (self.policy.limit - self.used).max(0)
+    }
+
+    pub fn exceeded(&self) -> bool {
+        self.used >= self.policy.limit
+    }
+
+    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After.
+    pub fn refusal(&self) -> GatewayError {
+        let p = &self.policy;
+        let message = format!(
+            "rate limit exceeded on {} {}/{}",
+            p.subject.kind(),
+            p.metric.as_str(),
+            policy::window_kind(p.window)
+        );
+        let mut e = GatewayError::budget_exceeded(message)
+            .with_field("limit", json!(p.metric.shown(p.limit)))
+            .with_field("used", json!(p.metric.shown(self.used)))
+            .with_field("reset_at", json!(self.span.reset_at().map(rfc3339)));
+        if let Window::Minutes(n) = p.window {
+            e = e.with_field("window_minutes", json!(n));
+        }
+        e
+    }
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// What the check at admission found: the refusal, if any, and the BUD-3 headers (for each
+/// metric, the applicable policy with the least remaining).
+#[derive(Debug, Default)]
+pub struct Checked {
+    pub refused: Option<Standing>,
+    headers: Vec<Standing>,
+}
+
+impl Checked {
+    /// Whether the call went through a budget check at all (some policy applies).
+    pub fn applies(&self) -> bool {
+        !self.headers.is_empty()
+    }
+
+    /// Adds `x-sublane-quota-<metric>-limit`, `-remaining` and `-reset` (RFC 3339, absent for
+    /// `total`).
+    pub fn add_headers(&self, to: &mut HeaderMap) {
+        for st in &self.headers {
+            let m = st.policy.metric;
+            let mut put = |suffix: &str, value: String| {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::try_from(format!("x-sublane-quota-{}-{suffix}", m.as_str())),
+                    HeaderValue::try_from(value),
+                ) {
+                    to.insert(name, value);
+                }
+            };
+            put("limit", number(m.shown(st.policy.limit)));
+            put("remaining", number(m.shown(st.remaining())));
+            if let Some(reset) = st.span.reset_at() {
+                put("reset", rfc3339(reset));
+            }
+        }
+    }
+}
+
+/// A number as a header shows it: whole numbers without a decimal point.
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 { format!("{}", v as i64) } else { format!("{v}") }
+}
+
+/// A policy's usage in its current window.
+#[derive(Debug, Clone, Copy)]
+struct Counter {
+    start_ms: i64,
+    used: i64,
+}
+
+/// The budgets in force and their usage.
+pub struct Budgets {
+    zone: Tz,
+    /// False while no policy exists: the check then costs one atomic load.
+    active: AtomicBool,
+    /// Ordered key policies first, then member, then workspace (the most specific refusal wins).
+    policies: RwLock<Arc<Vec<Policy>>>,
+    counters: Mutex<HashMap<i64, Counter>>,
+    /// The configuration file's prices, under the web app's.
+    configured_prices: Prices,
+    prices: RwLock<Arc<Prices>>,
+}
+
+impl Budgets {
+    pub fn new(zone: Tz, configured_prices: Prices) -> Budgets {
+        Budgets {
+            zone,
+            active: AtomicBool::new(false),
+            policies: RwLock::new(Arc::new(Vec::new())),
+            counters: Mutex::new(HashMap::new()),
+            prices: RwLock::new(Arc::new(configured_prices.clone())),
+            configured_prices,
+        }
+    }
+
+    /// The workspace time zone calendar windows follow.
+    pub fn zone(&self) -> Tz {
+        self.zone
+    }
+
+    /// Reads policies, prices and the current windows' usage (at start).
+    pub async fn load(&self, db: &sqlx::SqlitePool, now: DateTime<Utc>) -> sqlx::Result<()> {
+        self.reload_prices(db).await?;
+        self.reload_policies(db).await?;
+        let policies = self.policies();
+        let rows = store::usage(db).await?;
+        let mut counters = lock(&self.counters);
+        for p in policies.iter() {
+            let start_ms = p.window.span(now, self.zone).start.timestamp_millis();
+            if let Some(&(_, _, used)) = rows.iter().find(|r| r.0 == p.id && r.1 == start_ms) {
+                counters.insert(p.id, Counter { start_ms, used });
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads the policies after a change; usage of the policies that remain is kept.
+    pub async fn reload_policies(&self, db: &sqlx::SqlitePool) -> sqlx::Result<()> {
+        let mut policies = store::policies(db).await?;
+        policies.sort_by_key(|p| (subject_rank(p.subject), p.id));
+        let ids: std::collections::HashSet<i64> = policies.iter().map(|p| p.id).collect();
+        lock(&self.counters).retain(|id, _| ids.contains(id));
+        self.active.store(!policies.is_empty(), Ordering::Release);
+        *self.policies.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policies);
+        Ok(())
+    }
+
+    /// Re-reads the web app's prices over the configured ones.
+    pub async fn reload_prices(&self, db: &sqlx::SqlitePool) -> sqlx::Result<()> {
+        let set = store::prices(db).await?;
+        *self.prices.write().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(self.configured_prices.overlay(&set));
+        Ok(())
+    }
+
+    /// Starts a policy's count afresh (its metric or window changed).
+    pub fn forget(&self, policy_id: i64) {
+        lock(&self.counters).remove(&policy_id);
+    }
+
+    pub fn configured_prices(&self) -> &Prices {
+        &self.configured_prices
+    }
+
+    pub fn prices(&self) -> Arc<Prices> {
+        Arc::clone(&self.prices.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn policies(&self) -> Arc<Vec<Policy>> {
+        Arc::clone(&self.policies.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Every policy `keep` selects, with its usage now.
+    pub fn standings(&self, now: DateTime<Utc>, keep: impl Fn(&Policy) -> bool) -> Vec<Standing> {
+        let policies = self.policies();
+        let counters = lock(&self.counters);
+        policies.iter().filter(|p| keep(p)).map(|p| self.standing(&counters, p, now)).collect()
+    }
+
+    fn standing(&self, counters: &HashMap<i64, Counter>, p: &Policy, now: DateTime<Utc>) -> Standing {
+        let span = p.window.span(now, self.zone);
+        let start_ms = span.start.timestamp_millis();
+        let used = counters.get(&p.id).filter(|c| c.start_ms == start_ms).map_or(0, |c| c.used);
+        Standing { policy: *p, span, used }
+    }
+
+    /// BUD-2 at admission: the first exhausted policy of the caller's key, member or workspace.
+    pub fn check(&self, key_id: i64, member_id: i64, now: DateTime<Utc>) -> Checked {
+        if !self.active.load(Ordering::Acquire) {
+            return Checked::default();
+        }
+        let all = self.standings(now, |p| p.subject.covers(key_id, member_id));
+        let refused = all.iter().find(|s| s.exceeded()).copied();
+        let mut headers: Vec<Standing> = Vec::new();
+        for st in all {
+            match headers.iter_mut().find(|h| h.policy.metric == st.policy.metric) {
+                Some(h) if st.remaining() < h.remaining() => *h = st,
+                Some(_) => {}
+                None => headers.push(st),
+            }
+        }
+        Checked { refused, headers }
+    }
+
+    /// Counts a finished request against every policy that covers it (in memory now; the
+    /// returned charges are written with its record).
+    pub fn charge(
+        &self,
+        key_id: i64,
+        member_id: i64,
+        model: &str,
+        reached_upstream: bool,
+        usage: &Usage,
+        now: DateTime<Utc>,
+    ) -> Vec<Charge> {
+        if !self.active.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let policies = self.policies();
+        let prices = self.prices();
+        let mut counters = lock(&self.counters);
+        let mut charges = Vec::new();
+        for p in policies.iter().filter(|p| p.subject.covers(key_id, member_id)) {
+            let amount = p.metric.amount(reached_upstream, usage, model, &prices);
+            if amount <= 0 {
+                continue;
+            }
+            let span = p.window.span(now, self.zone);
+            let start_ms = span.start.timestamp_millis();
+            let c = counters.entry(p.id).or_insert(Counter { start_ms, used: 0 });
+            if c.start_ms != start_ms {
+                *c = Counter { start_ms, used: 0 };
+            }
+            c.used = c.used.saturating_add(amount);
+            charges.push(Charge {
+                policy_id: p.id,
+                window_start_ms: start_ms,
+                window_end_ms: span.end.map(|e| e.timestamp_millis()),
+                amount,
+            });
+        }
+        charges
+    }
+}
+
+fn subject_rank(s: Subject) -> u8 {
+    match s {
+        Subject::ApiKey(_) => 0,
+        Subject::Member(_) => 1,
+        Subject::Workspace => 2,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budgets(policies: Vec<Policy>) -> Budgets {
+        let b = Budgets::new(window::DEFAULT_ZONE, Prices::default());
+        b.active.store(true, Ordering::Release);
+        *b.policies.write().unwrap() = Arc::new(policies);
+        b
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    const TOKENS: Usage = Usage { input: Some(70), output: Some(30), cached: None };
+
+    #[test]
+    fn the_request_that_crosses_the_limit_completes_and_the_next_is_refused() {
+        let p = Policy {
+            id: 1,
+            subject: Subject::ApiKey(7),
+            metric: Metric::TotalTokens,
+            window: Window::Day,
+            limit: 150,
+        };
+        let b = budgets(vec![p]);
+        let now = at("2026-12-01T10:00:00Z");
+        assert!(b.check(7, 1, now).refused.is_none());
+        b.charge(7, 1, "m", true, &TOKENS, now);
+        assert!(b.check(7, 1, now).refused.is_none(), "100 of 150 used");
+        b.charge(7, 1, "m", true, &TOKENS, now);
+        let refused = b.check(7, 1, now).refused.unwrap();
+        assert_eq!((refused.used, refused.remaining()), (200, 0));
+        let e = refused.refusal();
+        assert_eq!(e.message, "rate limit exceeded on apikey total_tokens/day");
+        assert_eq!(e.retry_after, None);
+        // the next day in Shanghai starts at 16:00 UTC; reset_at is 90 s later
+        assert!(e.fields.contains(&("reset_at".into(), json!("2026-12-01T16:01:30Z"))));
+        assert!(b.check(8, 1, now).refused.is_none(), "another key is not limited");
+        assert!(b.check(7, 1, at("2026-12-01T16:00:00Z")).refused.is_none(), "a new day");
+    }
+
+    #[test]
+    fn the_most_specific_refusal_and_the_tightest_headers_win() {
+        let b = budgets(vec![
+            Policy {
+                id: 1,
+                subject: Subject::ApiKey(7),
+                metric: Metric::Requests,
+                window: Window::Minute,
+                limit: 1,
+            },
+            Policy {
+                id: 2,
+                subject: Subject::Workspace,
+                metric: Metric::Requests,
+                window: Window::Total,
+                limit: 10,
+            },
+        ]);
+        let now = at("2026-12-01T10:00:00Z");
+        b.charge(7, 1, "m", true, &Usage::default(), now);
+        let c = b.check(7, 1, now);
+        assert_eq!(c.refused.unwrap().policy.id, 1);
+        let mut h = HeaderMap::new();
+        c.add_headers(&mut h);
+        assert_eq!(h["x-sublane-quota-requests-limit"], "1");
+        assert_eq!(h["x-sublane-quota-requests-remaining"], "0");
+        assert_eq!(h["x-sublane-quota-requests-reset"], "2026-12-01T10:02:30Z");
+        // another member's key sees only the workspace's 9 left
+        let mut h = HeaderMap::new();
+        b.check(9, 2, now).add_headers(&mut h);
+        assert_eq!(h["x-sublane-quota-requests-remaining"], "9");
+        assert!(h.get("x-sublane-quota-requests-reset").is_none(), "total never resets");
+    }
+
+    #[test]
+    fn no_policy_means_no_check_and_no_charge() {
+        let b = Budgets::new(window::DEFAULT_ZONE, Prices::default());
+        let now = at("2026-12-01T10:00:00Z");
+        assert!(!b.check(1, 1, now).applies());
+        assert!(b.charge(1, 1, "m", true, &TOKENS, now).is_empty());
+    }
+}

@@ -74,6 +74,9 @@ pub(super) struct Attempt {
     pub slots: Option<(WorkspaceSlot, MemberSlot)>,
     /// The scheduler's explanation (EXP-1); none when rejected before routing.
     pub routing: Option<RoutingDecision>,
+    /// Where a finished attempt is charged (BUD-2).
+    budgets: std::sync::Arc<crate::budgets::Budgets>,
+    clock: crate::clock::SharedClock,
     /// Tells a drop why the attempt ended unfinished (shutdown rather than the client).
     lifecycle: std::sync::Arc<crate::app_state::Lifecycle>,
     /// Recorded (or deliberately not): a drop does nothing more.
@@ -130,17 +133,30 @@ impl Attempt {
             lease: None,
             slots: None,
             routing: None,
+            budgets: std::sync::Arc::clone(&s.budgets),
+            clock: std::sync::Arc::clone(&s.clock),
             lifecycle: std::sync::Arc::clone(&s.lifecycle),
             done: false,
             pending: None,
         }
     }
 
-    /// Settles the lease and builds the record.
+    /// Settles the lease, charges the budgets (a call that reached an upstream counts as a
+    /// request; tokens as reported) and builds the record.
     fn record(&mut self, end: Ending) -> NewRecord {
         if let Some(lease) = self.lease.as_mut() {
             lease.settle(end.verdict);
         }
+        let p = &self.principal;
+        let reached_upstream = end.upstream_status.is_some();
+        let charges = self.budgets.charge(
+            p.key_id,
+            p.member_id,
+            &self.model,
+            reached_upstream,
+            &end.usage,
+            self.clock.now(),
+        );
         NewRecord {
             request_id: self.request_id.clone(),
             member_id: self.principal.member_id,
@@ -158,6 +174,7 @@ impl Attempt {
             upstream_status: end.upstream_status,
             usage: end.usage,
             routing: self.routing.as_ref().and_then(|d| serde_json::to_string(d).ok()),
+            charges,
         }
     }
 

@@ -74,17 +74,26 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
         admitted = admit(&s, principal, &headers, path_model, body) => admitted,
         () = stop.cancelled() => Err(Refused::Silently(GatewayError::shutting_down())),
     };
-    let resp = match admitted {
+    let mut budget = None;
+    let mut resp = match admitted {
         Ok(Admitted { principal, slots, body, fields, model }) => {
             let operation = spec.op.record_name();
+            // BUD-2: the caller's budgets, checked once the call is known (recorded if refused).
+            let checked = s.budgets.check(principal.key_id, principal.member_id, s.clock.now());
+            let refused = checked.refused.map(|st| st.refusal());
+            budget = Some(checked);
             let mut attempt =
                 Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model);
             attempt.slots = Some(slots);
-            // The hard stop cuts a call still waiting on its upstream (the dropped attempt
-            // records itself); a stream already relaying ends in its relay.
-            tokio::select! {
-                resp = dispatch(&s, spec, attempt, &headers, query, body, fields) => resp,
-                () = stop.cancelled() => GatewayError::shutting_down().render(spec.protocol, Some(&request_id)),
+            if let Some(e) = refused {
+                attempt.fail(e, Outcome::Rejected, None).await
+            } else {
+                // The hard stop cuts a call still waiting on its upstream (the dropped attempt
+                // records itself); a stream already relaying ends in its relay.
+                tokio::select! {
+                    resp = dispatch(&s, spec, attempt, &headers, query, body, fields) => resp,
+                    () = stop.cancelled() => GatewayError::shutting_down().render(spec.protocol, Some(&request_id)),
+                }
             }
         }
         Err(Refused::Silently(e)) => e.render(spec.protocol, Some(&request_id)),
@@ -95,8 +104,18 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
                 .await
         }
     };
+    // BUD-3: every answer that went through the budget check says where the caller stands.
+    if let Some(checked) = budget {
+        checked.add_headers(resp.headers_mut());
+    }
     count_for_breaker(&s, key_id, resp.status().as_u16() >= 400).await;
     with_request_id(resp, &request_id)
+}
+
+/// BUD-2, again before dispatch: calls that finished while this one waited for an account may
+/// have used up a budget.
+pub(super) fn budget_refusal(s: &AppState, p: &Principal) -> Option<GatewayError> {
+    s.budgets.check(p.key_id, p.member_id, s.clock.now()).refused.map(|st| st.refusal())
 }
 
 /// BUD-4: every answer to an authenticated key counts, SubLane's own refusals included, except
@@ -227,6 +246,11 @@ async fn dispatch(
             };
         let account = std::sync::Arc::clone(lease.account());
         attempt.lease = Some(lease);
+        if tried.is_empty()
+            && let Some(e) = budget_refusal(s, &attempt.principal)
+        {
+            return attempt.fail(e, Outcome::Rejected, None).await;
+        }
         let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
         let sent = match send_to(s, &request, &attempt, &account, &upstream_model).await {
             Ok(sent) => sent,

@@ -102,6 +102,12 @@ impl GatewayError {
         .retry_after(retry_after)
     }
 
+    /// BUD-2: a budget policy's limit is reached (the seed's message names it; no Retry-After:
+    /// the body's `reset_at` says when).
+    pub fn budget_exceeded(message: String) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "budget_exceeded", message)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }

@@ -187,6 +187,13 @@ async fn session(
                 continue;
             }
         }
+        // BUD-2: every turn is checked as an HTTP call is.
+        if let Some(e) = super::call::budget_refusal(&s, &principal) {
+            if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Rejected).await {
+                break;
+            }
+            continue;
+        }
 
         // Policy is checked every turn; the account is chosen once per connection, and every
         // turn takes one of its slots (ADM-4).
@@ -410,6 +417,11 @@ async fn route(
             };
         let account = Arc::clone(lease.account());
         attempt.lease = Some(lease);
+        if tried.is_empty()
+            && let Some(e) = call::budget_refusal(s, &attempt.principal)
+        {
+            return Err((e, Outcome::Rejected));
+        }
         if bound.is_some() {
             return Ok(upstream_model);
         }

@@ -74,6 +74,8 @@ pub struct NewRecord {
     pub usage: Usage,
     /// Routing explanation as JSON (EXP-1); none when rejected before routing.
     pub routing: Option<String>,
+    /// What it added to budget windows (BUD-2), written in the record's transaction.
+    pub charges: Vec<crate::budgets::Charge>,
 }
 
 /// Cuts a model id to [`MAX_MODEL_LEN`] characters.

@@ -264,6 +264,7 @@ mod tests {
             upstream_status: Some(200),
             usage: Usage::default(),
             routing: None,
+            charges: Vec::new(),
         }
     }
 

@@ -156,6 +156,7 @@ async fn write_batch(
         insert.build().execute(&mut *tx).await?;
     }
     touch_keys(&mut tx, batch).await?;
+    crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
     prune(&mut tx, now_ms, retention).await?;
     tx.commit().await
 }
@@ -227,6 +228,7 @@ mod tests {
             upstream_status: Some(200),
             usage: Usage { input: Some(10), output: Some(2), cached: Some(4) },
             routing: None,
+            charges: Vec::new(),
         }
     }
 
