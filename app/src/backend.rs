@@ -140,6 +140,29 @@ pub trait Backend: Send + Sync + 'static {
     async fn update_key(&self, me: &MemberView, id: i64, patch: KeyPatch) -> Result<ApiKeyView, AppError>;
     /// Revokes any key (admins only).
     async fn revoke_key(&self, me: &MemberView, id: i64) -> Result<(), AppError>;
+
+    /// Every budget policy with its usage now (admins only).
+    async fn budgets(&self, me: &MemberView) -> Result<Vec<BudgetView>, AppError>;
+    /// The policies that apply to the member: the workspace's, their own, their keys'.
+    async fn my_quota(&self, me: &MemberView) -> Result<Vec<BudgetView>, AppError>;
+    /// Admins on any subject; a member on their own key.
+    async fn create_budget(&self, me: &MemberView, new: NewBudget) -> Result<BudgetView, AppError>;
+    async fn update_budget(
+        &self,
+        me: &MemberView,
+        id: i64,
+        patch: BudgetPatch,
+    ) -> Result<BudgetView, AppError>;
+    async fn delete_budget(&self, me: &MemberView, id: i64) -> Result<(), AppError>;
+    /// The price table behind `credits` (admins only).
+    async fn prices(&self, me: &MemberView) -> Result<Vec<PriceView>, AppError>;
+    async fn set_price(
+        &self,
+        me: &MemberView,
+        model: String,
+        price: PriceInput,
+    ) -> Result<Vec<PriceView>, AppError>;
+    async fn delete_price(&self, me: &MemberView, model: String) -> Result<Vec<PriceView>, AppError>;
 }
 
 /// How the server provides the backend to Leptos context.

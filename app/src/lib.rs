@@ -65,6 +65,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("admin/keys") view=pages::AdminKeysPage />
                     <Route path=path!("admin/pools") view=pages::PoolsPage />
                     <Route path=path!("admin/settings") view=pages::SettingsPage />
+                    <Route path=path!("admin/budgets") view=pages::BudgetsPage />
                 </ParentRoute>
             </Routes>
         </Router>

@@ -528,6 +528,93 @@ pub async fn admin_revoke_key(id: i64) -> Result<(), AppError> {
     ssr::finish(async { ssr::backend()?.revoke_key(&ssr::require_member().await?, id).await }.await)
 }
 
+/// Every budget policy with its usage now (admins).
+#[server(prefix = "/rpc", endpoint = "budgets")]
+pub async fn list_budgets() -> Result<Vec<BudgetView>, AppError> {
+    ssr::finish(async { ssr::backend()?.budgets(&ssr::require_member().await?).await }.await)
+}
+
+/// The budgets that apply to the signed-in member ("My quota").
+#[server(prefix = "/rpc", endpoint = "my_quota")]
+pub async fn my_quota() -> Result<Vec<BudgetView>, AppError> {
+    ssr::finish(async { ssr::backend()?.my_quota(&ssr::require_member().await?).await }.await)
+}
+
+/// A new budget. `target` is `ws`, `member:<id>` or `apikey:<id>`; `window_minutes` only for a
+/// `minutes` window (other windows ignore it, so one form serves every window).
+#[server(prefix = "/rpc", endpoint = "create_budget")]
+pub async fn create_budget(
+    target: String,
+    metric: String,
+    window: String,
+    #[server(default)] window_minutes: String,
+    limit: String,
+) -> Result<BudgetView, AppError> {
+    ssr::finish(
+        async {
+            let (subject, subject_id) = form::target(&target)?;
+            let window_minutes = if window == "minutes" {
+                form::number("window_minutes", &window_minutes)?.map(i64::from)
+            } else {
+                None
+            };
+            let limit = form::amount("limit", &limit)?;
+            let new = NewBudget { subject, subject_id, metric, window, window_minutes, limit };
+            ssr::backend()?.create_budget(&ssr::require_member().await?, new).await
+        }
+        .await,
+    )
+}
+
+/// A budget's new limit.
+#[server(prefix = "/rpc", endpoint = "set_budget_limit")]
+pub async fn set_budget_limit(id: i64, limit: String) -> Result<BudgetView, AppError> {
+    ssr::finish(
+        async {
+            let patch = BudgetPatch { limit: Some(form::amount("limit", &limit)?), ..BudgetPatch::default() };
+            ssr::backend()?.update_budget(&ssr::require_member().await?, id, patch).await
+        }
+        .await,
+    )
+}
+
+#[server(prefix = "/rpc", endpoint = "delete_budget")]
+pub async fn delete_budget(id: i64) -> Result<(), AppError> {
+    ssr::finish(async { ssr::backend()?.delete_budget(&ssr::require_member().await?, id).await }.await)
+}
+
+/// The price table (admins).
+#[server(prefix = "/rpc", endpoint = "prices")]
+pub async fn list_prices() -> Result<Vec<PriceView>, AppError> {
+    ssr::finish(async { ssr::backend()?.prices(&ssr::require_member().await?).await }.await)
+}
+
+/// Sets a model's price (credits per million tokens; empty cached: the prompt price).
+#[server(prefix = "/rpc", endpoint = "set_price")]
+pub async fn set_price(
+    model: String,
+    prompt: String,
+    completion: String,
+    #[server(default)] cached: String,
+) -> Result<Vec<PriceView>, AppError> {
+    ssr::finish(
+        async {
+            let price = PriceInput {
+                prompt: form::amount("prompt", &prompt)?,
+                completion: form::amount("completion", &completion)?,
+                cached: if cached.trim().is_empty() { None } else { Some(form::amount("cached", &cached)?) },
+            };
+            ssr::backend()?.set_price(&ssr::require_member().await?, model, price).await
+        }
+        .await,
+    )
+}
+
+#[server(prefix = "/rpc", endpoint = "delete_price")]
+pub async fn delete_price(model: String) -> Result<Vec<PriceView>, AppError> {
+    ssr::finish(async { ssr::backend()?.delete_price(&ssr::require_member().await?, model).await }.await)
+}
+
 /// Reading plain form fields into typed values, each fault a 422 naming its field.
 #[cfg(feature = "ssr")]
 mod form {
@@ -543,6 +630,24 @@ mod form {
                 .parse()
                 .map(Some)
                 .map_err(|_| AppError::invalid_field(field, format!("{field}: {v:?} is not a whole number"))),
+        }
+    }
+
+    /// A number that may have decimals (a credits limit, a price).
+    pub fn amount(field: &str, raw: &str) -> Result<f64, AppError> {
+        raw.trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| {
+            AppError::invalid_field(field, format!("{field}: {:?} is not a number", raw.trim()))
+        })
+    }
+
+    /// A budget's subject from a form's `target`: `ws`, `member:<id>` or `apikey:<id>`.
+    pub fn target(raw: &str) -> Result<(String, Option<i64>), AppError> {
+        match raw.split_once(':') {
+            None => Ok((raw.to_owned(), None)),
+            Some((kind, id)) => id
+                .parse()
+                .map(|id| (kind.to_owned(), Some(id)))
+                .map_err(|_| AppError::invalid_field("subject_id", "choose who the budget is for")),
         }
     }
 

@@ -762,6 +762,34 @@ mod tests {
     }
 
     #[test]
+    fn budget_zone_and_prices() {
+        let c = Config::load(cli(&[]), env(&[])).unwrap();
+        assert_eq!(c.time_zone, chrono_tz::Asia::Shanghai);
+        let c = Config::load(cli(&[]), env(&[("SUBLANE_TIME_ZONE", "Europe/Berlin")])).unwrap();
+        assert_eq!(c.time_zone, chrono_tz::Europe::Berlin);
+        assert!(
+            Config::load(cli(&[]), env(&[("SUBLANE_TIME_ZONE", "UTC+8")])).is_err(),
+            "a zone, not an offset"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sublane.toml");
+        std::fs::write(&path, "[prices.\"gpt-5.1\"]\nprompt = 1.25\ncompletion = 10.0\n[prices.\"*\"]\nprompt = 1\ncompletion = 2\ncached = 0.5\n")
+            .unwrap();
+        let c = Config::load(cli(&["--config", path.to_str().unwrap()]), env(&[])).unwrap();
+        assert_eq!(
+            c.prices.price("gpt-5.1").map(|p| (p.prompt, p.completion, p.cached)),
+            Some((1.25, 10.0, None))
+        );
+        assert_eq!(c.prices.price("other").and_then(|p| p.cached), Some(0.5));
+        std::fs::write(&path, "[prices.m]\nprompt = -1\ncompletion = 1\n").unwrap();
+        assert!(
+            Config::load(cli(&["--config", path.to_str().unwrap()]), env(&[])).is_err(),
+            "negative price"
+        );
+    }
+
+    #[test]
     fn admin_password_from_env_is_kept_secret() {
         let c = Config::load(cli(&[]), env(&[("SUBLANE_ADMIN_PASSWORD", "hunter22")])).unwrap();
         assert_eq!(c.admin_password.as_ref().unwrap().expose_secret(), "hunter22");

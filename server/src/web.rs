@@ -18,6 +18,7 @@ use crate::{
     account_actions,
     app_state::AppState,
     auth::{client, session},
+    budgets::manage as budgets,
     keys, members, pools,
     records::query::{self, Scope},
 };
@@ -318,6 +319,48 @@ impl Backend for ServerBackend {
         keys::revoke(&self.state.db, &*self.state.clock, None, id).await?;
         self.state.configuration_changed().await;
         Ok(())
+    }
+
+    async fn budgets(&self, me: &MemberView) -> Result<Vec<BudgetView>, AppError> {
+        Ok(budgets::list(&self.state, me).await?)
+    }
+
+    async fn my_quota(&self, me: &MemberView) -> Result<Vec<BudgetView>, AppError> {
+        Ok(budgets::mine(&self.state, me).await?)
+    }
+
+    async fn create_budget(&self, me: &MemberView, new: NewBudget) -> Result<BudgetView, AppError> {
+        Ok(budgets::create(&self.state, me, new).await?)
+    }
+
+    async fn update_budget(
+        &self,
+        me: &MemberView,
+        id: i64,
+        patch: BudgetPatch,
+    ) -> Result<BudgetView, AppError> {
+        Ok(budgets::update(&self.state, me, id, patch).await?)
+    }
+
+    async fn delete_budget(&self, me: &MemberView, id: i64) -> Result<(), AppError> {
+        Ok(budgets::delete(&self.state, me, id).await?)
+    }
+
+    async fn prices(&self, me: &MemberView) -> Result<Vec<PriceView>, AppError> {
+        Ok(budgets::prices(&self.state, me).await?)
+    }
+
+    async fn set_price(
+        &self,
+        me: &MemberView,
+        model: String,
+        price: PriceInput,
+    ) -> Result<Vec<PriceView>, AppError> {
+        Ok(budgets::set_price(&self.state, me, &model, price).await?)
+    }
+
+    async fn delete_price(&self, me: &MemberView, model: String) -> Result<Vec<PriceView>, AppError> {
+        Ok(budgets::delete_price(&self.state, me, &model).await?)
     }
 }
 

@@ -65,6 +65,7 @@ fn Frame(member: MemberView) -> impl IntoView {
                             <NavLink href="/admin/members" label="Members" />
                             <NavLink href="/admin/keys" label="All keys" />
                             <NavLink href="/admin/pools" label="Pools" />
+                            <NavLink href="/admin/budgets" label="Budgets" />
                             <NavLink href="/admin/settings" label="Settings" />
                         </NavSection>
                     })}

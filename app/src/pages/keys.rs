@@ -77,6 +77,7 @@ pub fn KeysPage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+        <super::budgets::KeyBudgets keys />
     }
 }
 

@@ -42,6 +42,7 @@ pub fn RequestsPage() -> impl IntoView {
     view! {
         <Title text="Requests" />
         <PageHeader title="Requests" description="Your model calls through SubLane: metadata only, never prompts or answers." />
+        <super::budgets::QuotaCard />
         <RequestHistory everyone=false />
     }
 }
