@@ -18,7 +18,9 @@ CREATE TABLE budget_policies (
     CHECK ((subject = 'ws') = (subject_id IS NULL)),
     CHECK ((window_kind = 'minutes') = (window_minutes IS NOT NULL))
 );
-CREATE INDEX budget_policies_by_subject ON budget_policies (subject, subject_id);
+-- One policy per subject, metric and window (a second would only hide the first).
+CREATE UNIQUE INDEX budget_policies_unique
+    ON budget_policies (subject, COALESCE(subject_id, 0), metric, window_kind, COALESCE(window_minutes, 0));
 
 -- What each policy's window has used so far. Written in the same transaction as the request
 -- records it counts, so a crash loses or keeps both, never one (no double counting on restart).
@@ -30,6 +32,7 @@ CREATE TABLE budget_usage (
     used            INTEGER NOT NULL,
     PRIMARY KEY (policy_id, window_start_ms)
 );
+CREATE INDEX budget_usage_by_end ON budget_usage (window_end_ms);
 
 -- Credits per million tokens, by model (`*` for any model not listed). Values set here override
 -- the configuration file's `[prices]` table.

@@ -1130,19 +1130,12 @@ pub struct NewBudget {
     pub limit: f64,
 }
 
-/// A change to a budget policy; absent fields stay. A new metric or window starts the count
-/// afresh.
+/// A budget's new limit. Its subject, metric and window stay: a different one is a new budget
+/// (so no usage counted under the old rule can land in the new one).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetPatch {
-    #[serde(default)]
-    pub metric: Option<String>,
-    #[serde(default)]
-    pub window: Option<String>,
-    #[serde(default)]
-    pub window_minutes: Option<i64>,
-    #[serde(default)]
-    pub limit: Option<f64>,
+    pub limit: f64,
 }
 
 /// A model's price for the `credits` metric: credits per million tokens.

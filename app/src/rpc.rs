@@ -571,7 +571,7 @@ pub async fn create_budget(
 pub async fn set_budget_limit(id: i64, limit: String) -> Result<BudgetView, AppError> {
     ssr::finish(
         async {
-            let patch = BudgetPatch { limit: Some(form::amount("limit", &limit)?), ..BudgetPatch::default() };
+            let patch = BudgetPatch { limit: form::amount("limit", &limit)? };
             ssr::backend()?.update_budget(&ssr::require_member().await?, id, patch).await
         }
         .await,

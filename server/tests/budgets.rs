@@ -218,7 +218,7 @@ async fn a_key_budget_refuses_the_call_after_the_one_that_crosses_it() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(header(&h, "retry-after"), None);
     assert_eq!(body["error"]["message"], "rate limit exceeded on apikey total_tokens/day");
-    assert_eq!((body["error"]["limit"].clone(), body["error"]["used"].clone()), (json!(200.0), json!(254.0)));
+    assert_eq!((body["error"]["limit"].clone(), body["error"]["used"].clone()), (json!(200), json!(254)));
     assert_eq!(body["error"]["reset_at"], "2030-03-18T16:01:30Z");
     assert_eq!(header(&h, "x-sublane-quota-total_tokens-remaining"), Some("0"), "refusals carry them too");
     let all = bed.rig.t.records(records + 1).await;
@@ -307,7 +307,7 @@ async fn member_workspace_and_credit_budgets_and_calls_in_flight() {
     };
     assert_eq!(frame["type"], "error", "{frame}");
     assert_eq!(frame["error"]["message"], "rate limit exceeded on ws requests/minutes");
-    assert_eq!(frame["error"]["limit"], 2.0);
+    assert_eq!(frame["error"]["limit"], 2);
 
     // the next 15-minute window (from the zone's midnight) starts afresh
     bed.advance(15 * 60);
@@ -351,6 +351,27 @@ async fn members_set_their_own_keys_budget_and_see_what_applies_to_them() {
         .await;
     let (status, body) = member.call(Method::DELETE, &format!("/api/budgets/{admin_only}"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // an admin's limit on the member's own key binds them: they cannot lift or remove it
+    let on_their_key = bed
+        .policy(json!({"subject": "apikey", "subject_id": own, "metric": "total_tokens", "window": "day", "limit": 9}))
+        .await;
+    let (status, _) = member
+        .call(Method::PATCH, &format!("/api/budgets/{on_their_key}"), Some(json!({"limit": 1e9})))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = member.call(Method::DELETE, &format!("/api/budgets/{on_their_key}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = bed.rig.admin.call(Method::DELETE, &format!("/api/budgets/{on_their_key}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // one budget per subject, metric and window
+    let twice =
+        json!({"subject": "apikey", "subject_id": own, "metric": "requests", "window": "day", "limit": 1});
+    let (status, body) = member.call(Method::POST, "/api/budgets", Some(twice)).await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("window")),
+        "{body}"
+    );
     bed.policy(on_member).await;
     bed.policy(json!({"subject": "ws", "metric": "total_tokens", "window": "month", "limit": 1000000})).await;
     let (status, quota) = member.call(Method::GET, "/api/me/quota", None).await;

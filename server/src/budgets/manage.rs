@@ -32,21 +32,36 @@ pub async fn mine(s: &AppState, me: &MemberView) -> Result<Vec<BudgetView>> {
             .bind(me.id)
             .fetch_all(&s.db)
             .await?;
-    let all = s.budgets.standings(s.clock.now(), |p| match p.subject {
+    let mut all = s.budgets.standings(s.clock.now(), |p| match p.subject {
         Subject::ApiKey(k) => keys.contains(&k),
         Subject::Member(m) => m == me.id,
         Subject::Workspace => true,
     });
+    all.sort_by_key(|st| (st.policy.subject.rank(), st.policy.id));
     views(&s.db, all).await
 }
 
+/// Most policies on one subject.
+pub const MAX_PER_SUBJECT: usize = 20;
+
 pub async fn create(s: &AppState, me: &MemberView, new: NewBudget) -> Result<BudgetView> {
     let subject = Subject::parse(&new.subject, new.subject_id)?;
-    may_manage(&s.db, me, subject).await?;
+    may_create(&s.db, me, subject).await?;
     let metric = Metric::parse(&new.metric)?;
     let window = parse_window(&new.window, new.window_minutes)?;
     let limit = metric.units(new.limit)?;
     let policy = Policy { id: 0, subject, metric, window, limit };
+    let policies = s.budgets.policies();
+    let same: Vec<&Policy> = policies.all().iter().filter(|p| p.subject == subject).collect();
+    if same.iter().any(|p| p.metric == metric && p.window == window) {
+        return Err(Error::field(
+            "window",
+            "there is already such a budget for this subject: change its limit",
+        ));
+    }
+    if same.len() >= MAX_PER_SUBJECT {
+        return Err(Error::field("subject_id", format!("at most {MAX_PER_SUBJECT} budgets per subject")));
+    }
     let now = s.clock.now();
     let id = store::insert_policy(&s.db, &policy, me.id, now.timestamp()).await?;
     s.budgets.reload_policies(&s.db).await?;
@@ -55,34 +70,17 @@ pub async fn create(s: &AppState, me: &MemberView, new: NewBudget) -> Result<Bud
 
 pub async fn update(s: &AppState, me: &MemberView, id: i64, patch: BudgetPatch) -> Result<BudgetView> {
     let old = store::policy(&s.db, id).await?;
-    may_manage(&s.db, me, old.subject).await.map_err(|_| Error::NotFound("budget policy"))?;
-    let metric = patch.metric.as_deref().map(Metric::parse).transpose()?.unwrap_or(old.metric);
-    let window = match patch.window.as_deref() {
-        Some(kind) => parse_window(kind, patch.window_minutes)?,
-        None if patch.window_minutes.is_some() => {
-            parse_window(window_kind(old.window), patch.window_minutes)?
-        }
-        None => old.window,
-    };
-    let limit = match patch.limit {
-        Some(l) => metric.units(l)?,
-        // a new metric keeps the shown number (300 requests -> 300 tokens), not the units
-        None => metric.units(old.metric.shown(old.limit).round())?,
-    };
-    let new = Policy { metric, window, limit, ..old };
-    let recount = metric != old.metric || window != old.window;
+    may_change(&s.db, me, id, old.subject).await?;
+    let new = Policy { limit: old.metric.units(patch.limit)?, ..old };
     let now = s.clock.now();
-    store::update_policy(&s.db, &new, recount, now.timestamp()).await?;
-    if recount {
-        s.budgets.forget(id);
-    }
+    store::update_limit(&s.db, &new, now.timestamp()).await?;
     s.budgets.reload_policies(&s.db).await?;
     one(s, id, now).await
 }
 
 pub async fn delete(s: &AppState, me: &MemberView, id: i64) -> Result<()> {
     let old = store::policy(&s.db, id).await?;
-    may_manage(&s.db, me, old.subject).await.map_err(|_| Error::NotFound("budget policy"))?;
+    may_change(&s.db, me, id, old.subject).await?;
     store::delete_policy(&s.db, id).await?;
     s.budgets.reload_policies(&s.db).await?;
     Ok(())
@@ -141,8 +139,28 @@ fn admin(me: &MemberView) -> Result<()> {
     if me.is_admin() { Ok(()) } else { Err(Error::forbidden("this needs an admin")) }
 }
 
-/// Admins manage every policy of a subject that exists; a member only their own live keys'.
-async fn may_manage(db: &SqlitePool, me: &MemberView, subject: Subject) -> Result<()> {
+/// Admins change any policy (also of a key since revoked or a member since deleted); a member
+/// only one they set on a key of theirs (an admin's limit on their key binds them). Others: 404.
+async fn may_change(db: &SqlitePool, me: &MemberView, id: i64, subject: Subject) -> Result<()> {
+    if me.is_admin() {
+        return Ok(());
+    }
+    let Subject::ApiKey(key) = subject else { return Err(Error::NotFound("budget policy")) };
+    let theirs: Option<i64> = sqlx::query_scalar(
+        "SELECT p.id FROM budget_policies p JOIN api_keys k ON k.id = ?
+         WHERE p.id = ? AND k.member_id = ? AND p.created_by = ?",
+    )
+    .bind(key)
+    .bind(id)
+    .bind(me.id)
+    .bind(me.id)
+    .fetch_optional(db)
+    .await?;
+    theirs.map(|_| ()).ok_or(Error::NotFound("budget policy"))
+}
+
+/// Admins set policies on any live subject; a member only on their own live keys.
+async fn may_create(db: &SqlitePool, me: &MemberView, subject: Subject) -> Result<()> {
     match subject {
         Subject::ApiKey(key) => {
             let owner: Option<i64> =

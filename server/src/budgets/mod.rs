@@ -69,10 +69,17 @@ impl Standing {
             p.metric.as_str(),
             policy::window_kind(p.window)
         );
+        let amount = |units: i64| match p.metric {
+            Metric::Credits => json!(p.metric.shown(units)),
+            _ => json!(units),
+        };
         let mut e = GatewayError::budget_exceeded(message)
-            .with_field("limit", json!(p.metric.shown(p.limit)))
-            .with_field("used", json!(p.metric.shown(self.used)))
-            .with_field("reset_at", json!(self.span.reset_at().map(rfc3339)));
+            .with_field("limit", amount(p.limit))
+            .with_field("used", amount(self.used));
+        // `total` never resets: no reset_at at all (Gemini's metadata would print "null")
+        if let Some(reset) = self.span.reset_at() {
+            e = e.with_field("reset_at", json!(rfc3339(reset)));
+        }
         if let Window::Minutes(n) = p.window {
             e = e.with_field("window_minutes", json!(n));
         }
@@ -125,6 +132,28 @@ fn number(v: f64) -> String {
     if v.fract() == 0.0 { format!("{}", v as i64) } else { format!("{v}") }
 }
 
+/// Every policy's usage, and the current span of each window kind (a zone's calendar is worked
+/// out once per window, not on every call).
+#[derive(Debug, Default)]
+struct Counters {
+    used: HashMap<i64, Counter>,
+    spans: HashMap<Window, Span>,
+}
+
+impl Counters {
+    fn span(&mut self, w: Window, now: DateTime<Utc>, zone: Tz) -> Span {
+        if let Some(s) = self.spans.get(&w)
+            && s.start <= now
+            && s.end.is_none_or(|e| now < e)
+        {
+            return *s;
+        }
+        let s = w.span(now, zone);
+        self.spans.insert(w, s);
+        s
+    }
+}
+
 /// A policy's usage in its current window.
 #[derive(Debug, Clone, Copy)]
 struct Counter {
@@ -132,14 +161,53 @@ struct Counter {
     used: i64,
 }
 
+/// The policies in force, found by subject: a call looks up its key's, its member's and the
+/// workspace's, never scanning the rest (a workspace may hold a budget on every key).
+#[derive(Debug, Default)]
+pub struct PolicySet {
+    all: Vec<Policy>,
+    by_key: HashMap<i64, Vec<Policy>>,
+    by_member: HashMap<i64, Vec<Policy>>,
+    workspace: Vec<Policy>,
+}
+
+impl PolicySet {
+    fn new(mut all: Vec<Policy>) -> PolicySet {
+        all.sort_by_key(|p| p.id);
+        let mut set = PolicySet::default();
+        for p in &all {
+            match p.subject {
+                Subject::ApiKey(k) => set.by_key.entry(k).or_default().push(*p),
+                Subject::Member(m) => set.by_member.entry(m).or_default().push(*p),
+                Subject::Workspace => set.workspace.push(*p),
+            }
+        }
+        set.all = all;
+        set
+    }
+
+    /// Every policy, by id.
+    pub fn all(&self) -> &[Policy] {
+        &self.all
+    }
+
+    /// The policies covering a call: its key's, then its member's, then the workspace's (the
+    /// most specific refusal wins).
+    pub fn covering(&self, key_id: i64, member_id: i64) -> impl Iterator<Item = &Policy> {
+        let none: &[Policy] = &[];
+        let key = self.by_key.get(&key_id).map_or(none, Vec::as_slice);
+        let member = self.by_member.get(&member_id).map_or(none, Vec::as_slice);
+        key.iter().chain(member).chain(&self.workspace)
+    }
+}
+
 /// The budgets in force and their usage.
 pub struct Budgets {
     zone: Tz,
     /// False while no policy exists: the check then costs one atomic load.
     active: AtomicBool,
-    /// Ordered key policies first, then member, then workspace (the most specific refusal wins).
-    policies: RwLock<Arc<Vec<Policy>>>,
-    counters: Mutex<HashMap<i64, Counter>>,
+    policies: RwLock<Arc<PolicySet>>,
+    counters: Mutex<Counters>,
     /// The configuration file's prices, under the web app's.
     configured_prices: Prices,
     prices: RwLock<Arc<Prices>>,
@@ -150,8 +218,8 @@ impl Budgets {
         Budgets {
             zone,
             active: AtomicBool::new(false),
-            policies: RwLock::new(Arc::new(Vec::new())),
-            counters: Mutex::new(HashMap::new()),
+            policies: RwLock::new(Arc::new(PolicySet::default())),
+            counters: Mutex::new(Counters::default()),
             prices: RwLock::new(Arc::new(configured_prices.clone())),
             configured_prices,
         }
@@ -169,10 +237,10 @@ impl Budgets {
         let policies = self.policies();
         let rows = store::usage(db).await?;
         let mut counters = lock(&self.counters);
-        for p in policies.iter() {
-            let start_ms = p.window.span(now, self.zone).start.timestamp_millis();
+        for p in policies.all() {
+            let start_ms = counters.span(p.window, now, self.zone).start.timestamp_millis();
             if let Some(&(_, _, used)) = rows.iter().find(|r| r.0 == p.id && r.1 == start_ms) {
-                counters.insert(p.id, Counter { start_ms, used });
+                counters.used.insert(p.id, Counter { start_ms, used });
             }
         }
         Ok(())
@@ -180,13 +248,16 @@ impl Budgets {
 
     /// Re-reads the policies after a change; usage of the policies that remain is kept.
     pub async fn reload_policies(&self, db: &sqlx::SqlitePool) -> sqlx::Result<()> {
-        let mut policies = store::policies(db).await?;
-        policies.sort_by_key(|p| (subject_rank(p.subject), p.id));
-        let ids: std::collections::HashSet<i64> = policies.iter().map(|p| p.id).collect();
-        lock(&self.counters).retain(|id, _| ids.contains(id));
-        self.active.store(!policies.is_empty(), Ordering::Release);
-        *self.policies.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policies);
+        self.install(store::policies(db).await?);
         Ok(())
+    }
+
+    /// Puts `policies` in force; usage of the policies that remain is kept.
+    pub fn install(&self, policies: Vec<Policy>) {
+        let ids: std::collections::HashSet<i64> = policies.iter().map(|p| p.id).collect();
+        lock(&self.counters).used.retain(|id, _| ids.contains(id));
+        self.active.store(!policies.is_empty(), Ordering::Release);
+        *self.policies.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(PolicySet::new(policies));
     }
 
     /// Re-reads the web app's prices over the configured ones.
@@ -197,11 +268,6 @@ impl Budgets {
         Ok(())
     }
 
-    /// Starts a policy's count afresh (its metric or window changed).
-    pub fn forget(&self, policy_id: i64) {
-        lock(&self.counters).remove(&policy_id);
-    }
-
     pub fn configured_prices(&self) -> &Prices {
         &self.configured_prices
     }
@@ -210,21 +276,21 @@ impl Budgets {
         Arc::clone(&self.prices.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    pub fn policies(&self) -> Arc<Vec<Policy>> {
+    pub fn policies(&self) -> Arc<PolicySet> {
         Arc::clone(&self.policies.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Every policy `keep` selects, with its usage now.
+    /// Every policy `keep` selects, with its usage now, by id.
     pub fn standings(&self, now: DateTime<Utc>, keep: impl Fn(&Policy) -> bool) -> Vec<Standing> {
         let policies = self.policies();
-        let counters = lock(&self.counters);
-        policies.iter().filter(|p| keep(p)).map(|p| self.standing(&counters, p, now)).collect()
+        let mut counters = lock(&self.counters);
+        policies.all().iter().filter(|p| keep(p)).map(|p| self.standing(&mut counters, p, now)).collect()
     }
 
-    fn standing(&self, counters: &HashMap<i64, Counter>, p: &Policy, now: DateTime<Utc>) -> Standing {
-        let span = p.window.span(now, self.zone);
+    fn standing(&self, counters: &mut Counters, p: &Policy, now: DateTime<Utc>) -> Standing {
+        let span = counters.span(p.window, now, self.zone);
         let start_ms = span.start.timestamp_millis();
-        let used = counters.get(&p.id).filter(|c| c.start_ms == start_ms).map_or(0, |c| c.used);
+        let used = counters.used.get(&p.id).filter(|c| c.start_ms == start_ms).map_or(0, |c| c.used);
         Standing { policy: *p, span, used }
     }
 
@@ -233,7 +299,11 @@ impl Budgets {
         if !self.active.load(Ordering::Acquire) {
             return Checked::default();
         }
-        let all = self.standings(now, |p| p.subject.covers(key_id, member_id));
+        let policies = self.policies();
+        let all: Vec<Standing> = {
+            let mut counters = lock(&self.counters);
+            policies.covering(key_id, member_id).map(|p| self.standing(&mut counters, p, now)).collect()
+        };
         let refused = all.iter().find(|s| s.exceeded()).copied();
         let mut headers: Vec<Standing> = Vec::new();
         for st in all {
@@ -264,14 +334,14 @@ impl Budgets {
         let prices = self.prices();
         let mut counters = lock(&self.counters);
         let mut charges = Vec::new();
-        for p in policies.iter().filter(|p| p.subject.covers(key_id, member_id)) {
+        for p in policies.covering(key_id, member_id) {
             let amount = p.metric.amount(reached_upstream, usage, model, &prices);
             if amount <= 0 {
                 continue;
             }
-            let span = p.window.span(now, self.zone);
+            let span = counters.span(p.window, now, self.zone);
             let start_ms = span.start.timestamp_millis();
-            let c = counters.entry(p.id).or_insert(Counter { start_ms, used: 0 });
+            let c = counters.used.entry(p.id).or_insert(Counter { start_ms, used: 0 });
             if c.start_ms != start_ms {
                 *c = Counter { start_ms, used: 0 };
             }
@@ -287,14 +357,6 @@ impl Budgets {
     }
 }
 
-fn subject_rank(s: Subject) -> u8 {
-    match s {
-        Subject::ApiKey(_) => 0,
-        Subject::Member(_) => 1,
-        Subject::Workspace => 2,
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -305,8 +367,7 @@ mod tests {
 
     fn budgets(policies: Vec<Policy>) -> Budgets {
         let b = Budgets::new(window::DEFAULT_ZONE, Prices::default());
-        b.active.store(true, Ordering::Release);
-        *b.policies.write().unwrap() = Arc::new(policies);
+        b.install(policies);
         b
     }
 

@@ -42,12 +42,12 @@ impl Subject {
         }
     }
 
-    /// Whether this policy's subject is the caller's key, member or workspace.
-    pub fn covers(self, key_id: i64, member_id: i64) -> bool {
+    /// Most specific first: a key, a member, the workspace.
+    pub fn rank(self) -> u8 {
         match self {
-            Subject::ApiKey(id) => id == key_id,
-            Subject::Member(id) => id == member_id,
-            Subject::Workspace => true,
+            Subject::ApiKey(_) => 0,
+            Subject::Member(_) => 1,
+            Subject::Workspace => 2,
         }
     }
 }

@@ -106,25 +106,15 @@ pub async fn insert_policy(db: &SqlitePool, p: &Policy, by: i64, now_s: i64) -> 
     .await
 }
 
-/// Stores a changed policy; a new metric or window starts its count afresh.
-pub async fn update_policy(db: &SqlitePool, p: &Policy, recount: bool, now_s: i64) -> sqlx::Result<()> {
-    let mut tx = db.begin().await?;
-    sqlx::query(
-        "UPDATE budget_policies SET metric = ?, window_kind = ?, window_minutes = ?, limit_value = ?,
-             updated_at = ? WHERE id = ?",
-    )
-    .bind(p.metric.as_str())
-    .bind(window_kind(p.window))
-    .bind(minutes(p))
-    .bind(p.limit)
-    .bind(now_s)
-    .bind(p.id)
-    .execute(&mut *tx)
-    .await?;
-    if recount {
-        sqlx::query("DELETE FROM budget_usage WHERE policy_id = ?").bind(p.id).execute(&mut *tx).await?;
-    }
-    tx.commit().await
+/// Stores a policy's new limit.
+pub async fn update_limit(db: &SqlitePool, p: &Policy, now_s: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE budget_policies SET limit_value = ?, updated_at = ? WHERE id = ?")
+        .bind(p.limit)
+        .bind(now_s)
+        .bind(p.id)
+        .execute(db)
+        .await?;
+    Ok(())
 }
 
 pub async fn delete_policy(db: &SqlitePool, id: i64) -> sqlx::Result<bool> {

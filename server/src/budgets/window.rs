@@ -21,7 +21,7 @@ pub const DEFAULT_ZONE: Tz = chrono_tz::Asia::Shanghai;
 pub const RESET_MARGIN: Duration = Duration::seconds(90);
 
 /// A budget window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Window {
     Minute,
     /// 1..=1440 minutes.

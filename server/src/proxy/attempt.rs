@@ -148,7 +148,8 @@ impl Attempt {
             lease.settle(end.verdict);
         }
         let p = &self.principal;
-        let reached_upstream = end.upstream_status.is_some();
+        // Counting tokens is not a model call: it uses no request of a budget.
+        let reached_upstream = end.upstream_status.is_some() && self.operation != "count_tokens";
         let charges = self.budgets.charge(
             p.key_id,
             p.member_id,
