@@ -1,12 +1,12 @@
 // Budgets (BUD-1, UI-4): an admin adds, changes and deletes budgets and prices on the Budgets
 // page; a member sees what applies to them in "My quota" and sets their own key's budget on the
-// Keys page. With JavaScript and without.
+// Keys page; past a budget, calls are refused. With JavaScript and without.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, launchBrowser, newPage, signIn, waitForHydration } from './support.mjs';
 
 let server, browser;
-before(async () => { server = await startServer(); browser = await launchBrowser(); });
+before(async () => { server = await startServer({ mock: true }); browser = await launchBrowser(); });
 after(async () => { await browser?.close(); await server?.stop(); });
 
 async function budgets(page) {
@@ -95,5 +95,48 @@ test('the budget form works without JavaScript', async () => {
   await page.getByRole('button', { name: 'Add budget' }).click();
   await page.waitForURL(/\/admin\/budgets\??$/);
   await page.getByTestId('budgets-table').getByText('2.5 credits / month', { exact: true }).waitFor();
+  page.assertNoErrors();
+});
+
+test('past a budget the next call is refused, and My quota says so', async () => {
+  const page = await newPage(browser);
+  await signIn(page, server.url);
+  const api = (path, data) => page.request.post(`${server.url}${path}`, { headers: { Origin: server.url }, data });
+  const acct = await api('/api/accounts', {
+    provider: 'codex', name: 'budget-codex', pool_ids: [1],
+    credentials: { kind: 'oauth', access_token: 'tok-budget', provider_account_id: 'acct-budget' },
+  });
+  assert.equal(acct.status(), 201, await acct.text());
+  const key = (await (await api('/api/me/keys', { name: 'e2e-budget-calls' })).json()).secret;
+  const call = () => fetch(`${server.url}/v1/responses`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'gpt-5.1-codex', stream: false, input: 'hi' }),
+  });
+
+  await page.goto(`${server.url}/admin/budgets`);
+  await waitForHydration(page);
+  await page.getByLabel('For', { exact: true }).selectOption('ws');
+  await page.getByLabel('Counts').selectOption('requests');
+  await page.getByLabel('Per', { exact: true }).selectOption('day');
+  await page.getByLabel('Limit', { exact: true }).fill('1');
+  await page.getByRole('button', { name: 'Add budget' }).click();
+  await page.getByTestId('budgets-table').getByText('1 requests / day', { exact: true }).waitFor();
+
+  const first = await call();
+  assert.equal(first.status, 200, await first.text());
+  assert.equal(first.headers.get('x-sublane-quota-requests-limit'), '1');
+  let refused;
+  for (let i = 0; i < 50 && !refused; i++) {
+    const resp = await call();
+    if (resp.status === 429) refused = await resp.json();
+    else await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(refused, 'a call past the budget is refused');
+  assert.equal(refused.error.message, 'rate limit exceeded on ws requests/day');
+  assert.equal(refused.error.limit, 1);
+
+  await page.goto(`${server.url}/`);
+  await page.getByTestId('my-quota').locator('li', { hasText: '1 requests / day' }).getByText('0 remaining').waitFor();
   page.assertNoErrors();
 });

@@ -4,7 +4,9 @@
 //! - added latency at concurrency 1 (samples of both paths interleaved): p50/p99 of SubLane minus
 //!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
 //!   streaming one;
-//! - throughput at concurrency 64 for both paths, and SubLane's share of direct.
+//! - throughput at concurrency 64 for both paths, and SubLane's share of direct;
+//! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
+//!   member's, the workspace's) against the same SubLane without, in alternating rounds.
 //!
 //! Targets (proxy issue): added p99 at c=1 under 200 us; SubLane throughput >= 70 % of direct.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -57,7 +59,7 @@ async fn main() {
             .unwrap();
     let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
     let base = format!("http://{}", server.addr);
-    let gateway_key = setup(&http, &base).await;
+    let Admin { key: gateway_key, key_id, cookie } = setup(&http, &base).await;
 
     let direct = Path { url: format!("{mock_url}/v1/responses"), key: ACCOUNT_KEY.into() };
     let sublane = Path { url: format!("{base}/v1/responses"), key: gateway_key };
@@ -85,6 +87,29 @@ async fn main() {
     );
     println!("  direct  {d:>8.0} req/s");
     println!("  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %)", 100.0 * s / d);
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        without.push(throughput(&http, &sublane).await);
+        let ids = add_budgets(&http, &base, &cookie, key_id).await;
+        with.push(throughput(&http, &sublane).await);
+        for id in ids {
+            let r = http
+                .delete(format!("{base}/api/budgets/{id}"))
+                .header("origin", &base)
+                .header("cookie", &cookie)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+        }
+    }
+    let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    let (without, with) = (best(&without), best(&with));
+    println!(
+        "c={CONCURRENCY} throughput with budgets (key, member and workspace on every call), best of 2 alternating rounds:"
+    );
+    println!("  no budgets    {without:>8.0} req/s");
+    println!("  three budgets {with:>8.0} req/s   = {:.1} % of no budgets", 100.0 * with / without);
     // Real upstreams take time to answer; with 20 ms per call the gateway's own cost shows as
     // lost concurrency rather than CPU.
     http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
@@ -100,8 +125,38 @@ async fn main() {
     server.shutdown().await.unwrap();
 }
 
-/// Creates an OpenAI-key account in the default pool and a gateway key; returns the key.
-async fn setup(http: &reqwest::Client, base: &str) -> String {
+/// The admin's session and gateway key.
+struct Admin {
+    key: String,
+    key_id: i64,
+    cookie: String,
+}
+
+/// Budgets no call reaches (a key's requests per day, the member's tokens per month, the
+/// workspace's credits per minute), so every call is checked and charged against three.
+async fn add_budgets(http: &reqwest::Client, base: &str, cookie: &str, key_id: i64) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for policy in [
+        json!({"subject": "apikey", "subject_id": key_id, "metric": "requests", "window": "day", "limit": 1e12}),
+        json!({"subject": "member", "subject_id": 1, "metric": "total_tokens", "window": "month", "limit": 1e12}),
+        json!({"subject": "ws", "metric": "credits", "window": "minute", "limit": 1e9}),
+    ] {
+        let r = http
+            .post(format!("{base}/api/budgets"))
+            .header("origin", base)
+            .header("cookie", cookie)
+            .json(&policy)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        ids.push(r.json::<serde_json::Value>().await.unwrap()["id"].as_i64().unwrap());
+    }
+    ids
+}
+
+/// Creates an OpenAI-key account in the default pool and a gateway key.
+async fn setup(http: &reqwest::Client, base: &str) -> Admin {
     let login = http
         .post(format!("{base}/api/session"))
         .header("origin", base)
@@ -133,7 +188,11 @@ async fn setup(http: &reqwest::Client, base: &str) -> String {
     assert!(r.status().is_success());
     let key: serde_json::Value =
         post("/api/me/keys", json!({"name": "bench"})).await.unwrap().json().await.unwrap();
-    key["secret"].as_str().unwrap().to_owned()
+    Admin {
+        key: key["secret"].as_str().unwrap().to_owned(),
+        key_id: key["key"]["id"].as_i64().unwrap(),
+        cookie,
+    }
 }
 
 fn body(stream: bool) -> String {
