@@ -272,31 +272,40 @@ async fn handoff_semaphores() -> Vec<Duration> {
 
 /// BUD-4's per-request cost: `check` then `record`, keys taken in turn, 2 % failed.
 fn breaker() {
-    use std::{collections::HashMap, sync::Mutex};
     const KEYS: i64 = 1_000;
     const REQUESTS: i64 = 2_000_000;
     let b = sublane::breaker::Breaker::default();
-    let base: Mutex<HashMap<i64, u64>> = Mutex::new(HashMap::new());
     let t0 = 1_900_000_000_000_i64;
+    let title = format!("key circuit breaker, {KEYS} keys, 2 % failed ({REQUESTS} requests, best of 3):");
+    against_a_counter(&title, "check + record", KEYS, REQUESTS, |i| {
+        let (key, now) = (i % KEYS, t0 + i / 1_000);
+        b.check(key, now).unwrap();
+        std::hint::black_box(b.record(key, (i / KEYS) % 50 == 0, now));
+    });
+}
+
+/// Runs `one` for request `0..requests` and the least per-key accounting (one counter per key in
+/// a mutexed map) as many times, three rounds interleaved, and prints the best of each.
+fn against_a_counter(title: &str, what: &str, keys: i64, requests: i64, mut one: impl FnMut(i64)) {
+    use std::{collections::HashMap, sync::Mutex};
+    let base: Mutex<HashMap<i64, u64>> = Mutex::new(HashMap::new());
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let start = Instant::now();
-        for i in 0..REQUESTS {
-            let (key, now) = (i % KEYS, t0 + i / 1_000);
-            b.check(key, now).unwrap();
-            std::hint::black_box(b.record(key, (i / KEYS) % 50 == 0, now));
+        for i in 0..requests {
+            one(i);
         }
-        ours.push(start.elapsed().as_nanos() as f64 / REQUESTS as f64);
+        ours.push(start.elapsed().as_nanos() as f64 / requests as f64);
         let start = Instant::now();
-        for i in 0..REQUESTS {
-            *base.lock().unwrap().entry(i % KEYS).or_default() += 1;
+        for i in 0..requests {
+            *base.lock().unwrap().entry(i % keys).or_default() += 1;
         }
-        theirs.push(start.elapsed().as_nanos() as f64 / REQUESTS as f64);
+        theirs.push(start.elapsed().as_nanos() as f64 / requests as f64);
     }
     let (ours, theirs) =
         (ours.iter().cloned().fold(f64::MAX, f64::min), theirs.iter().cloned().fold(f64::MAX, f64::min));
-    println!("key circuit breaker, {KEYS} keys, 2 % failed ({REQUESTS} requests, best of 3):");
-    println!("  check + record     {ours:>6.1} ns per request");
+    println!("{title}");
+    println!("  {what:<18} {ours:>6.1} ns per request");
     println!("  mutexed counter    {theirs:>6.1} ns per request   (baseline)");
     println!(
         "  ratio to baseline  {:.2}x; share of a 100 us proxy overhead: {:.3} %",
@@ -306,10 +315,8 @@ fn breaker() {
 }
 
 /// BUD-2's per-request cost with three budgets in force on every call (its key's, its member's,
-/// the workspace's, all daily): `check` before, `charge` after.
+/// the workspace's): `check` before, `charge` after.
 fn budgets() {
-    use std::{collections::HashMap, sync::Mutex};
-
     use sublane::budgets::{Budgets, Metric, Policy, Prices, Subject, Window, window::DEFAULT_ZONE};
     const KEYS: i64 = 1_000;
     const REQUESTS: i64 = 1_000_000;
@@ -340,33 +347,14 @@ fn budgets() {
     }
     b.install(policies);
     let usage = sublane::records::Usage { input: Some(120), output: Some(7), cached: Some(64) };
-    let base: Mutex<HashMap<i64, u64>> = Mutex::new(HashMap::new());
     let now = chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap();
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        let start = Instant::now();
-        for i in 0..REQUESTS {
-            let key = i % KEYS;
-            std::hint::black_box(b.check(key, key, now).refused);
-            std::hint::black_box(b.charge(key, key, "gpt-5.1-codex", true, &usage, now));
-        }
-        ours.push(start.elapsed().as_nanos() as f64 / REQUESTS as f64);
-        let start = Instant::now();
-        for i in 0..REQUESTS {
-            *base.lock().unwrap().entry(i % KEYS).or_default() += 1;
-        }
-        theirs.push(start.elapsed().as_nanos() as f64 / REQUESTS as f64);
-    }
-    let (ours, theirs) =
-        (ours.iter().cloned().fold(f64::MAX, f64::min), theirs.iter().cloned().fold(f64::MAX, f64::min));
-    println!("budgets, 3 in force per call among {} ({REQUESTS} requests, best of 3):", 2 * KEYS + 1);
-    println!("  check + charge     {ours:>6.1} ns per request");
-    println!("  mutexed counter    {theirs:>6.1} ns per request   (baseline)");
-    println!(
-        "  ratio to baseline  {:.2}x; share of a 100 us proxy overhead: {:.3} %",
-        ours / theirs,
-        ours / 1000.0
-    );
+    let title =
+        format!("budgets, 3 in force per call among {} ({REQUESTS} requests, best of 3):", 2 * KEYS + 1);
+    against_a_counter(&title, "check + charge", KEYS, REQUESTS, |i| {
+        let key = i % KEYS;
+        std::hint::black_box(b.check(key, key, now).refused);
+        std::hint::black_box(b.charge(key, key, "gpt-5.1-codex", true, &usage, now));
+    });
 }
 
 fn main() {
