@@ -405,3 +405,24 @@ async fn members_set_their_own_keys_budget_and_see_what_applies_to_them() {
     let (status, _) = bed.rig.t.client().call(Method::GET, "/api/me/quota", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// BUD-2 before dispatch: a call admitted while the budget still had room, then queued for a busy
+/// account, is checked again when it gets the account: the call that finished meanwhile used the
+/// budget up, so it is refused without reaching the upstream.
+#[tokio::test]
+async fn a_call_that_waited_for_an_account_is_checked_again() {
+    let mut bed = Bed::start(&[]).await;
+    let account = bed.rig.add_account("codex", "tok-wait", 0).await;
+    bed.rig.limit(account, 1).await;
+    bed.rig.script("tok-wait", json!({"delay_ms": 300})).await;
+    bed.policy(json!({"subject": "ws", "metric": "requests", "window": "day", "limit": 1})).await;
+    let second = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        call(&bed).await
+    };
+    let (first, second) = tokio::join!(call(&bed), second);
+    assert_eq!(first.0, StatusCode::OK);
+    assert_eq!(second.0, StatusCode::TOO_MANY_REQUESTS, "{}", second.2);
+    assert_eq!(second.2["error"]["message"], "rate limit exceeded on ws requests/day");
+    assert_eq!(bed.rig.calls("tok-wait"), 1, "the call that waited never reached the upstream");
+}

@@ -110,20 +110,49 @@ impl Checked {
     pub fn add_headers(&self, to: &mut HeaderMap) {
         for st in &self.headers {
             let m = st.policy.metric;
-            let mut put = |suffix: &str, value: String| {
-                if let (Ok(name), Ok(value)) = (
-                    HeaderName::try_from(format!("x-sublane-quota-{}-{suffix}", m.as_str())),
-                    HeaderValue::try_from(value),
-                ) {
-                    to.insert(name, value);
+            let [limit, remaining, reset] = header_names(m);
+            let mut put = |name: &'static str, value: String| {
+                if let Ok(value) = HeaderValue::try_from(value) {
+                    to.insert(HeaderName::from_static(name), value);
                 }
             };
-            put("limit", number(m.shown(st.policy.limit)));
-            put("remaining", number(m.shown(st.remaining())));
-            if let Some(reset) = st.span.reset_at() {
-                put("reset", rfc3339(reset));
+            put(limit, number(m.shown(st.policy.limit)));
+            put(remaining, number(m.shown(st.remaining())));
+            if let Some(at) = st.span.reset_at() {
+                put(reset, rfc3339(at));
             }
         }
+    }
+}
+
+/// BUD-3's header names of a metric: limit, remaining, reset.
+fn header_names(m: Metric) -> [&'static str; 3] {
+    match m {
+        Metric::Requests => [
+            "x-sublane-quota-requests-limit",
+            "x-sublane-quota-requests-remaining",
+            "x-sublane-quota-requests-reset",
+        ],
+        Metric::TotalTokens => [
+            "x-sublane-quota-total_tokens-limit",
+            "x-sublane-quota-total_tokens-remaining",
+            "x-sublane-quota-total_tokens-reset",
+        ],
+        Metric::PromptTokens => [
+            "x-sublane-quota-prompt_tokens-limit",
+            "x-sublane-quota-prompt_tokens-remaining",
+            "x-sublane-quota-prompt_tokens-reset",
+        ],
+        Metric::CompletionTokens => [
+            "x-sublane-quota-completion_tokens-limit",
+            "x-sublane-quota-completion_tokens-remaining",
+            "x-sublane-quota-completion_tokens-reset",
+        ],
+        Metric::Credits => [
+            "x-sublane-quota-credits-limit",
+            "x-sublane-quota-credits-remaining",
+            "x-sublane-quota-credits-reset",
+        ],
     }
 }
 
@@ -435,6 +464,15 @@ mod tests {
         b.check(9, 2, now).add_headers(&mut h);
         assert_eq!(h["x-sublane-quota-requests-remaining"], "9");
         assert!(h.get("x-sublane-quota-requests-reset").is_none(), "total never resets");
+    }
+
+    #[test]
+    fn header_names_follow_the_metric() {
+        for m in Metric::ALL {
+            let expected =
+                ["limit", "remaining", "reset"].map(|s| format!("x-sublane-quota-{}-{s}", m.as_str()));
+            assert_eq!(header_names(m).map(str::to_owned), expected);
+        }
     }
 
     #[test]

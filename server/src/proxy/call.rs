@@ -112,8 +112,8 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
     with_request_id(resp, &request_id)
 }
 
-/// BUD-2, again before dispatch: calls that finished while this one waited for an account may
-/// have used up a budget.
+/// BUD-2, again before dispatch when a call waited for an account (see `schedule`): calls that
+/// finished meanwhile may have used up a budget.
 pub(super) fn budget_refusal(s: &AppState, p: &Principal) -> Option<GatewayError> {
     s.budgets.check(p.key_id, p.member_id, s.clock.now()).refused.map(|st| st.refusal())
 }
@@ -246,11 +246,6 @@ async fn dispatch(
             };
         let account = std::sync::Arc::clone(lease.account());
         attempt.lease = Some(lease);
-        if tried.is_empty()
-            && let Some(e) = budget_refusal(s, &attempt.principal)
-        {
-            return attempt.fail(e, Outcome::Rejected, None).await;
-        }
         let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
         let sent = match send_to(s, &request, &attempt, &account, &upstream_model).await {
             Ok(sent) => sent,

@@ -112,6 +112,13 @@ pub(super) async fn schedule(
         attempt.routing = Some(decision);
         let waiting = match step {
             Step::Go(lease) => {
+                // BUD-2, again before dispatch after a wait: calls that finished meanwhile may
+                // have used up a budget (the lease goes back unused).
+                if ticket.is_some()
+                    && let Some(e) = super::call::budget_refusal(s, &attempt.principal)
+                {
+                    return Err((e, Outcome::Rejected));
+                }
                 attempt.account = Some((lease.account().id, lease.account().provider));
                 return Ok((lease, upstream_model));
             }

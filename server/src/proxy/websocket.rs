@@ -417,11 +417,6 @@ async fn route(
             };
         let account = Arc::clone(lease.account());
         attempt.lease = Some(lease);
-        if tried.is_empty()
-            && let Some(e) = call::budget_refusal(s, &attempt.principal)
-        {
-            return Err((e, Outcome::Rejected));
-        }
         if bound.is_some() {
             return Ok(upstream_model);
         }
