@@ -10,6 +10,7 @@ pub mod auth;
 pub mod breaker;
 pub mod budgets;
 pub mod catalogue;
+pub mod chat;
 pub mod clock;
 pub mod config;
 pub mod credentials;

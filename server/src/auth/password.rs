@@ -34,24 +34,26 @@ static HASHING: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::
 
 /// Runs `work` on the blocking pool under the hashing semaphore. `gate` runs once the permit is
 /// held, before any hashing: a check that must see the results of the hashes queued before it
-/// (the sign-in throttle). The permit moves into the blocking task, so a caller that goes away
-/// while the hash runs does not free its slot early.
+/// (the sign-in throttle); `after` runs on the result while the permit is still held, so the
+/// next one through the gate sees it (a failed guess is counted before the next guess is let
+/// in). The permit travels with the blocking task and comes back with its result, so a caller
+/// that goes away while the hash runs does not free its slot early.
 async fn hashing<T: Send + 'static>(
     gate: impl FnOnce() -> Result<()>,
     work: impl FnOnce() -> T + Send + 'static,
+    after: impl FnOnce(&T),
 ) -> Result<T> {
     let permit = tokio::time::timeout(HASHING_QUEUE_TIMEOUT, Arc::clone(&HASHING).acquire_owned())
         .await
         .map_err(|_| Error::Busy)?
         .map_err(|_| Error::Internal("hashing semaphore closed".into()))?;
     gate()?;
-    tokio::task::spawn_blocking(move || {
-        let out = work();
-        drop(permit);
-        out
-    })
-    .await
-    .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))
+    let (out, permit) = tokio::task::spawn_blocking(move || (work(), permit))
+        .await
+        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
+    after(&out);
+    drop(permit);
+    Ok(out)
 }
 
 /// Rejects passwords that are too short or too long.
@@ -96,26 +98,34 @@ static DECOY: LazyLock<String> = LazyLock::new(|| {
 });
 
 pub async fn hash_async(password: String) -> Result<String> {
-    hashing(|| Ok(()), move || hash(&password)).await?
+    hashing(|| Ok(()), move || hash(&password), |_| {}).await?
 }
 
 /// Verifies on the blocking pool; with `None` it burns the same time on the decoy hash. A
 /// password longer than [`MAX_PASSWORD_LEN`] never verifies and is not hashed. `gate` runs
-/// when a hashing slot is free, before hashing (see [`hashing`]).
+/// when a hashing slot is free, before hashing; `wrong` runs on a wrong password before the
+/// slot is free again (see [`hashing`]).
 pub async fn verify_async(
     password: String,
     phc: Option<String>,
     gate: impl FnOnce() -> Result<()>,
+    wrong: impl FnOnce(),
 ) -> Result<bool> {
     if password.chars().count() > MAX_PASSWORD_LEN {
         gate()?;
+        wrong();
         return Ok(false);
     }
-    hashing(gate, move || match phc {
+    let work = move || match phc {
         Some(phc) => verify(&password, &phc),
         None => {
             let _ = verify(&password, &DECOY);
             false
+        }
+    };
+    hashing(gate, work, |ok| {
+        if !ok {
+            wrong();
         }
     })
     .await
@@ -155,7 +165,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_user_path_rejects() {
-        assert!(!verify_async("whatever1".into(), None, || Ok(())).await.unwrap());
+        assert!(!verify_async("whatever1".into(), None, || Ok(()), || {}).await.unwrap());
     }
 
     #[tokio::test]
@@ -163,12 +173,12 @@ mod tests {
         let long = "x".repeat(MAX_PASSWORD_LEN + 1);
         let h = hash(&long).unwrap();
         assert!(verify(&long, &h), "the plain check would accept it");
-        assert!(!verify_async(long, Some(h), || Ok(())).await.unwrap());
+        assert!(!verify_async(long, Some(h), || Ok(()), || {}).await.unwrap());
     }
 
     #[tokio::test]
     async fn the_gate_runs_before_hashing_and_can_refuse() {
-        let refused = verify_async("whatever1".into(), None, || Err(Error::TooManyAttempts(3))).await;
+        let refused = verify_async("whatever1".into(), None, || Err(Error::TooManyAttempts(3)), || {}).await;
         assert!(matches!(refused, Err(Error::TooManyAttempts(3))));
     }
 
@@ -188,6 +198,7 @@ mod tests {
                         std::thread::sleep(Duration::from_millis(20));
                         running.fetch_sub(1, SeqCst);
                     },
+                    |_| {},
                 ))
             })
             .collect();

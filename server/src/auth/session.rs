@@ -85,7 +85,9 @@ pub async fn sign_in(
     // Checked again once a hashing slot is free: guesses queued together see each other's
     // failures, so a burst cannot get more than a few past a block.
     let hash = row.as_ref().map(|r| r.password_hash.clone());
-    let ok = password::verify_async(password.to_owned(), hash, gate).await?;
+    // A wrong password counts before the next queued guess reaches its gate.
+    let wrong = || from.throttle.failed(username, from.ip);
+    let ok = password::verify_async(password.to_owned(), hash, gate, wrong).await?;
     match row {
         Some(row) if ok && row.enabled => {
             from.throttle.succeeded(username);
@@ -93,7 +95,10 @@ pub async fn sign_in(
             Ok((row.view(), token))
         }
         _ => {
-            from.throttle.failed(username, from.ip);
+            if ok {
+                // the right password of a disabled member is still a failed sign-in
+                from.throttle.failed(username, from.ip);
+            }
             Err(Error::InvalidCredentials)
         }
     }
@@ -124,8 +129,8 @@ pub async fn change_password(
         .map_err(|e| Error::field("new_password", format!("new_password: {}", e.public_message())))?;
     let row = members::find_by_username(db, &me.username).await?;
     let hash = row.as_ref().map(|r| r.password_hash.clone());
-    if !password::verify_async(change.current_password.clone(), hash, gate).await? {
-        from.throttle.failed(&me.username, from.ip);
+    let wrong = || from.throttle.failed(&me.username, from.ip);
+    if !password::verify_async(change.current_password.clone(), hash, gate, wrong).await? {
         return Err(Error::Forbidden("current_password: the current password is wrong".into()));
     }
     from.throttle.succeeded(&me.username);
