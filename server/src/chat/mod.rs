@@ -6,6 +6,8 @@
 //! transform, Messages and Gemini, and the route follow.
 
 pub mod request;
+pub mod response;
+pub mod stream;
 
 /// A Chat Completions parameter SubLane cannot honour: a 400 naming it (`param` in the OpenAI
 /// error shape), never a silent drop.

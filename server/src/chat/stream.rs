@@ -1,0 +1,252 @@
+//! A streamed Responses answer as a Chat Completions stream (BEY-3): a stateful transform, one
+//! upstream event in, the `chat.completion.chunk`s it makes out, in the shape the openai SDK
+//! expects: the role in the first delta, text and refusal deltas, tool calls by index (id and name
+//! first, then argument pieces), a last chunk with `finish_reason`, a usage chunk with empty
+//! `choices` when the client asked for `stream_options.include_usage`, then `[DONE]`.
+
+use serde_json::{Value, json};
+
+use super::response::{completion_id, finish_reason, usage};
+
+/// The data of the stream's last event.
+pub const DONE: &str = "[DONE]";
+
+/// One Chat Completions stream being made from Responses events.
+#[derive(Debug)]
+pub struct ChatStream {
+    id: String,
+    created: i64,
+    model: String,
+    include_usage: bool,
+    /// The role chunk went out.
+    started: bool,
+    /// Tool calls so far: the upstream item id of each, by Chat Completions index.
+    tools: Vec<String>,
+    /// The terminal event was seen (nothing more is sent after it).
+    ended: bool,
+}
+
+impl ChatStream {
+    /// `model` is the client's model name; `include_usage` its `stream_options.include_usage`.
+    pub fn new(model: &str, include_usage: bool) -> ChatStream {
+        ChatStream {
+            id: "chatcmpl-pending".to_owned(),
+            created: 0,
+            model: model.to_owned(),
+            include_usage,
+            started: false,
+            tools: Vec::new(),
+            ended: false,
+        }
+    }
+
+    /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The chunks one upstream event makes, each an SSE `data` payload, in order.
+    pub fn event(&mut self, data: &str) -> Vec<String> {
+        let Ok(event) = serde_json::from_str::<Value>(data) else { return Vec::new() };
+        if self.ended {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        match event["type"].as_str().unwrap_or_default() {
+            "response.created" | "response.in_progress" => {
+                self.identify(&event["response"]);
+                self.start(&mut out);
+            }
+            "response.output_text.delta" => {
+                self.start(&mut out);
+                out.push(self.chunk(json!({"content": event["delta"]}), None));
+            }
+            "response.refusal.delta" => {
+                self.start(&mut out);
+                out.push(self.chunk(json!({"refusal": event["delta"]}), None));
+            }
+            "response.output_item.added" if event["item"]["type"] == "function_call" => {
+                self.start(&mut out);
+                let item = &event["item"];
+                let index = self.tools.len();
+                self.tools.push(item["id"].as_str().unwrap_or_default().to_owned());
+                let call = json!({"index": index, "id": item["call_id"], "type": "function",
+                                  "function": {"name": item["name"], "arguments": ""}});
+                out.push(self.chunk(json!({"tool_calls": [call]}), None));
+            }
+            "response.function_call_arguments.delta" => {
+                let item = event["item_id"].as_str().unwrap_or_default();
+                if let Some(index) = self.tools.iter().position(|id| id == item) {
+                    let call = json!({"index": index, "function": {"arguments": event["delta"]}});
+                    out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let response = &event["response"];
+                self.identify(response);
+                self.start(&mut out);
+                out.push(self.chunk(json!({}), Some(finish_reason(response, !self.tools.is_empty()))));
+                if self.include_usage {
+                    let mut last = self.base(json!([]));
+                    last["usage"] = if response["usage"].is_object() { usage(&response["usage"]) } else { Value::Null };
+                    out.push(last.to_string());
+                }
+                out.push(DONE.to_owned());
+                self.ended = true;
+            }
+            "response.failed" | "error" => {
+                let e = if event["type"] == "error" { &event } else { &event["response"]["error"] };
+                let error = json!({"error": {
+                    "message": e["message"].as_str().unwrap_or("the upstream failed"),
+                    "type": "server_error",
+                    "code": e["code"],
+                    "param": null,
+                }});
+                out.push(error.to_string());
+                self.ended = true;
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn identify(&mut self, response: &Value) {
+        if response["id"].is_string() {
+            self.id = completion_id(response);
+        }
+        if let Some(t) = response["created_at"].as_i64() {
+            self.created = t;
+        }
+    }
+
+    /// The first chunk names the role.
+    fn start(&mut self, out: &mut Vec<String>) {
+        if !self.started {
+            self.started = true;
+            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
+        }
+    }
+
+    fn base(&self, choices: Value) -> Value {
+        let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                           "model": self.model, "choices": choices});
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}])).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{super::response::from_responses, *};
+
+    /// The Responses events of an answer with `texts` as output text deltas and `calls` as
+    /// function calls (name, argument pieces), ending with `response.completed`; and the final
+    /// response object.
+    fn upstream(texts: &[String], calls: &[(String, Vec<String>)]) -> (Vec<String>, Value) {
+        let mut events = vec![json!({"type": "response.created", "response": {"id": "resp_1", "created_at": 7}})];
+        let mut output = Vec::new();
+        if !texts.is_empty() {
+            for t in texts {
+                events.push(json!({"type": "response.output_text.delta", "item_id": "msg_1", "delta": t}));
+            }
+            output.push(json!({"type": "message", "content": [{"type": "output_text", "text": texts.concat()}]}));
+        }
+        for (i, (name, pieces)) in calls.iter().enumerate() {
+            let (id, call_id) = (format!("fc_{i}"), format!("call_{i}"));
+            events.push(json!({"type": "response.output_item.added", "output_index": i + 1,
+                               "item": {"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": ""}}));
+            for p in pieces {
+                events.push(json!({"type": "response.function_call_arguments.delta", "item_id": id, "delta": p}));
+            }
+            output.push(json!({"type": "function_call", "call_id": call_id, "name": name, "arguments": pieces.concat()}));
+        }
+        let response = json!({"id": "resp_1", "created_at": 7, "status": "completed", "output": output,
+                              "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}});
+        events.push(json!({"type": "response.completed", "response": response}));
+        (events.into_iter().map(|e| e.to_string()).collect(), response)
+    }
+
+    /// Runs the transform and folds the chunks the way the openai SDK does.
+    fn fold(events: &[String], include_usage: bool) -> (Vec<Value>, String, Vec<(String, String, String)>, Option<String>) {
+        let mut s = ChatStream::new("m", include_usage);
+        let chunks: Vec<String> = events.iter().flat_map(|e| s.event(e)).collect();
+        assert_eq!(chunks.last().map(String::as_str), Some(DONE));
+        let values: Vec<Value> = chunks[..chunks.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        let (mut text, mut calls, mut finish) = (String::new(), Vec::<(String, String, String)>::new(), None);
+        for v in &values {
+            let Some(choice) = v["choices"].get(0) else { continue };
+            let d = &choice["delta"];
+            text.push_str(d["content"].as_str().unwrap_or_default());
+            for c in d["tool_calls"].as_array().into_iter().flatten() {
+                let i = c["index"].as_u64().unwrap() as usize;
+                if i == calls.len() {
+                    calls.push((c["id"].as_str().unwrap().into(), c["function"]["name"].as_str().unwrap().into(), String::new()));
+                }
+                calls[i].2.push_str(c["function"]["arguments"].as_str().unwrap_or_default());
+            }
+            if let Some(f) = choice["finish_reason"].as_str() {
+                finish = Some(f.to_owned());
+            }
+        }
+        (values, text, calls, finish)
+    }
+
+    #[test]
+    fn chunks_have_the_shape_the_sdk_expects() {
+        let (events, _) = upstream(&["Hel".into(), "lo".into()], &[("weather".into(), vec!["{\"ci".into(), "ty\":1}".into()])]);
+        let (chunks, text, calls, finish) = fold(&events, true);
+        assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == "chatcmpl-1" && c["model"] == "m"));
+        assert_eq!(text, "Hello");
+        assert_eq!(calls, vec![("call_0".into(), "weather".into(), "{\"city\":1}".into())]);
+        assert_eq!(finish.as_deref(), Some("tool_calls"));
+        let last = chunks.last().unwrap();
+        assert_eq!(last["choices"], json!([]));
+        assert_eq!(last["usage"]["total_tokens"], 13);
+        assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()), "usage only in the last chunk");
+        let (plain, ..) = fold(&events, false);
+        assert!(plain.iter().all(|c| c.get("usage").is_none() && !c["choices"].as_array().unwrap().is_empty()));
+    }
+
+    #[test]
+    fn a_failed_response_ends_with_an_error_and_nothing_after_it() {
+        let mut s = ChatStream::new("m", false);
+        s.event(&json!({"type": "response.created", "response": {"id": "resp_2"}}).to_string());
+        let failed = json!({"type": "response.failed", "response": {"error": {"code": "server_error", "message": "boom"}}});
+        let out = s.event(&failed.to_string());
+        assert_eq!(out.len(), 1);
+        let e: Value = serde_json::from_str(&out[0]).unwrap();
+        assert_eq!((e["error"]["code"].as_str(), e["error"]["message"].as_str()), (Some("server_error"), Some("boom")));
+        assert!(s.ended());
+        assert!(s.event(&json!({"type": "response.output_text.delta", "delta": "x"}).to_string()).is_empty());
+    }
+
+    proptest! {
+        /// A streamed answer folds to the collected one: same text, same tool calls, same finish.
+        #[test]
+        fn a_stream_concatenates_to_the_collected_answer(
+            texts in proptest::collection::vec("[a-z ]{0,6}", 0..5),
+            calls in proptest::collection::vec(("[a-z]{1,6}", proptest::collection::vec("[a-z0-9{}\":,]{0,5}", 0..4)), 0..3),
+        ) {
+            let (events, response) = upstream(&texts, &calls);
+            let (_, text, streamed, finish) = fold(&events, false);
+            let collected = from_responses(&response, "m");
+            let message = &collected["choices"][0]["message"];
+            prop_assert_eq!(text, message["content"].as_str().unwrap_or_default().to_owned());
+            let expected: Vec<(String, String, String)> = message["tool_calls"].as_array().into_iter().flatten()
+                .map(|c| (c["id"].as_str().unwrap().into(), c["function"]["name"].as_str().unwrap().into(),
+                          c["function"]["arguments"].as_str().unwrap().into()))
+                .collect();
+            prop_assert_eq!(streamed, expected);
+            prop_assert_eq!(finish.as_deref(), collected["choices"][0]["finish_reason"].as_str());
+        }
+    }
+}
