@@ -62,3 +62,91 @@ def test_websocket_mode_turns_and_continuation(gateway):
         assert second[-1].response.usage.output_tokens == 7
     # request ids ride along on created/completed events (extra fields the SDK keeps)
     assert str(getattr(first[0], "request_id", "")).startswith("req_")
+
+
+def test_chat_completion_through_a_codex_account(gateway):
+    """`chat.completions.create` (BEY-3): translated to Responses for the Codex account and back."""
+    resp = client(gateway).chat.completions.create(
+        model="gpt-5.1-codex",
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}],
+    )
+    assert resp.object == "chat.completion"
+    assert resp.choices[0].message.role == "assistant"
+    assert resp.choices[0].message.content == "HelloHelloHello"
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.usage.prompt_tokens == 120
+    assert resp.usage.prompt_tokens_details.cached_tokens == 64
+
+
+def test_streamed_chat_completion_with_usage(gateway):
+    stream = client(gateway).chat.completions.create(
+        model="gpt-5.1-codex",
+        messages=[{"role": "user", "content": "Say hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "HelloHelloHello"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 7
+
+
+def test_chat_parameter_without_an_equivalent_is_a_bad_request(gateway):
+    with pytest.raises(openai.BadRequestError) as err:
+        client(gateway).chat.completions.create(
+            model="gpt-5.1-codex", messages=[{"role": "user", "content": "x"}], stop=["\n"]
+        )
+    assert err.value.status_code == 400
+    assert err.value.param == "stop"
+
+
+def _script(gateway, script):
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{gateway.mock}/__mock/accounts/sdk-codex", data=json.dumps(script).encode(), method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req).close()
+
+
+WEATHER = [{
+    "type": "function",
+    "function": {"name": "weather", "description": "Weather by city",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+}]
+
+
+def test_chat_completion_with_parallel_tool_calls(gateway):
+    calls = [{"name": "weather", "arguments": '{"city":"Paris"}'}, {"name": "weather", "arguments": '{"city":"Rome"}'}]
+    _script(gateway, {"function_calls": calls})
+    try:
+        c = client(gateway)
+        ask = [{"role": "user", "content": "Weather in Paris and Rome?"}]
+        resp = c.chat.completions.create(model="gpt-5.1-codex", messages=ask, tools=WEATHER, parallel_tool_calls=True)
+        choice = resp.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert [(t.function.name, t.function.arguments) for t in choice.message.tool_calls] == [
+            ("weather", '{"city":"Paris"}'), ("weather", '{"city":"Rome"}')]
+
+        # streamed, folded by the SDK's own helper
+        with c.chat.completions.stream(model="gpt-5.1-codex", messages=ask, tools=WEATHER) as stream:
+            for _ in stream:
+                pass
+            final = stream.get_final_completion()
+        streamed = final.choices[0]
+        assert streamed.finish_reason == "tool_calls"
+        assert [t.function.arguments for t in streamed.message.tool_calls] == ['{"city":"Paris"}', '{"city":"Rome"}']
+        assert all(t.id.startswith("call_") for t in streamed.message.tool_calls)
+
+        # the tool results go back as the next turn
+        follow = ask + [choice.message.model_dump(exclude_none=True)] + [
+            {"role": "tool", "tool_call_id": t.id, "content": "sunny"} for t in choice.message.tool_calls]
+        _script(gateway, {})
+        again = c.chat.completions.create(model="gpt-5.1-codex", messages=follow, tools=WEATHER)
+        assert again.choices[0].message.content == "HelloHelloHello"
+    finally:
+        _script(gateway, {})

@@ -23,3 +23,21 @@ impl ChatError {
         ChatError { param: param.to_owned(), message: message.into() }
     }
 }
+
+/// What the answer's translation needs from the client's request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatOptions {
+    /// `stream_options.include_usage`: a last chunk with the usage.
+    pub include_usage: bool,
+}
+
+/// A Chat Completions body as a Responses body, and the options its answer needs.
+pub fn translate(body: &[u8]) -> Result<(Vec<u8>, ChatOptions), ChatError> {
+    let chat: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ChatError::new("", format!("the body is not JSON: {e}")))?;
+    let options =
+        ChatOptions { include_usage: chat["stream_options"]["include_usage"].as_bool() == Some(true) };
+    let responses = request::to_responses(&chat)?;
+    let bytes = serde_json::to_vec(&responses).map_err(|e| ChatError::new("", e.to_string()))?;
+    Ok((bytes, options))
+}

@@ -44,9 +44,9 @@ pub fn from_responses(response: &Value, model: &str) -> Value {
                 for part in item["content"].as_array().into_iter().flatten() {
                     match part["type"].as_str() {
                         Some("output_text") => text.push_str(part["text"].as_str().unwrap_or_default()),
-                        Some("refusal") => {
-                            refusal.get_or_insert_with(String::new).push_str(part["refusal"].as_str().unwrap_or_default())
-                        }
+                        Some("refusal") => refusal
+                            .get_or_insert_with(String::new)
+                            .push_str(part["refusal"].as_str().unwrap_or_default()),
                         _ => {}
                     }
                 }
@@ -120,11 +120,14 @@ mod tests {
         let choice = &c["choices"][0];
         assert_eq!(choice["finish_reason"], "tool_calls");
         assert_eq!(choice["message"]["content"], Value::Null);
-        assert_eq!(choice["message"]["tool_calls"][1],
-                   json!({"id": "call_b", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}}));
+        assert_eq!(
+            choice["message"]["tool_calls"][1],
+            json!({"id": "call_b", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}})
+        );
         let cut = json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": []});
         assert_eq!(from_responses(&cut, "m")["choices"][0]["finish_reason"], "length");
-        let filtered = json!({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}, "output": []});
+        let filtered =
+            json!({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}, "output": []});
         assert_eq!(finish_reason(&filtered, false), "content_filter");
     }
 }

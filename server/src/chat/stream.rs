@@ -88,7 +88,8 @@ impl ChatStream {
                 out.push(self.chunk(json!({}), Some(finish_reason(response, !self.tools.is_empty()))));
                 if self.include_usage {
                     let mut last = self.base(json!([]));
-                    last["usage"] = if response["usage"].is_object() { usage(&response["usage"]) } else { Value::Null };
+                    last["usage"] =
+                        if response["usage"].is_object() { usage(&response["usage"]) } else { Value::Null };
                     out.push(last.to_string());
                 }
                 out.push(DONE.to_owned());
@@ -137,7 +138,8 @@ impl ChatStream {
     }
 
     fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}])).to_string()
+        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
+            .to_string()
     }
 }
 
@@ -151,20 +153,25 @@ mod tests {
     /// function calls (name, argument pieces), ending with `response.completed`; and the final
     /// response object.
     fn upstream(texts: &[String], calls: &[(String, Vec<String>)]) -> (Vec<String>, Value) {
-        let mut events = vec![json!({"type": "response.created", "response": {"id": "resp_1", "created_at": 7}})];
+        let mut events =
+            vec![json!({"type": "response.created", "response": {"id": "resp_1", "created_at": 7}})];
         let mut output = Vec::new();
         if !texts.is_empty() {
             for t in texts {
                 events.push(json!({"type": "response.output_text.delta", "item_id": "msg_1", "delta": t}));
             }
-            output.push(json!({"type": "message", "content": [{"type": "output_text", "text": texts.concat()}]}));
+            output.push(
+                json!({"type": "message", "content": [{"type": "output_text", "text": texts.concat()}]}),
+            );
         }
         for (i, (name, pieces)) in calls.iter().enumerate() {
             let (id, call_id) = (format!("fc_{i}"), format!("call_{i}"));
             events.push(json!({"type": "response.output_item.added", "output_index": i + 1,
                                "item": {"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": ""}}));
             for p in pieces {
-                events.push(json!({"type": "response.function_call_arguments.delta", "item_id": id, "delta": p}));
+                events.push(
+                    json!({"type": "response.function_call_arguments.delta", "item_id": id, "delta": p}),
+                );
             }
             output.push(json!({"type": "function_call", "call_id": call_id, "name": name, "arguments": pieces.concat()}));
         }
@@ -174,12 +181,16 @@ mod tests {
         (events.into_iter().map(|e| e.to_string()).collect(), response)
     }
 
+    /// The chunks, the text, the tool calls (id, name, arguments) and the finish reason.
+    type Folded = (Vec<Value>, String, Vec<(String, String, String)>, Option<String>);
+
     /// Runs the transform and folds the chunks the way the openai SDK does.
-    fn fold(events: &[String], include_usage: bool) -> (Vec<Value>, String, Vec<(String, String, String)>, Option<String>) {
+    fn fold(events: &[String], include_usage: bool) -> Folded {
         let mut s = ChatStream::new("m", include_usage);
         let chunks: Vec<String> = events.iter().flat_map(|e| s.event(e)).collect();
         assert_eq!(chunks.last().map(String::as_str), Some(DONE));
-        let values: Vec<Value> = chunks[..chunks.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        let values: Vec<Value> =
+            chunks[..chunks.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
         let (mut text, mut calls, mut finish) = (String::new(), Vec::<(String, String, String)>::new(), None);
         for v in &values {
             let Some(choice) = v["choices"].get(0) else { continue };
@@ -188,7 +199,11 @@ mod tests {
             for c in d["tool_calls"].as_array().into_iter().flatten() {
                 let i = c["index"].as_u64().unwrap() as usize;
                 if i == calls.len() {
-                    calls.push((c["id"].as_str().unwrap().into(), c["function"]["name"].as_str().unwrap().into(), String::new()));
+                    calls.push((
+                        c["id"].as_str().unwrap().into(),
+                        c["function"]["name"].as_str().unwrap().into(),
+                        String::new(),
+                    ));
                 }
                 calls[i].2.push_str(c["function"]["arguments"].as_str().unwrap_or_default());
             }
@@ -201,19 +216,31 @@ mod tests {
 
     #[test]
     fn chunks_have_the_shape_the_sdk_expects() {
-        let (events, _) = upstream(&["Hel".into(), "lo".into()], &[("weather".into(), vec!["{\"ci".into(), "ty\":1}".into()])]);
+        let (events, _) = upstream(
+            &["Hel".into(), "lo".into()],
+            &[("weather".into(), vec!["{\"ci".into(), "ty\":1}".into()])],
+        );
         let (chunks, text, calls, finish) = fold(&events, true);
         assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
-        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == "chatcmpl-1" && c["model"] == "m"));
+        assert!(
+            chunks.iter().all(|c| c["object"] == "chat.completion.chunk"
+                && c["id"] == "chatcmpl-1"
+                && c["model"] == "m")
+        );
         assert_eq!(text, "Hello");
         assert_eq!(calls, vec![("call_0".into(), "weather".into(), "{\"city\":1}".into())]);
         assert_eq!(finish.as_deref(), Some("tool_calls"));
         let last = chunks.last().unwrap();
         assert_eq!(last["choices"], json!([]));
         assert_eq!(last["usage"]["total_tokens"], 13);
-        assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()), "usage only in the last chunk");
+        assert!(
+            chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()),
+            "usage only in the last chunk"
+        );
         let (plain, ..) = fold(&events, false);
-        assert!(plain.iter().all(|c| c.get("usage").is_none() && !c["choices"].as_array().unwrap().is_empty()));
+        assert!(
+            plain.iter().all(|c| c.get("usage").is_none() && !c["choices"].as_array().unwrap().is_empty())
+        );
     }
 
     #[test]
@@ -224,7 +251,10 @@ mod tests {
         let out = s.event(&failed.to_string());
         assert_eq!(out.len(), 1);
         let e: Value = serde_json::from_str(&out[0]).unwrap();
-        assert_eq!((e["error"]["code"].as_str(), e["error"]["message"].as_str()), (Some("server_error"), Some("boom")));
+        assert_eq!(
+            (e["error"]["code"].as_str(), e["error"]["message"].as_str()),
+            (Some("server_error"), Some("boom"))
+        );
         assert!(s.ended());
         assert!(s.event(&json!({"type": "response.output_text.delta", "delta": "x"}).to_string()).is_empty());
     }

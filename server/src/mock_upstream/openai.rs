@@ -234,7 +234,30 @@ pub(crate) fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part}),
     ));
     a.push(ev("response.output_item.done", json!({"output_index": 0, "item": item})));
-    let done = base("completed", json!([item]), u);
+    let mut output = vec![item];
+    for (i, call) in sc.function_calls.iter().enumerate() {
+        let (id, call_id, index) = (format!("fc_{}_{i}", turn.id), format!("call_{}_{i}", turn.id), i + 1);
+        let added = json!({"id": id, "type": "function_call", "status": "in_progress", "call_id": call_id,
+                           "name": call.name, "arguments": ""});
+        a.push(ev("response.output_item.added", json!({"output_index": index, "item": added})));
+        let half =
+            call.arguments.char_indices().nth(call.arguments.chars().count() / 2).map_or(0, |(b, _)| b);
+        for piece in [&call.arguments[..half], &call.arguments[half..]] {
+            a.push(ev(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": piece}),
+            ));
+        }
+        a.push(ev(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "arguments": call.arguments}),
+        ));
+        let item = json!({"id": id, "type": "function_call", "status": "completed", "call_id": call_id,
+                          "name": call.name, "arguments": call.arguments});
+        a.push(ev("response.output_item.done", json!({"output_index": index, "item": item.clone()})));
+        output.push(item);
+    }
+    let done = base("completed", Value::Array(output), u);
     a.push(ev("response.completed", json!({"response": done})));
     (a, done)
 }

@@ -39,6 +39,17 @@ pub struct Script {
     pub refuse_websocket: Option<u16>,
     /// Token endpoints (`token:<family>`): lifetime of the access tokens they issue, in seconds.
     pub token_expires_in: Option<u64>,
+    /// Responses answers: function calls after the text, in order (parallel tool calls).
+    pub function_calls: Vec<MockCall>,
+}
+
+/// A function call a Responses answer makes.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MockCall {
+    pub name: String,
+    /// The arguments as the model writes them (a JSON text), streamed in two pieces.
+    pub arguments: String,
 }
 
 impl Default for Script {
@@ -57,6 +68,7 @@ impl Default for Script {
             rate_limits_frame: None,
             refuse_websocket: None,
             token_expires_in: None,
+            function_calls: Vec::new(),
         }
     }
 }

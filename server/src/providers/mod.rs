@@ -26,6 +26,8 @@ pub use observe::{Grammar, Observation, Observer};
 pub enum Operation {
     Responses,
     ResponsesCompact,
+    /// OpenAI Chat Completions, translated to Responses (BEY-3).
+    ChatCompletions,
     Messages,
     CountTokens,
     /// Gemini `:generateContent`.
@@ -40,6 +42,7 @@ impl Operation {
         match self {
             Operation::Responses => "responses",
             Operation::ResponsesCompact => "responses_compact",
+            Operation::ChatCompletions => "chat_completions",
             Operation::Messages => "messages",
             Operation::CountTokens => "count_tokens",
             Operation::GeminiGenerate => "gemini_generate",
@@ -50,7 +53,9 @@ impl Operation {
     /// Providers able to serve this operation.
     pub fn providers(self) -> &'static [Provider] {
         match self {
-            Operation::Responses | Operation::ResponsesCompact => &[Provider::Codex, Provider::OpenaiApi],
+            Operation::Responses | Operation::ResponsesCompact | Operation::ChatCompletions => {
+                &[Provider::Codex, Provider::OpenaiApi]
+            }
             Operation::Messages | Operation::CountTokens => &[Provider::Claude, Provider::AnthropicApi],
             Operation::GeminiGenerate | Operation::GeminiStream => &[Provider::Antigravity],
         }
@@ -58,7 +63,9 @@ impl Operation {
 
     pub fn grammar(self) -> Grammar {
         match self {
-            Operation::Responses | Operation::ResponsesCompact => Grammar::Responses,
+            Operation::Responses | Operation::ResponsesCompact | Operation::ChatCompletions => {
+                Grammar::Responses
+            }
             Operation::Messages | Operation::CountTokens => Grammar::Messages,
             Operation::GeminiGenerate | Operation::GeminiStream => Grammar::Gemini,
         }
@@ -112,7 +119,9 @@ pub fn target(
                 headers.insert(HeaderName::from_static("chatgpt-account-id"), id);
             }
             match op {
-                Operation::Responses => (join(&urls.codex_base_url, "/responses"), true, true),
+                Operation::Responses | Operation::ChatCompletions => {
+                    (join(&urls.codex_base_url, "/responses"), true, true)
+                }
                 Operation::ResponsesCompact => {
                     (join(&urls.codex_base_url, "/responses/compact"), false, false)
                 }
@@ -122,7 +131,9 @@ pub fn target(
         (Provider::OpenaiApi, CredentialInput::ApiKey { api_key }, _) => {
             bearer(&mut headers, api_key)?;
             match op {
-                Operation::Responses => (join(&urls.openai_base_url, "/responses"), false, false),
+                Operation::Responses | Operation::ChatCompletions => {
+                    (join(&urls.openai_base_url, "/responses"), false, false)
+                }
                 Operation::ResponsesCompact => {
                     (join(&urls.openai_base_url, "/responses/compact"), false, false)
                 }

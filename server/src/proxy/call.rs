@@ -71,12 +71,12 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
         return with_request_id(e.render(spec.protocol, Some(&request_id)), &request_id);
     }
     let admitted = tokio::select! {
-        admitted = admit(&s, principal, &headers, path_model, body) => admitted,
+        admitted = admit(&s, spec, principal, &headers, path_model, body) => admitted,
         () = stop.cancelled() => Err(Refused::Silently(GatewayError::shutting_down())),
     };
     let mut budget = None;
     let mut resp = match admitted {
-        Ok(Admitted { principal, slots, body, fields, model }) => {
+        Ok(Admitted { principal, slots, read, model }) => {
             let operation = spec.op.record_name();
             // BUD-2: the caller's budgets, checked once the call is known (recorded if refused).
             let checked = s.budgets.check(principal.key_id, principal.member_id, s.clock.now());
@@ -91,7 +91,7 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
                 // The hard stop cuts a call still waiting on its upstream (the dropped attempt
                 // records itself); a stream already relaying ends in its relay.
                 tokio::select! {
-                    resp = dispatch(&s, spec, attempt, &headers, query, body, fields) => resp,
+                    resp = dispatch(&s, spec, attempt, &headers, query, read) => resp,
                     () = stop.cancelled() => GatewayError::shutting_down().render(spec.protocol, Some(&request_id)),
                 }
             }
@@ -158,9 +158,17 @@ struct Admitted {
     principal: Principal,
     /// The workspace and member slots (ADM-2, ADM-3).
     slots: (WorkspaceSlot, MemberSlot),
+    read: Read,
+    model: String,
+}
+
+/// The request as read: the body (a Chat Completions body already translated to Responses,
+/// BEY-3) and its routing fields.
+struct Read {
     body: Bytes,
     fields: RoutingFields,
-    model: String,
+    /// A Chat Completions call: what its answer's translation needs.
+    chat: Option<crate::chat::ChatOptions>,
 }
 
 /// Why a caller was not let in.
@@ -185,6 +193,7 @@ impl From<GatewayError> for Refused {
 /// only for a request that could be read.
 async fn admit(
     s: &AppState,
+    spec: Spec,
     principal: Principal,
     headers: &HeaderMap,
     path_model: Option<String>,
@@ -196,7 +205,15 @@ async fn admit(
         Err(e) => return Err(Refused::Recorded(e, principal, path_model.unwrap_or_default())),
     };
     let raw = request::read_body(headers, body).await?;
-    let body = request::decode(headers, raw).await?;
+    let mut body = request::decode(headers, raw).await?;
+    let mut chat = None;
+    if spec.op == Operation::ChatCompletions {
+        // BEY-3: everything downstream (routing fields, scheduling, the upstream) sees Responses.
+        let (translated, options) = crate::chat::translate(&body)
+            .map_err(|e| GatewayError::bad_request(e.message).with_field("param", Value::String(e.param)))?;
+        body = Bytes::from(translated);
+        chat = Some(options);
+    }
     let fields = RoutingFields::parse(&body)?;
     let model = path_model
         .or_else(|| fields.model.clone())
@@ -206,7 +223,7 @@ async fn admit(
     if let Err(e) = member_rpm(s, &principal) {
         return Err(Refused::Recorded(e, principal, model));
     }
-    Ok(Admitted { principal, slots: (workspace, member), body, fields, model })
+    Ok(Admitted { principal, slots: (workspace, member), read: Read { body, fields, chat }, model })
 }
 
 async fn dispatch(
@@ -215,9 +232,9 @@ async fn dispatch(
     mut attempt: Attempt,
     headers: &HeaderMap,
     query: Option<&str>,
-    body: Bytes,
-    fields: RoutingFields,
+    read: Read,
 ) -> Response {
+    let Read { body, fields, chat } = read;
     let conversation = Conversation::of(headers, &fields);
     let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
     // ACC-2: before any byte is accepted, a request whose account cannot serve it now (rate
@@ -231,7 +248,7 @@ async fn dispatch(
     let mut last_failure: Option<UpstreamFailure> = None;
     let mut last_token_error: Option<GatewayError> = None;
     let request =
-        Outgoing { spec, headers, query, conversation, client_streams, body: &body, fields: &fields };
+        Outgoing { spec, headers, query, conversation, client_streams, body: &body, fields: &fields, chat };
     let (upstream, account, force_stream, rewrite) = loop {
         let (lease, upstream_model) =
             match schedule::schedule(s, spec, &mut attempt, headers, conversation, None, &tried).await {
@@ -368,7 +385,7 @@ async fn dispatch(
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
-        return collect_stream(attempt, upstream, observer, deadline).await;
+        return collect_stream(attempt, upstream, observer, deadline, chat.is_some()).await;
     }
     // A plain JSON answer: pass the bytes through, read usage from them.
     let mut passed = HeaderMap::new();
@@ -385,11 +402,20 @@ async fn dispatch(
     if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
         observer.body(&v);
         // Antigravity: the client gets the inner response, taken from the value already parsed.
-        if rewrite.is_some()
+        if matches!(rewrite, Some(relay::Rewrite::Envelope))
             && let Some(inner) = v.get_mut("response").map(Value::take)
             && let Ok(b) = serde_json::to_vec(&inner)
         {
             bytes = Bytes::from(b);
+        }
+        // BEY-3: a Chat Completions client gets a chat.completion (errors keep the OpenAI shape,
+        // which both protocols share).
+        if chat.is_some()
+            && status.is_success()
+            && let Ok(b) = serde_json::to_vec(&crate::chat::response::from_responses(&v, &attempt.model))
+        {
+            bytes = Bytes::from(b);
+            passed.remove(header::CONTENT_LENGTH);
         }
     }
     let o = observer.seen;
@@ -419,6 +445,8 @@ struct Outgoing<'a> {
     client_streams: bool,
     body: &'a Bytes,
     fields: &'a RoutingFields,
+    /// A Chat Completions client (BEY-3): its answer is translated back.
+    chat: Option<crate::chat::ChatOptions>,
 }
 
 /// An upstream answer with how to pass it on.
@@ -451,8 +479,13 @@ async fn send_to(
     loop {
         let credentials = s.tokens.usable(&account.tokens).await.map_err(Unsent::NoToken)?;
         let (target, body, force_stream) = prepare(s, r, attempt, account, &credentials, upstream_model)?;
-        let rewrite: Option<relay::Rewrite> =
-            target.envelope.is_some().then_some(providers::unwrap_envelope as relay::Rewrite);
+        let rewrite = match (&target.envelope, &r.chat) {
+            (Some(_), _) => Some(relay::Rewrite::Envelope),
+            (None, Some(chat)) if r.client_streams => Some(relay::Rewrite::Chat(Box::new(
+                crate::chat::stream::ChatStream::new(&attempt.model, chat.include_usage),
+            ))),
+            _ => None,
+        };
         let response =
             upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)
                 .await
@@ -538,6 +571,7 @@ async fn collect_stream(
     upstream: reqwest::Response,
     mut observer: Observer,
     deadline: Instant,
+    chat: bool,
 ) -> Response {
     let status = upstream.status().as_u16();
     let mut passed = HeaderMap::new();
@@ -569,7 +603,10 @@ async fn collect_stream(
     if let Some((e, verdict)) = failure {
         return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
     }
-    let final_response = o.final_response.clone().unwrap_or(Value::Null);
+    let mut final_response = o.final_response.clone().unwrap_or(Value::Null);
+    if chat {
+        final_response = crate::chat::response::from_responses(&final_response, &attempt.model);
+    }
     let outcome = o.outcome.unwrap_or(Outcome::Success);
     attempt
         .finish(Ending {

@@ -53,6 +53,10 @@ pub fn router() -> Router<AppState> {
             .route(
                 &format!("{prefix}/v1/responses/compact"),
                 model_route(Protocol::OpenAi, Operation::ResponsesCompact, only),
+            )
+            .route(
+                &format!("{prefix}/v1/chat/completions"),
+                model_route(Protocol::OpenAi, Operation::ChatCompletions, only),
             );
     }
     for (prefix, only) in [("", None), ("/claude", Some(Provider::Claude))] {

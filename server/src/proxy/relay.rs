@@ -44,16 +44,36 @@ pub struct Timing {
 /// OPS-3: the server's shutdown; the relay ends when its hard stop comes.
 pub type HardStop = std::sync::Arc<crate::app_state::Lifecycle>;
 
-/// Rewrites each event's data before it reaches the client (`None` drops the event). Used where
-/// the protocol needs translating (Antigravity's envelope); without it bytes pass unchanged.
-pub type Rewrite = fn(&str) -> Option<String>;
+/// Rewrites each event before it reaches the client, where the protocol needs translating;
+/// without one, bytes pass unchanged. The observer always sees the upstream's own events.
+#[derive(Debug)]
+pub enum Rewrite {
+    /// Antigravity: each event's `{"response": ...}` unwrapped (an event without one dropped).
+    Envelope,
+    /// A Chat Completions client of a Responses upstream: a stateful transform (BEY-3).
+    Chat(Box<crate::chat::stream::ChatStream>),
+}
+
+impl Rewrite {
+    /// The `data` payloads one upstream event becomes.
+    fn apply(&mut self, data: &str, mut emit: impl FnMut(&str)) {
+        match self {
+            Rewrite::Envelope => {
+                if let Some(d) = crate::providers::unwrap_envelope(data) {
+                    emit(&d);
+                }
+            }
+            Rewrite::Chat(chat) => chat.event(data).iter().for_each(|d| emit(d)),
+        }
+    }
+}
 
 /// Watches a chunk and returns what to forward: the chunk itself, or its rewritten events.
 fn process(
     bytes: Bytes,
     splitter: &mut Splitter,
     observer: &mut Observer,
-    rewrite: Option<Rewrite>,
+    rewrite: &mut Option<Rewrite>,
     at: Duration,
 ) -> Option<Bytes> {
     match rewrite {
@@ -65,11 +85,11 @@ fn process(
             let mut out = Vec::new();
             splitter.feed(&bytes, |ev| {
                 observer.event(ev.name, &ev.data, at);
-                if let Some(data) = rewrite(&ev.data) {
+                rewrite.apply(&ev.data, |data| {
                     out.extend_from_slice(b"data: ");
                     out.extend_from_slice(data.as_bytes());
                     out.extend_from_slice(b"\n\n");
-                }
+                });
             });
             (!out.is_empty()).then(|| Bytes::from(out))
         }
@@ -135,7 +155,7 @@ pub fn relay<S, F, Fut>(
     mut observer: Observer,
     timing: Timing,
     hard_stop: HardStop,
-    rewrite: Option<Rewrite>,
+    mut rewrite: Option<Rewrite>,
     on_end: F,
 ) -> (Body, impl Future<Output = ()> + Send + 'static)
 where
@@ -146,7 +166,7 @@ where
     let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(16);
     let mut splitter = Splitter::default();
     if let Some(out) =
-        first.and_then(|b| process(b, &mut splitter, &mut observer, rewrite, timing.started.elapsed()))
+        first.and_then(|b| process(b, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed()))
     {
         let _ = tx.try_send(Ok(out)); // a fresh channel always has room
     }
@@ -166,7 +186,7 @@ where
                 next = upstream.next() => match next {
                     Some(Ok(bytes)) => {
                         last_upstream = Instant::now();
-                        let out = process(bytes, &mut splitter, &mut observer, rewrite, timing.started.elapsed());
+                        let out = process(bytes, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed());
                         if rewrite.is_some() && splitter.overflowed() {
                             // A rewritten stream cannot skip an event it could not read.
                             end.unreadable = true;
