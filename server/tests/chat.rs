@@ -97,3 +97,34 @@ async fn a_parameter_without_an_equivalent_is_a_400_naming_it() {
     );
     assert_eq!(rig.calls("tok-chat-bad"), 0, "nothing reached the upstream");
 }
+
+/// An answer that fails inside a 200 is an error for a Chat client, not an empty success; a
+/// stream cut before its end says so in an error object instead of just stopping.
+#[tokio::test]
+async fn failures_inside_a_200_reach_a_chat_client_as_errors() {
+    let rig = Rig::start(&[("tok-chat-fail", 0)], &[]).await;
+    // the cut comes a moment after the first deltas, as a dropped connection would
+    rig.script(
+        "tok-chat-fail",
+        json!({"delta_delay_ms": 30, "steps": [
+            {"kind": "failed_event", "code": "server_error"},
+            {"kind": "abort", "after_deltas": 2}
+        ]}),
+    )
+    .await;
+    let resp = chat(&rig, ask(false)).await;
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "upstream_error", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("server_error"));
+
+    let resp = chat(&rig, ask(true)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_ne!(data.last(), Some(&"[DONE]"), "{text}");
+    let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_stream_broken", "{text}");
+    let records = rig.t.records(2).await;
+    assert!(records.iter().all(|r| r["outcome"] == "error"), "{records:?}");
+}

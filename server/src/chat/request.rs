@@ -80,7 +80,7 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
                 out.insert("tool_choice".into(), tool_choice(value)?);
             }
             "response_format" => {
-                out.insert("text".into(), json!({"format": response_format(value)?}));
+                set_text_option(&mut out, "format", response_format(value)?);
             }
             "reasoning_effort" => {
                 out.insert("reasoning".into(), json!({"effort": value}));
@@ -93,7 +93,7 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
                 out.insert("max_output_tokens".into(), json!(n));
             }
             "verbosity" => {
-                out.insert("text".into(), json!({"verbosity": value}));
+                set_text_option(&mut out, "verbosity", value.clone());
             }
             // shapes the answer on the way back; nothing to send
             "stream_options" => {}
@@ -106,7 +106,21 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
     if !out.contains_key("input") {
         return Err(ChatError::new("messages", "messages is required"));
     }
+    // Chat Completions stores nothing unless asked; Responses stores by default.
+    out.entry("store").or_insert(Value::Bool(false));
     Ok(Value::Object(out))
+}
+
+/// Sets `key` in the Responses `text` object, shared by `response_format` and `verbosity`.
+fn set_text_option(out: &mut Map<String, Value>, key: &str, value: Value) {
+    match out.get_mut("text") {
+        Some(Value::Object(text)) => {
+            text.insert(key.to_owned(), value);
+        }
+        _ => {
+            out.insert("text".into(), json!({ key: value }));
+        }
+    }
 }
 
 /// System and developer messages become `instructions` (joined by a blank line, in order); the
@@ -317,6 +331,7 @@ mod tests {
             "parallel_tool_calls": true,
             "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "strict": true,
                                 "schema": {"type": "object"}}},
+            "verbosity": "low",
             "reasoning_effort": "low",
             "max_completion_tokens": 300,
             "temperature": 0.2,
@@ -348,8 +363,10 @@ mod tests {
         assert_eq!(r["tool_choice"], json!({"type": "function", "name": "weather"}));
         assert_eq!(
             r["text"],
-            json!({"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": true}})
+            json!({"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": true},
+                   "verbosity": "low"})
         );
+        assert_eq!(r["store"], false, "Chat Completions stores nothing unless asked");
         assert_eq!(r["reasoning"], json!({"effort": "low"}));
         assert_eq!(r["max_output_tokens"], 300);
         assert_eq!(

@@ -20,8 +20,8 @@ pub struct ChatStream {
     include_usage: bool,
     /// The role chunk went out.
     started: bool,
-    /// Tool calls so far: the upstream item id of each, by Chat Completions index.
-    tools: Vec<String>,
+    /// Tool calls so far, by Chat Completions index: the upstream item id and the arguments sent.
+    tools: Vec<(String, String)>,
     /// The terminal event was seen (nothing more is sent after it).
     ended: bool,
 }
@@ -43,6 +43,13 @@ impl ChatStream {
     /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
     pub fn ended(&self) -> bool {
         self.ended
+    }
+
+    /// The error object that ends a stream cut before its terminal event.
+    pub fn cut(&self) -> String {
+        json!({"error": {"message": "the upstream stream ended before the answer was complete",
+                         "type": "server_error", "code": "upstream_stream_broken", "param": null}})
+        .to_string()
     }
 
     /// The chunks one upstream event makes, each an SSE `data` payload, in order.
@@ -67,19 +74,27 @@ impl ChatStream {
             }
             "response.output_item.added" if event["item"]["type"] == "function_call" => {
                 self.start(&mut out);
-                let item = &event["item"];
-                let index = self.tools.len();
-                self.tools.push(item["id"].as_str().unwrap_or_default().to_owned());
-                let call = json!({"index": index, "id": item["call_id"], "type": "function",
-                                  "function": {"name": item["name"], "arguments": ""}});
-                out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                self.tool(&event["item"], &mut out);
             }
             "response.function_call_arguments.delta" => {
                 let item = event["item_id"].as_str().unwrap_or_default();
-                if let Some(index) = self.tools.iter().position(|id| id == item) {
-                    let call = json!({"index": index, "function": {"arguments": event["delta"]}});
-                    out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                let delta = event["delta"].as_str().unwrap_or_default();
+                self.arguments(item, delta, &mut out);
+            }
+            // The delta events are optional (protocols.md): the whole arguments come with the
+            // done events, and whatever was not streamed yet is sent from them.
+            "response.function_call_arguments.done" => {
+                let item = event["item_id"].as_str().unwrap_or_default();
+                self.rest_of_arguments(item, event["arguments"].as_str().unwrap_or_default(), &mut out);
+            }
+            "response.output_item.done" if event["item"]["type"] == "function_call" => {
+                self.start(&mut out);
+                let item = &event["item"];
+                let id = item["id"].as_str().unwrap_or_default();
+                if !self.tools.iter().any(|(t, _)| t == id) {
+                    self.tool(item, &mut out);
                 }
+                self.rest_of_arguments(id, item["arguments"].as_str().unwrap_or_default(), &mut out);
             }
             "response.completed" | "response.incomplete" => {
                 let response = &event["response"];
@@ -109,6 +124,34 @@ impl ChatStream {
             _ => {}
         }
         out
+    }
+
+    /// A new tool call: its index, id, type and name, with empty arguments.
+    fn tool(&mut self, item: &Value, out: &mut Vec<String>) {
+        let index = self.tools.len();
+        self.tools.push((item["id"].as_str().unwrap_or_default().to_owned(), String::new()));
+        let call = json!({"index": index, "id": item["call_id"], "type": "function",
+                          "function": {"name": item["name"], "arguments": ""}});
+        out.push(self.chunk(json!({"tool_calls": [call]}), None));
+    }
+
+    fn arguments(&mut self, item: &str, delta: &str, out: &mut Vec<String>) {
+        let Some(index) = self.tools.iter().position(|(id, _)| id == item) else { return };
+        if delta.is_empty() {
+            return;
+        }
+        self.tools[index].1.push_str(delta);
+        let call = json!({"index": index, "function": {"arguments": delta}});
+        out.push(self.chunk(json!({"tool_calls": [call]}), None));
+    }
+
+    /// Sends what of the complete `arguments` was not streamed yet.
+    fn rest_of_arguments(&mut self, item: &str, arguments: &str, out: &mut Vec<String>) {
+        let Some((_, sent)) = self.tools.iter().find(|(id, _)| id == item) else { return };
+        if let Some(rest) = arguments.strip_prefix(sent.as_str()).filter(|r| !r.is_empty()).map(str::to_owned)
+        {
+            self.arguments(item, &rest, out);
+        }
     }
 
     fn identify(&mut self, response: &Value) {
@@ -241,6 +284,28 @@ mod tests {
         assert!(
             plain.iter().all(|c| c.get("usage").is_none() && !c["choices"].as_array().unwrap().is_empty())
         );
+    }
+
+    #[test]
+    fn tool_calls_announced_only_when_done_still_arrive_whole() {
+        let mut s = ChatStream::new("m", false);
+        let item = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{\"a\":1}"});
+        let mut out = s.event(&json!({"type": "response.output_item.done", "item": item}).to_string());
+        // and one whose deltas stopped half way
+        let added =
+            json!({"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "g", "arguments": ""});
+        out.extend(s.event(&json!({"type": "response.output_item.added", "item": added}).to_string()));
+        out.extend(s.event(&json!({"type": "response.function_call_arguments.delta", "item_id": "fc_2", "delta": "{\"b\""}).to_string()));
+        out.extend(s.event(&json!({"type": "response.function_call_arguments.done", "item_id": "fc_2", "arguments": "{\"b\":2}"}).to_string()));
+        let mut args = vec![String::new(), String::new()];
+        for c in &out {
+            let v: Value = serde_json::from_str(c).unwrap();
+            for t in v["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                args[t["index"].as_u64().unwrap() as usize]
+                    .push_str(t["function"]["arguments"].as_str().unwrap_or_default());
+            }
+        }
+        assert_eq!(args, ["{\"a\":1}", "{\"b\":2}"]);
     }
 
     #[test]

@@ -410,12 +410,13 @@ async fn dispatch(
         }
         // BEY-3: a Chat Completions client gets a chat.completion (errors keep the OpenAI shape,
         // which both protocols share).
-        if chat.is_some()
-            && status.is_success()
-            && let Ok(b) = serde_json::to_vec(&crate::chat::response::from_responses(&v, &attempt.model))
-        {
-            bytes = Bytes::from(b);
-            passed.remove(header::CONTENT_LENGTH);
+        if chat.is_some() && status.is_success() {
+            if let Some((e, verdict)) = chat_failure(&v, observer.seen.error_code.as_deref()) {
+                return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+            }
+            if let Ok(b) = serde_json::to_vec(&crate::chat::response::from_responses(&v, &attempt.model)) {
+                bytes = Bytes::from(b);
+            }
         }
     }
     let o = observer.seen;
@@ -605,6 +606,9 @@ async fn collect_stream(
     }
     let mut final_response = o.final_response.clone().unwrap_or(Value::Null);
     if chat {
+        if let Some((e, verdict)) = chat_failure(&final_response, o.error_code.as_deref()) {
+            return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
+        }
         final_response = crate::chat::response::from_responses(&final_response, &attempt.model);
     }
     let outcome = o.outcome.unwrap_or(Outcome::Success);
@@ -621,6 +625,21 @@ async fn collect_stream(
     let mut resp = axum::Json(final_response).into_response();
     resp.headers_mut().extend(passed);
     resp
+}
+
+/// A Responses answer that failed inside a 200 (`status: failed`): a Chat Completions answer has
+/// no place for that, so the client gets an error (502 with the upstream's code) rather than an
+/// empty success; the verdict is the one a stream ending so would get (CD-2).
+fn chat_failure(response: &Value, code: Option<&str>) -> Option<(GatewayError, Verdict)> {
+    if !matches!(response["status"].as_str(), Some("failed" | "cancelled")) {
+        return None;
+    }
+    let message = match code {
+        Some(c) => format!("the upstream could not complete the answer: {c}"),
+        None => "the upstream could not complete the answer".to_owned(),
+    };
+    let e = GatewayError::new(StatusCode::BAD_GATEWAY, "upstream_error", message);
+    Some((e, stream_verdict(Outcome::Error, code)))
 }
 
 /// The outcome of a relayed stream (REC-8: a 200 stream can still end in error).

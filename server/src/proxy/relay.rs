@@ -238,6 +238,15 @@ where
         }
         // Dropping the upstream stream here closes (cancels) the upstream request.
         drop(upstream);
+        // A Chat Completions client cannot tell a cut stream from a finished one by its end (no
+        // terminal event of its own but `[DONE]`): it is told, as an error object.
+        if let Some(Rewrite::Chat(chat)) = &rewrite
+            && !chat.ended()
+            && client_gone.is_none()
+            && !end.stalled
+        {
+            let _ = tx.try_send(Ok(Bytes::from(format!("data: {}\n\n", chat.cut()))));
+        }
         end.cancelled = client_gone.is_some();
         // An event too large to watch may have been the terminal one: say so rather than
         // calling the stream cut short (which would count against the model, CD-2).
