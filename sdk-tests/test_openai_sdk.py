@@ -150,3 +150,17 @@ def test_chat_completion_with_parallel_tool_calls(gateway):
         assert again.choices[0].message.content == "HelloHelloHello"
     finally:
         _script(gateway, {})
+
+
+def test_chat_completion_through_a_claude_account(gateway):
+    """A `claude-*` model goes to the pool's Claude account, translated to Messages and back."""
+    c = client(gateway)
+    ask = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
+    resp = c.chat.completions.create(model="claude-opus-4-8", messages=ask, max_completion_tokens=64)
+    assert resp.choices[0].message.content == "HelloHelloHello"
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.usage.prompt_tokens == 120 and resp.usage.prompt_tokens_details.cached_tokens == 64
+    chunks = list(c.chat.completions.create(model="claude-opus-4-8", messages=ask, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "HelloHelloHello"
+    assert chunks[-1].usage.completion_tokens == 7

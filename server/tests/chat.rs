@@ -128,3 +128,40 @@ async fn failures_inside_a_200_reach_a_chat_client_as_errors() {
     let records = rig.t.records(2).await;
     assert!(records.iter().all(|r| r["outcome"] == "error"), "{records:?}");
 }
+
+/// A Claude account serves Chat Completions too: translated to Messages and back, streamed and
+/// not, watched in the Messages grammar for the record.
+#[tokio::test]
+async fn a_claude_account_answers_chat_completions() {
+    let mut rig = Rig::start(&[], &[]).await;
+    rig.add_account("claude", "tok-chat-claude", 0).await;
+    let mut body = ask(false);
+    body["model"] = json!("claude-sonnet-4-5");
+    let resp = chat(&rig, body.clone()).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert!(!answer["choices"][0]["message"]["content"].as_str().unwrap().is_empty());
+    assert_eq!(answer["usage"]["prompt_tokens"], 120);
+    assert_eq!(answer["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let text = chat(&rig, body).await.text().await.unwrap();
+    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> =
+        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(streamed, answer["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], answer["usage"]["completion_tokens"]);
+    let records = rig.t.records(2).await;
+    assert!(
+        records.iter().all(|r| r["operation"] == "chat_completions" && r["outcome"] == "success"),
+        "{records:?}"
+    );
+    assert!(records.iter().all(|r| r["input"] == 120), "usage observed in the Messages grammar: {records:?}");
+}

@@ -2,9 +2,11 @@
 //! account that serves it, and the answer back. Pure functions and state machines over JSON
 //! values, so each translation is tested golden-style without a server.
 //!
-//! So far: requests to Responses (Codex, OpenAI API accounts). The answers, the streaming
-//! transform, Messages and Gemini, and the route follow.
+//! Served: Responses upstreams (Codex, OpenAI API accounts) and Messages upstreams (Claude,
+//! Anthropic API accounts). Gemini (Antigravity) follows. The body is translated for the account
+//! chosen, since a pool may mix providers.
 
+pub mod messages;
 pub mod request;
 pub mod response;
 pub mod stream;
@@ -31,13 +33,41 @@ pub struct ChatOptions {
     pub include_usage: bool,
 }
 
-/// A Chat Completions body as a Responses body, and the options its answer needs.
-pub fn translate(body: &[u8]) -> Result<(Vec<u8>, ChatOptions), ChatError> {
+/// The protocol a Chat Completions call is translated into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    Responses,
+    Messages,
+}
+
+impl Upstream {
+    pub fn of(provider: app::model::Provider) -> Option<Upstream> {
+        use app::model::Provider;
+        match provider {
+            Provider::Codex | Provider::OpenaiApi => Some(Upstream::Responses),
+            Provider::Claude | Provider::AnthropicApi => Some(Upstream::Messages),
+            Provider::Antigravity => None,
+        }
+    }
+}
+
+/// Checks a Chat Completions body is a JSON object and reads what its answer needs.
+pub fn options(body: &[u8]) -> Result<ChatOptions, ChatError> {
     let chat: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| ChatError::new("", format!("the body is not JSON: {e}")))?;
-    let options =
-        ChatOptions { include_usage: chat["stream_options"]["include_usage"].as_bool() == Some(true) };
-    let responses = request::to_responses(&chat)?;
-    let bytes = serde_json::to_vec(&responses).map_err(|e| ChatError::new("", e.to_string()))?;
-    Ok((bytes, options))
+    if !chat.is_object() {
+        return Err(ChatError::new("", "the request body must be a JSON object"));
+    }
+    Ok(ChatOptions { include_usage: chat["stream_options"]["include_usage"].as_bool() == Some(true) })
+}
+
+/// A Chat Completions body in `upstream`'s protocol.
+pub fn translate(body: &[u8], upstream: Upstream) -> Result<Vec<u8>, ChatError> {
+    let chat: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ChatError::new("", format!("the body is not JSON: {e}")))?;
+    let translated = match upstream {
+        Upstream::Responses => request::to_responses(&chat)?,
+        Upstream::Messages => messages::to_messages(&chat)?,
+    };
+    serde_json::to_vec(&translated).map_err(|e| ChatError::new("", e.to_string()))
 }

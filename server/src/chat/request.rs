@@ -182,7 +182,7 @@ fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
 }
 
 /// A message's text: a string, or the text parts of an array joined.
-fn text_of(content: &Value) -> Option<String> {
+pub(super) fn text_of(content: &Value) -> Option<String> {
     match content {
         Value::String(s) => Some(s.clone()),
         Value::Array(parts) => {

@@ -11,6 +11,13 @@ use super::response::{completion_id, finish_reason, usage};
 /// The data of the stream's last event.
 pub const DONE: &str = "[DONE]";
 
+/// The error object that ends a Chat Completions stream cut before its terminal event.
+pub fn cut() -> String {
+    json!({"error": {"message": "the upstream stream ended before the answer was complete",
+                     "type": "server_error", "code": "upstream_stream_broken", "param": null}})
+    .to_string()
+}
+
 /// One Chat Completions stream being made from Responses events.
 #[derive(Debug)]
 pub struct ChatStream {
@@ -43,13 +50,6 @@ impl ChatStream {
     /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
     pub fn ended(&self) -> bool {
         self.ended
-    }
-
-    /// The error object that ends a stream cut before its terminal event.
-    pub fn cut(&self) -> String {
-        json!({"error": {"message": "the upstream stream ended before the answer was complete",
-                         "type": "server_error", "code": "upstream_stream_broken", "param": null}})
-        .to_string()
     }
 
     /// The chunks one upstream event makes, each an SSE `data` payload, in order.

@@ -53,11 +53,26 @@ impl Operation {
     /// Providers able to serve this operation.
     pub fn providers(self) -> &'static [Provider] {
         match self {
-            Operation::Responses | Operation::ResponsesCompact | Operation::ChatCompletions => {
-                &[Provider::Codex, Provider::OpenaiApi]
+            Operation::Responses | Operation::ResponsesCompact => &[Provider::Codex, Provider::OpenaiApi],
+            Operation::ChatCompletions => {
+                &[Provider::Codex, Provider::OpenaiApi, Provider::Claude, Provider::AnthropicApi]
             }
             Operation::Messages | Operation::CountTokens => &[Provider::Claude, Provider::AnthropicApi],
             Operation::GeminiGenerate | Operation::GeminiStream => &[Provider::Antigravity],
+        }
+    }
+
+    /// Providers able to serve this operation for `model` (the upstream model, after aliases).
+    /// Chat Completions reaches every family, so the model's name picks one: `claude-*` goes to
+    /// Claude and Anthropic API accounts, anything else to Codex and OpenAI API accounts (a pool
+    /// mixing families never sends a GPT model to a Claude account or the reverse).
+    pub fn providers_for(self, model: &str) -> &'static [Provider] {
+        match self {
+            Operation::ChatCompletions if model.starts_with("claude") => {
+                &[Provider::Claude, Provider::AnthropicApi]
+            }
+            Operation::ChatCompletions => &[Provider::Codex, Provider::OpenaiApi],
+            op => op.providers(),
         }
     }
 
@@ -145,7 +160,9 @@ pub fn target(
             add_beta(&mut headers, "oauth-2025-04-20");
             default_version(&mut headers);
             match op {
-                Operation::Messages => (join(&urls.claude_base_url, "/v1/messages?beta=true"), false, false),
+                Operation::Messages | Operation::ChatCompletions => {
+                    (join(&urls.claude_base_url, "/v1/messages?beta=true"), false, false)
+                }
                 Operation::CountTokens => {
                     (join(&urls.claude_base_url, "/v1/messages/count_tokens?beta=true"), false, false)
                 }
@@ -157,7 +174,7 @@ pub fn target(
             headers.insert(HeaderName::from_static("x-api-key"), v);
             default_version(&mut headers);
             let path = match op {
-                Operation::Messages => "/v1/messages",
+                Operation::Messages | Operation::ChatCompletions => "/v1/messages",
                 Operation::CountTokens => "/v1/messages/count_tokens",
                 _ => return Err(TargetError::Unsupported),
             };
@@ -337,6 +354,14 @@ pub fn response_header_passes(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chat_completions_go_to_the_models_family() {
+        let chat = Operation::ChatCompletions;
+        assert_eq!(chat.providers_for("claude-sonnet-4-5"), &[Provider::Claude, Provider::AnthropicApi]);
+        assert_eq!(chat.providers_for("gpt-5.1-codex"), &[Provider::Codex, Provider::OpenaiApi]);
+        assert_eq!(Operation::Messages.providers_for("gpt-5"), Operation::Messages.providers());
+    }
 
     fn urls() -> UpstreamUrls {
         let c = crate::config::Settings::default().resolve().unwrap();

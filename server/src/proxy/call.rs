@@ -205,15 +205,12 @@ async fn admit(
         Err(e) => return Err(Refused::Recorded(e, principal, path_model.unwrap_or_default())),
     };
     let raw = request::read_body(headers, body).await?;
-    let mut body = request::decode(headers, raw).await?;
-    let mut chat = None;
-    if spec.op == Operation::ChatCompletions {
-        // BEY-3: everything downstream (routing fields, scheduling, the upstream) sees Responses.
-        let (translated, options) = crate::chat::translate(&body)
-            .map_err(|e| GatewayError::bad_request(e.message).with_field("param", Value::String(e.param)))?;
-        body = Bytes::from(translated);
-        chat = Some(options);
-    }
+    let body = request::decode(headers, raw).await?;
+    // BEY-3: the body is translated for the account chosen (`prepare`); its routing fields
+    // (model, stream, prompt_cache_key) have the same names in Chat Completions.
+    let chat = (spec.op == Operation::ChatCompletions)
+        .then(|| crate::chat::options(&body).map_err(chat_error))
+        .transpose()?;
     let fields = RoutingFields::parse(&body)?;
     let model = path_model
         .or_else(|| fields.model.clone())
@@ -320,7 +317,12 @@ async fn dispatch(
     };
     let status = upstream.status();
     let deadline = attempt.started + REQUEST_DEADLINE;
-    let mut observer = Observer::new(spec.op.grammar());
+    // A Chat Completions call is watched in the protocol of the account that serves it.
+    let grammar = match crate::chat::Upstream::of(account.provider) {
+        Some(crate::chat::Upstream::Messages) if chat.is_some() => providers::Grammar::Messages,
+        _ => spec.op.grammar(),
+    };
+    let mut observer = Observer::new(grammar);
     if client_streams {
         let mut builder = Response::builder().status(status);
         if let Some(h) = builder.headers_mut() {
@@ -414,7 +416,13 @@ async fn dispatch(
             if let Some((e, verdict)) = chat_failure(&v, observer.seen.error_code.as_deref()) {
                 return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
             }
-            if let Ok(b) = serde_json::to_vec(&crate::chat::response::from_responses(&v, &attempt.model)) {
+            let answer = match crate::chat::Upstream::of(account.provider) {
+                Some(crate::chat::Upstream::Messages) => {
+                    crate::chat::messages::from_messages(&v, &attempt.model, s.clock.now().timestamp())
+                }
+                _ => crate::chat::response::from_responses(&v, &attempt.model),
+            };
+            if let Ok(b) = serde_json::to_vec(&answer) {
                 bytes = Bytes::from(b);
             }
         }
@@ -482,9 +490,7 @@ async fn send_to(
         let (target, body, force_stream) = prepare(s, r, attempt, account, &credentials, upstream_model)?;
         let rewrite = match (&target.envelope, &r.chat) {
             (Some(_), _) => Some(relay::Rewrite::Envelope),
-            (None, Some(chat)) if r.client_streams => Some(relay::Rewrite::Chat(Box::new(
-                crate::chat::stream::ChatStream::new(&attempt.model, chat.include_usage),
-            ))),
+            (None, Some(chat)) if r.client_streams => Some(chat_stream(s, account, &attempt.model, *chat)),
             _ => None,
         };
         let response =
@@ -497,6 +503,21 @@ async fn send_to(
             continue;
         }
         return Ok(Sent { response, force_stream, rewrite });
+    }
+}
+
+/// The transform of a streamed Chat Completions answer from `account`'s protocol.
+fn chat_stream(
+    s: &AppState,
+    account: &Account,
+    model: &str,
+    chat: crate::chat::ChatOptions,
+) -> relay::Rewrite {
+    match crate::chat::Upstream::of(account.provider) {
+        Some(crate::chat::Upstream::Messages) => relay::Rewrite::ChatFromMessages(Box::new(
+            crate::chat::messages::MessagesStream::new(model, chat.include_usage, s.clock.now().timestamp()),
+        )),
+        _ => relay::Rewrite::Chat(Box::new(crate::chat::stream::ChatStream::new(model, chat.include_usage))),
     }
 }
 
@@ -536,6 +557,20 @@ fn prepare(
         target.headers.insert("session-id", v);
     }
     let force_stream = target.force_stream && !r.client_streams;
+    // BEY-3: a Chat Completions body in the chosen account's protocol.
+    let translated;
+    let client_body = match r.chat {
+        Some(_) => {
+            let upstream = crate::chat::Upstream::of(account.provider)
+                .ok_or_else(|| Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error))?;
+            translated = Bytes::from(
+                crate::chat::translate(r.body, upstream)
+                    .map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
+            );
+            &translated
+        }
+        None => r.body,
+    };
     let body = match &target.envelope {
         Some(project) => match providers::wrap_envelope(r.body, project, upstream_model, &attempt.request_id)
         {
@@ -546,7 +581,7 @@ fn prepare(
             }
         },
         None => edit_body(
-            r.body.clone(),
+            client_body.clone(),
             (upstream_model != model).then_some(upstream_model),
             force_stream,
             target.force_no_store && r.fields.store != Some(false),
@@ -625,6 +660,12 @@ async fn collect_stream(
     let mut resp = axum::Json(final_response).into_response();
     resp.headers_mut().extend(passed);
     resp
+}
+
+/// A Chat Completions parameter SubLane cannot honour: 400 naming it (`error.param`).
+fn chat_error(e: crate::chat::ChatError) -> GatewayError {
+    let param = if e.param.is_empty() { Value::Null } else { Value::String(e.param) };
+    GatewayError::bad_request(e.message).with_field("param", param)
 }
 
 /// A Responses answer that failed inside a 200 (`status: failed`): a Chat Completions answer has

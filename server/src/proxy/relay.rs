@@ -52,6 +52,8 @@ pub enum Rewrite {
     Envelope,
     /// A Chat Completions client of a Responses upstream: a stateful transform (BEY-3).
     Chat(Box<crate::chat::stream::ChatStream>),
+    /// A Chat Completions client of a Messages upstream.
+    ChatFromMessages(Box<crate::chat::messages::MessagesStream>),
 }
 
 impl Rewrite {
@@ -64,7 +66,19 @@ impl Rewrite {
                 }
             }
             Rewrite::Chat(chat) => chat.event(data).iter().for_each(|d| emit(d)),
+            Rewrite::ChatFromMessages(chat) => chat.event(data).iter().for_each(|d| emit(d)),
         }
+    }
+
+    /// For a Chat Completions stream that ended before its terminal event: the error object
+    /// that tells the client (it cannot tell a cut stream from a finished one otherwise).
+    fn cut(&self) -> Option<String> {
+        let ended = match self {
+            Rewrite::Envelope => return None,
+            Rewrite::Chat(chat) => chat.ended(),
+            Rewrite::ChatFromMessages(chat) => chat.ended(),
+        };
+        (!ended).then(crate::chat::stream::cut)
     }
 }
 
@@ -240,12 +254,11 @@ where
         drop(upstream);
         // A Chat Completions client cannot tell a cut stream from a finished one by its end (no
         // terminal event of its own but `[DONE]`): it is told, as an error object.
-        if let Some(Rewrite::Chat(chat)) = &rewrite
-            && !chat.ended()
+        if let Some(error) = rewrite.as_ref().and_then(Rewrite::cut)
             && client_gone.is_none()
             && !end.stalled
         {
-            let _ = tx.try_send(Ok(Bytes::from(format!("data: {}\n\n", chat.cut()))));
+            let _ = tx.try_send(Ok(Bytes::from(format!("data: {error}\n\n"))));
         }
         end.cancelled = client_gone.is_some();
         // An event too large to watch may have been the terminal one: say so rather than

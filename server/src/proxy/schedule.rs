@@ -87,7 +87,7 @@ pub(super) async fn schedule(
         };
         if deadline.is_none() {
             // QT-1: model traffic keeps the pool's quota data current, in the background.
-            s.quota.on_traffic(pool, spec.op.providers());
+            s.quota.on_traffic(pool, spec.op.providers_for(&upstream_model));
         }
         // Gemini ids may carry an SDK thinking suffix: the account's state, quota and model list
         // know the model without it (QT-4); the suffix still travels upstream as a setting.
@@ -99,7 +99,7 @@ pub(super) async fn schedule(
             member_id: attempt.principal.member_id,
             pool_id: attempt.principal.pool_id,
             model: scheduled_model,
-            supported: spec.op.providers(),
+            supported: spec.op.providers_for(&upstream_model),
             only: spec.only,
             conversation: conversation.key,
             parent: conversation.parent,

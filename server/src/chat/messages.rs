@@ -1,0 +1,627 @@
+//! Chat Completions to and from Anthropic Messages (BEY-3), for Claude and Anthropic API accounts:
+//! the request, the collected answer, and the stream transform.
+
+use serde_json::{Map, Value, json};
+
+use super::{ChatError, stream::DONE};
+
+/// `max_tokens` when the client sets none (Messages requires one; Chat Completions has no limit
+/// by default): large enough for any ordinary answer of the current models.
+pub const DEFAULT_MAX_TOKENS: u64 = 8192;
+
+/// Parameters with no Messages equivalent, each changing the answer.
+const REFUSED: &[(&str, &str)] = &[
+    ("n", "only one choice (n = 1) can be produced"),
+    ("presence_penalty", "not supported by Anthropic upstreams"),
+    ("frequency_penalty", "not supported by Anthropic upstreams"),
+    ("logit_bias", "not supported by Anthropic upstreams"),
+    ("logprobs", "not supported by Anthropic upstreams"),
+    ("top_logprobs", "not supported by Anthropic upstreams"),
+    ("seed", "not supported by Anthropic upstreams"),
+    ("audio", "audio output is not supported"),
+    ("modalities", "only text output is supported"),
+    ("prediction", "predicted outputs are not supported"),
+    ("functions", "use tools instead of the deprecated functions"),
+    ("function_call", "use tool_choice instead of the deprecated function_call"),
+    ("web_search_options", "not supported"),
+    ("verbosity", "not supported by Anthropic upstreams"),
+];
+
+/// Parameters that only concern OpenAI's side (storage, billing tier, routing) and change nothing
+/// in the answer.
+const IGNORED: &[&str] =
+    &["store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier", "stream_options"];
+
+/// Thinking budgets for `reasoning_effort`.
+fn thinking_budget(effort: &str) -> Option<u64> {
+    match effort {
+        "minimal" | "none" => None,
+        "low" => Some(1024),
+        "medium" => Some(4096),
+        _ => Some(16_384),
+    }
+}
+
+/// Translates `chat` (a Chat Completions body) into a Messages body.
+pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
+    let body =
+        chat.as_object().ok_or_else(|| ChatError::new("", "the request body must be a JSON object"))?;
+    let mut out = Map::new();
+    let mut max_tokens: Option<u64> = None;
+    let mut thinking: Option<u64> = None;
+    let mut parallel = true;
+    let mut tool_choice: Option<Value> = None;
+    for (key, value) in body {
+        let key = key.as_str();
+        if value.is_null() || IGNORED.contains(&key) {
+            continue;
+        }
+        if let Some((_, why)) = REFUSED.iter().find(|(k, _)| *k == key) {
+            let harmless = match key {
+                "n" => value.as_u64() == Some(1),
+                "logprobs" => value.as_bool() == Some(false),
+                "presence_penalty" | "frequency_penalty" => value.as_f64() == Some(0.0),
+                _ => false,
+            };
+            if harmless {
+                continue;
+            }
+            return Err(ChatError::new(key, format!("{key}: {why}")));
+        }
+        match key {
+            "model" | "temperature" | "top_p" | "stream" => {
+                out.insert(key.to_owned(), value.clone());
+            }
+            "messages" => {
+                let (system, messages) = messages(value)?;
+                if let Some(s) = system {
+                    out.insert("system".into(), Value::String(s));
+                }
+                out.insert("messages".into(), Value::Array(messages));
+            }
+            "max_tokens" | "max_completion_tokens" => {
+                let n = value
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| ChatError::new(key, format!("{key} must be a positive integer")))?;
+                max_tokens = Some(n);
+            }
+            "stop" => {
+                let list = match value {
+                    Value::String(s) => vec![Value::String(s.clone())],
+                    Value::Array(a) => a.clone(),
+                    _ => return Err(ChatError::new("stop", "stop must be a string or an array of strings")),
+                };
+                if !list.is_empty() {
+                    out.insert("stop_sequences".into(), Value::Array(list));
+                }
+            }
+            "user" => {
+                out.insert("metadata".into(), json!({"user_id": value}));
+            }
+            "tools" => {
+                out.insert("tools".into(), tools(value)?);
+            }
+            "tool_choice" => tool_choice = Some(choice(value)?),
+            "parallel_tool_calls" => parallel = value.as_bool() != Some(false),
+            "reasoning_effort" => {
+                let effort =
+                    value.as_str().ok_or_else(|| ChatError::new(key, "reasoning_effort is a string"))?;
+                thinking = thinking_budget(effort);
+            }
+            "response_format" => {
+                if value["type"] != "text" {
+                    return Err(ChatError::new(
+                        "response_format",
+                        "response_format: JSON output formats are not supported by Anthropic upstreams",
+                    ));
+                }
+            }
+            k => return Err(ChatError::new(k, format!("{k}: unknown parameter"))),
+        }
+    }
+    if !out.contains_key("messages") {
+        return Err(ChatError::new("messages", "messages is required"));
+    }
+    let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if let Some(budget) = thinking {
+        if max_tokens <= budget {
+            return Err(ChatError::new(
+                "max_completion_tokens",
+                format!(
+                    "max_completion_tokens must exceed the thinking budget of this reasoning_effort ({budget})"
+                ),
+            ));
+        }
+        out.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": budget}));
+    }
+    out.insert("max_tokens".into(), json!(max_tokens));
+    if out.contains_key("tools") {
+        let mut c = tool_choice.unwrap_or_else(|| json!({"type": "auto"}));
+        if !parallel && c["type"] != "none" {
+            c["disable_parallel_tool_use"] = json!(true);
+        }
+        out.insert("tool_choice".into(), c);
+    }
+    Ok(Value::Object(out))
+}
+
+/// System and developer messages become `system`; the rest become alternating turns (tool results
+/// are user content; consecutive turns of one role are merged).
+fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
+    let list = value
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| ChatError::new("messages", "messages must be a non-empty array"))?;
+    let mut system: Vec<String> = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Value>| match turns.last_mut() {
+        Some((r, content)) if *r == role => content.extend(blocks),
+        _ => turns.push((role, blocks)),
+    };
+    for (i, m) in list.iter().enumerate() {
+        let at = |f: &str| format!("messages[{i}].{f}");
+        match m["role"].as_str() {
+            Some("system" | "developer") => {
+                system.push(super::request::text_of(&m["content"]).ok_or_else(|| {
+                    ChatError::new(&at("content"), "a system or developer message holds text")
+                })?)
+            }
+            Some("user") => push("user", user_blocks(&m["content"], i)?),
+            Some("assistant") => {
+                let mut blocks = Vec::new();
+                if let Some(text) = super::request::text_of(&m["content"]).filter(|t| !t.is_empty()) {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for (j, call) in m["tool_calls"].as_array().into_iter().flatten().enumerate() {
+                    let f = &call["function"];
+                    let (Some(id), Some(name)) = (call["id"].as_str(), f["name"].as_str()) else {
+                        return Err(ChatError::new(
+                            &at(&format!("tool_calls[{j}]")),
+                            "a tool call needs an id and a name",
+                        ));
+                    };
+                    let args = f["arguments"].as_str().unwrap_or("{}");
+                    let input: Value = serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
+                        .map_err(|_| {
+                            ChatError::new(
+                                &at(&format!("tool_calls[{j}].function.arguments")),
+                                "arguments must be JSON",
+                            )
+                        })?;
+                    blocks.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+                }
+                if !blocks.is_empty() {
+                    push("assistant", blocks);
+                }
+            }
+            Some("tool") => {
+                let id = m["tool_call_id"].as_str().ok_or_else(|| {
+                    ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
+                })?;
+                let content = super::request::text_of(&m["content"]).unwrap_or_default();
+                push("user", vec![json!({"type": "tool_result", "tool_use_id": id, "content": content})]);
+            }
+            other => {
+                return Err(ChatError::new(&at("role"), format!("unknown role {:?}", other.unwrap_or(""))));
+            }
+        }
+    }
+    let turns = turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
+    Ok(((!system.is_empty()).then(|| system.join("\n\n")), turns))
+}
+
+fn user_blocks(content: &Value, i: usize) -> Result<Vec<Value>, ChatError> {
+    match content {
+        Value::String(s) => Ok(vec![json!({"type": "text", "text": s})]),
+        Value::Array(parts) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                let at = format!("messages[{i}].content[{j}]");
+                match p["type"].as_str() {
+                    Some("text") => {
+                        Ok(json!({"type": "text", "text": p["text"].as_str().unwrap_or_default()}))
+                    }
+                    Some("image_url") => {
+                        let url =
+                            p["image_url"]["url"].as_str().or(p["image_url"].as_str()).unwrap_or_default();
+                        image(url).ok_or_else(|| {
+                            ChatError::new(
+                                &format!("{at}.image_url"),
+                                "an image is a data: URL or an http(s) URL",
+                            )
+                        })
+                    }
+                    other => Err(ChatError::new(
+                        &format!("{at}.type"),
+                        format!(
+                            "content part type {} is not supported by Anthropic upstreams",
+                            other.unwrap_or("(none)")
+                        ),
+                    )),
+                }
+            })
+            .collect(),
+        _ => Err(ChatError::new(
+            &format!("messages[{i}].content"),
+            "content must be a string or an array of parts",
+        )),
+    }
+}
+
+/// An image block from a `data:<type>;base64,<data>` or an http(s) URL.
+fn image(url: &str) -> Option<Value> {
+    if let Some(rest) = url.strip_prefix("data:") {
+        let (media_type, data) = rest.split_once(";base64,")?;
+        return Some(
+            json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}),
+        );
+    }
+    (url.starts_with("https://") || url.starts_with("http://"))
+        .then(|| json!({"type": "image", "source": {"type": "url", "url": url}}))
+}
+
+fn tools(value: &Value) -> Result<Value, ChatError> {
+    let list = value.as_array().ok_or_else(|| ChatError::new("tools", "tools must be an array"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t["type"] != "function" {
+                return Err(ChatError::new(&format!("tools[{i}].type"), "only function tools are supported"));
+            }
+            let f = &t["function"];
+            let name = f["name"].as_str().ok_or_else(|| {
+                ChatError::new(&format!("tools[{i}].function.name"), "a function tool needs a name")
+            })?;
+            let schema = f
+                .get("parameters")
+                .filter(|p| !p.is_null())
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"}));
+            let mut tool = json!({"name": name, "input_schema": schema});
+            if let Some(d) = f["description"].as_str() {
+                tool["description"] = json!(d);
+            }
+            Ok(tool)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
+}
+
+fn choice(value: &Value) -> Result<Value, ChatError> {
+    match value {
+        Value::String(s) if s == "auto" => Ok(json!({"type": "auto"})),
+        Value::String(s) if s == "required" => Ok(json!({"type": "any"})),
+        Value::String(s) if s == "none" => Ok(json!({"type": "none"})),
+        Value::Object(_) if value["type"] == "function" => {
+            let name = value["function"]["name"]
+                .as_str()
+                .ok_or_else(|| ChatError::new("tool_choice.function.name", "name the function"))?;
+            Ok(json!({"type": "tool", "name": name}))
+        }
+        _ => Err(ChatError::new("tool_choice", "tool_choice must be auto, none, required or a function")),
+    }
+}
+
+/// `finish_reason` for a Messages `stop_reason`.
+fn finish_reason(stop_reason: Option<&str>) -> &'static str {
+    match stop_reason {
+        Some("max_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        Some("refusal") => "content_filter",
+        _ => "stop",
+    }
+}
+
+/// Messages usage as Chat Completions usage: prompt tokens include the cache reads and writes.
+fn usage(u: &Value, output: Option<i64>) -> Value {
+    let n = |k: &str| u[k].as_i64().unwrap_or(0);
+    let cached = n("cache_read_input_tokens");
+    let prompt = n("input_tokens") + cached + n("cache_creation_input_tokens");
+    let completion = output.unwrap_or_else(|| n("output_tokens"));
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    })
+}
+
+fn completion_id(message_id: &str) -> String {
+    format!("chatcmpl-{}", message_id.strip_prefix("msg_").unwrap_or(message_id))
+}
+
+/// A collected Messages answer as a `chat.completion`; `created` is the gateway's clock (Messages
+/// answers carry no time).
+pub fn from_messages(message: &Value, model: &str, created: i64) -> Value {
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in message["content"].as_array().into_iter().flatten() {
+        match block["type"].as_str() {
+            Some("text") => text.push_str(block["text"].as_str().unwrap_or_default()),
+            Some("tool_use") => tool_calls.push(json!({
+                "id": block["id"], "type": "function",
+                "function": {"name": block["name"], "arguments": block["input"].to_string()},
+            })),
+            _ => {}
+        }
+    }
+    let mut msg = json!({"role": "assistant",
+                         "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text) },
+                         "refusal": null, "annotations": []});
+    if !tool_calls.is_empty() {
+        msg["tool_calls"] = Value::Array(tool_calls);
+    }
+    json!({
+        "id": completion_id(message["id"].as_str().unwrap_or_default()),
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": msg, "logprobs": null,
+                     "finish_reason": finish_reason(message["stop_reason"].as_str())}],
+        "usage": usage(&message["usage"], None),
+    })
+}
+
+/// A Messages stream as a Chat Completions stream (see `stream::ChatStream` for the shape).
+#[derive(Debug)]
+pub struct MessagesStream {
+    id: String,
+    created: i64,
+    model: String,
+    include_usage: bool,
+    started: bool,
+    /// The Chat tool index of each content block that is a tool use, by block index.
+    tool_of_block: Vec<(u64, usize)>,
+    tools: usize,
+    input_usage: Value,
+    output_tokens: Option<i64>,
+    stop_reason: Option<String>,
+    ended: bool,
+}
+
+impl MessagesStream {
+    pub fn new(model: &str, include_usage: bool, created: i64) -> MessagesStream {
+        MessagesStream {
+            id: "chatcmpl-pending".to_owned(),
+            created,
+            model: model.to_owned(),
+            include_usage,
+            started: false,
+            tool_of_block: Vec::new(),
+            tools: 0,
+            input_usage: Value::Null,
+            output_tokens: None,
+            stop_reason: None,
+            ended: false,
+        }
+    }
+
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The chunks one upstream event makes.
+    pub fn event(&mut self, data: &str) -> Vec<String> {
+        let Ok(event) = serde_json::from_str::<Value>(data) else { return Vec::new() };
+        if self.ended {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        match event["type"].as_str().unwrap_or_default() {
+            "message_start" => {
+                let m = &event["message"];
+                self.id = completion_id(m["id"].as_str().unwrap_or_default());
+                self.input_usage = m["usage"].clone();
+                self.start(&mut out);
+            }
+            "content_block_start" if event["content_block"]["type"] == "tool_use" => {
+                self.start(&mut out);
+                let b = &event["content_block"];
+                let index = self.tools;
+                self.tools += 1;
+                self.tool_of_block.push((event["index"].as_u64().unwrap_or(0), index));
+                let call = json!({"index": index, "id": b["id"], "type": "function",
+                                  "function": {"name": b["name"], "arguments": ""}});
+                out.push(self.chunk(json!({"tool_calls": [call]}), None));
+            }
+            "content_block_delta" => {
+                self.start(&mut out);
+                let d = &event["delta"];
+                match d["type"].as_str() {
+                    Some("text_delta") => out.push(self.chunk(json!({"content": d["text"]}), None)),
+                    Some("input_json_delta") => {
+                        let block = event["index"].as_u64().unwrap_or(0);
+                        let partial = d["partial_json"].as_str().unwrap_or_default();
+                        if let Some(&(_, index)) = self.tool_of_block.iter().find(|(b, _)| *b == block)
+                            && !partial.is_empty()
+                        {
+                            let call = json!({"index": index, "function": {"arguments": partial}});
+                            out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = event["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(r.to_owned());
+                }
+                if let Some(n) = event["usage"]["output_tokens"].as_i64() {
+                    self.output_tokens = Some(n);
+                }
+                // Some upstreams report the input counts only at the end.
+                if let Some(u) = event["usage"].as_object().filter(|u| u.contains_key("input_tokens")) {
+                    self.input_usage = Value::Object(u.clone());
+                }
+            }
+            "message_stop" => {
+                self.start(&mut out);
+                out.push(self.chunk(json!({}), Some(finish_reason(self.stop_reason.as_deref()))));
+                if self.include_usage {
+                    let mut last = self.base(json!([]));
+                    last["usage"] = usage(&self.input_usage, self.output_tokens);
+                    out.push(last.to_string());
+                }
+                out.push(DONE.to_owned());
+                self.ended = true;
+            }
+            "error" => {
+                let e = &event["error"];
+                let error = json!({"error": {
+                    "message": e["message"].as_str().unwrap_or("the upstream failed"),
+                    "type": e["type"].as_str().unwrap_or("server_error"),
+                    "code": e["type"], "param": null}});
+                out.push(error.to_string());
+                self.ended = true;
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn start(&mut self, out: &mut Vec<String>) {
+        if !self.started {
+            self.started = true;
+            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
+        }
+    }
+
+    fn base(&self, choices: Value) -> Value {
+        let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                           "model": self.model, "choices": choices});
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
+            .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_request_becomes_a_messages_request() {
+        let chat = json!({
+            "model": "claude-sonnet-4-5",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+                {"role": "assistant", "content": "Calling.", "tool_calls": [
+                    {"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                    {"id": "toolu_2", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}}]},
+                {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "toolu_2", "content": "rain"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+            "tool_choice": "required",
+            "parallel_tool_calls": false,
+            "stop": "END",
+            "max_completion_tokens": 20000,
+            "reasoning_effort": "medium",
+            "user": "u-1",
+            "store": true,
+            "stream": true,
+            "stream_options": {"include_usage": true}
+        });
+        let m = to_messages(&chat).unwrap();
+        assert_eq!(m["system"], "Be brief.");
+        assert_eq!(
+            m["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "Look"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Calling."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "weather", "input": {"city": "Rome"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                                             {"type": "tool_result", "tool_use_id": "toolu_2", "content": "rain"}]}
+            ])
+        );
+        assert_eq!(m["tools"], json!([{"name": "weather", "input_schema": {"type": "object"}}]));
+        assert_eq!(m["tool_choice"], json!({"type": "any", "disable_parallel_tool_use": true}));
+        assert_eq!(m["stop_sequences"], json!(["END"]));
+        assert_eq!(
+            (m["max_tokens"].clone(), m["thinking"].clone()),
+            (json!(20000), json!({"type": "enabled", "budget_tokens": 4096}))
+        );
+        assert_eq!(m["metadata"], json!({"user_id": "u-1"}));
+        assert!(m.get("store").is_none() && m.get("stream_options").is_none());
+        let plain =
+            to_messages(&json!({"model": "c", "messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert_eq!(plain["max_tokens"], DEFAULT_MAX_TOKENS);
+        for (param, value) in
+            [("response_format", json!({"type": "json_object"})), ("seed", json!(1)), ("n", json!(3))]
+        {
+            let mut c = json!({"model": "c", "messages": [{"role": "user", "content": "hi"}]});
+            c[param] = value;
+            assert_eq!(to_messages(&c).unwrap_err().param, param);
+        }
+        let tight = json!({"model": "c", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "high", "max_tokens": 1000});
+        assert_eq!(to_messages(&tight).unwrap_err().param, "max_completion_tokens");
+    }
+
+    #[test]
+    fn a_messages_answer_becomes_a_chat_completion() {
+        let m = json!({"id": "msg_01", "type": "message", "role": "assistant", "stop_reason": "tool_use",
+            "content": [{"type": "thinking", "thinking": "…"}, {"type": "text", "text": "Checking."},
+                        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}],
+            "usage": {"input_tokens": 56, "cache_read_input_tokens": 64, "cache_creation_input_tokens": 0, "output_tokens": 7}});
+        let c = from_messages(&m, "claude", 5);
+        assert_eq!(c["id"], "chatcmpl-01");
+        assert_eq!(c["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(c["choices"][0]["message"]["content"], "Checking.");
+        assert_eq!(
+            c["choices"][0]["message"]["tool_calls"][0]["function"],
+            json!({"name": "weather", "arguments": "{\"city\":\"Paris\"}"})
+        );
+        assert_eq!(
+            c["usage"],
+            json!({"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
+            "prompt_tokens_details": {"cached_tokens": 64}, "completion_tokens_details": {"reasoning_tokens": 0}})
+        );
+    }
+
+    #[test]
+    fn a_messages_stream_becomes_chunks() {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 56, "cache_read_input_tokens": 64, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"a\""}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ":1}"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}}),
+            json!({"type": "message_stop"}),
+        ];
+        let mut s = MessagesStream::new("claude", true, 5);
+        let out: Vec<String> = events.iter().flat_map(|e| s.event(&e.to_string())).collect();
+        assert_eq!(out.last().map(String::as_str), Some(DONE));
+        let chunks: Vec<Value> =
+            out[..out.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        let text: String =
+            chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(text, "Hi");
+        let args: String = chunks
+            .iter()
+            .flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned().unwrap_or_default())
+            .filter_map(|t| t["function"]["arguments"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(args, "{\"a\":1}");
+        let finish: Vec<&str> =
+            chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+        assert_eq!(finish, ["tool_calls"]);
+        assert_eq!(chunks.last().unwrap()["usage"]["prompt_tokens"], 120);
+        assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 7);
+    }
+}
