@@ -30,9 +30,14 @@ const CONCURRENCY: usize = 64;
 const THROUGHPUT_WINDOW: Duration = Duration::from_secs(4);
 const ACCOUNT_KEY: &str = "sk-proj-bench";
 
+#[derive(Clone)]
 struct Path {
     url: String,
     key: String,
+    /// Sends Chat Completions bodies (BEY-3) instead of Responses bodies.
+    chat: bool,
+    /// Times a stream to its end (where per-chunk work shows) rather than to its first byte.
+    whole: bool,
 }
 
 #[tokio::main]
@@ -61,8 +66,12 @@ async fn main() {
     let base = format!("http://{}", server.addr);
     let Admin { key: gateway_key, key_id, cookie } = setup(&http, &base).await;
 
-    let direct = Path { url: format!("{mock_url}/v1/responses"), key: ACCOUNT_KEY.into() };
-    let sublane = Path { url: format!("{base}/v1/responses"), key: gateway_key };
+    let direct =
+        Path { url: format!("{mock_url}/v1/responses"), key: ACCOUNT_KEY.into(), chat: false, whole: false };
+    let sublane =
+        Path { url: format!("{base}/v1/responses"), key: gateway_key.clone(), chat: false, whole: false };
+    let responses_whole = Path { whole: true, ..sublane.clone() };
+    let chat = Path { url: format!("{base}/v1/chat/completions"), key: gateway_key, chat: true, whole: true };
 
     println!(
         "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
@@ -87,6 +96,19 @@ async fn main() {
     );
     println!("  direct  {d:>8.0} req/s");
     println!("  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %)", 100.0 * s / d);
+    // Chat Completions (BEY-3) against Responses through the same SubLane and account, samples
+    // interleaved: the translation's added cost per call, and per streamed answer (3 deltas).
+    println!("c=1 Chat Completions translation (against Responses pass-through, same SubLane):");
+    for (label, stream) in [("non-streaming JSON   ", false), ("streaming, whole body", true)] {
+        let (r, c) = latencies(&http, &responses_whole, &chat, stream).await;
+        println!(
+            "  {label}  responses p50 {:>6.1} us  chat p50 {:>6.1} us  added {:>5.1} us ({:.2}x)",
+            us(pct(&r, 0.5)),
+            us(pct(&c, 0.5)),
+            us(pct(&c, 0.5)) - us(pct(&r, 0.5)),
+            us(pct(&c, 0.5)) / us(pct(&r, 0.5))
+        );
+    }
     let (mut without, mut with) = (Vec::new(), Vec::new());
     for _ in 0..2 {
         without.push(throughput(&http, &sublane).await);
@@ -195,7 +217,11 @@ async fn setup(http: &reqwest::Client, base: &str) -> Admin {
     }
 }
 
-fn body(stream: bool) -> String {
+fn body(stream: bool, chat: bool) -> String {
+    if chat {
+        return json!({"model": "gpt-5.1", "stream": stream, "messages": [{"role": "user", "content": "benchmark prompt"}]})
+            .to_string();
+    }
     json!({"model": "gpt-5.1", "stream": stream, "input": [{"role": "user", "content": [{"type": "input_text", "text": "benchmark prompt"}]}]})
         .to_string()
 }
@@ -207,7 +233,7 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
         .post(&path.url)
         .bearer_auth(&path.key)
         .header("content-type", "application/json")
-        .body(body(stream))
+        .body(body(stream, path.chat))
         .send()
         .await
         .unwrap();
@@ -219,7 +245,7 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
         let _ = s.next().await;
         let elapsed = start.elapsed();
         while s.next().await.is_some() {}
-        elapsed
+        if path.whole { start.elapsed() } else { elapsed }
     } else {
         let _ = resp.bytes().await.unwrap();
         start.elapsed()
@@ -249,7 +275,7 @@ async fn latencies(
 }
 
 async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
-    let path = Arc::new(Path { url: path.url.clone(), key: path.key.clone() });
+    let path = Arc::new(path.clone());
     let until = Instant::now() + THROUGHPUT_WINDOW;
     let start = Instant::now();
     let tasks: Vec<_> = (0..CONCURRENCY)
