@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatError, stream::DONE};
+use super::{ChatError, stream::Chunks};
 
 /// `max_tokens` when the client sets none (Messages requires one; Chat Completions has no limit
 /// by default): large enough for any ordinary answer of the current models.
@@ -263,30 +263,19 @@ fn image(url: &str) -> Option<Value> {
 }
 
 fn tools(value: &Value) -> Result<Value, ChatError> {
-    let list = value.as_array().ok_or_else(|| ChatError::new("tools", "tools must be an array"))?;
-    list.iter()
-        .enumerate()
-        .map(|(i, t)| {
-            if t["type"] != "function" {
-                return Err(ChatError::new(&format!("tools[{i}].type"), "only function tools are supported"));
-            }
-            let f = &t["function"];
-            let name = f["name"].as_str().ok_or_else(|| {
-                ChatError::new(&format!("tools[{i}].function.name"), "a function tool needs a name")
-            })?;
-            let schema = f
-                .get("parameters")
-                .filter(|p| !p.is_null())
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"}));
-            let mut tool = json!({"name": name, "input_schema": schema});
-            if let Some(d) = f["description"].as_str() {
-                tool["description"] = json!(d);
-            }
-            Ok(tool)
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Array)
+    let tools = super::request::function_tools(value)?.into_iter().map(|(name, f)| {
+        let schema = f
+            .get("parameters")
+            .filter(|p| !p.is_null())
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object"}));
+        let mut tool = json!({"name": name, "input_schema": schema});
+        if let Some(d) = f["description"].as_str() {
+            tool["description"] = json!(d);
+        }
+        tool
+    });
+    Ok(Value::Array(tools.collect()))
 }
 
 fn choice(value: &Value) -> Result<Value, ChatError> {
@@ -368,11 +357,7 @@ pub fn from_messages(message: &Value, model: &str, created: i64) -> Value {
 /// A Messages stream as a Chat Completions stream (see `stream::ChatStream` for the shape).
 #[derive(Debug)]
 pub struct MessagesStream {
-    id: String,
-    created: i64,
-    model: String,
-    include_usage: bool,
-    started: bool,
+    w: Chunks,
     /// The Chat tool index of each content block that is a tool use, by block index.
     tool_of_block: Vec<(u64, usize)>,
     tools: usize,
@@ -385,11 +370,7 @@ pub struct MessagesStream {
 impl MessagesStream {
     pub fn new(model: &str, include_usage: bool, created: i64) -> MessagesStream {
         MessagesStream {
-            id: "chatcmpl-pending".to_owned(),
-            created,
-            model: model.to_owned(),
-            include_usage,
-            started: false,
+            w: Chunks::new(model, include_usage, created),
             tool_of_block: Vec::new(),
             tools: 0,
             input_usage: Value::Null,
@@ -413,25 +394,25 @@ impl MessagesStream {
         match event["type"].as_str().unwrap_or_default() {
             "message_start" => {
                 let m = &event["message"];
-                self.id = completion_id(m["id"].as_str().unwrap_or_default());
+                self.w.id = completion_id(m["id"].as_str().unwrap_or_default());
                 self.input_usage = m["usage"].clone();
-                self.start(&mut out);
+                self.w.start(&mut out);
             }
             "content_block_start" if event["content_block"]["type"] == "tool_use" => {
-                self.start(&mut out);
+                self.w.start(&mut out);
                 let b = &event["content_block"];
                 let index = self.tools;
                 self.tools += 1;
                 self.tool_of_block.push((event["index"].as_u64().unwrap_or(0), index));
                 let call = json!({"index": index, "id": b["id"], "type": "function",
                                   "function": {"name": b["name"], "arguments": ""}});
-                out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
             }
             "content_block_delta" => {
-                self.start(&mut out);
+                self.w.start(&mut out);
                 let d = &event["delta"];
                 match d["type"].as_str() {
-                    Some("text_delta") => out.push(self.chunk(json!({"content": d["text"]}), None)),
+                    Some("text_delta") => out.push(self.w.chunk(json!({"content": d["text"]}), None)),
                     Some("input_json_delta") => {
                         let block = event["index"].as_u64().unwrap_or(0);
                         let partial = d["partial_json"].as_str().unwrap_or_default();
@@ -439,7 +420,7 @@ impl MessagesStream {
                             && !partial.is_empty()
                         {
                             let call = json!({"index": index, "function": {"arguments": partial}});
-                            out.push(self.chunk(json!({"tool_calls": [call]}), None));
+                            out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
                         }
                     }
                     _ => {}
@@ -458,14 +439,8 @@ impl MessagesStream {
                 }
             }
             "message_stop" => {
-                self.start(&mut out);
-                out.push(self.chunk(json!({}), Some(finish_reason(self.stop_reason.as_deref()))));
-                if self.include_usage {
-                    let mut last = self.base(json!([]));
-                    last["usage"] = usage(&self.input_usage, self.output_tokens);
-                    out.push(last.to_string());
-                }
-                out.push(DONE.to_owned());
+                let finish = finish_reason(self.stop_reason.as_deref());
+                self.w.finish(finish, usage(&self.input_usage, self.output_tokens), &mut out);
                 self.ended = true;
             }
             "error" => {
@@ -480,27 +455,6 @@ impl MessagesStream {
             _ => {}
         }
         out
-    }
-
-    fn start(&mut self, out: &mut Vec<String>) {
-        if !self.started {
-            self.started = true;
-            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
-        }
-    }
-
-    fn base(&self, choices: Value) -> Value {
-        let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                           "model": self.model, "choices": choices});
-        if self.include_usage {
-            c["usage"] = Value::Null;
-        }
-        c
-    }
-
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
-            .to_string()
     }
 }
 
@@ -605,7 +559,7 @@ mod tests {
         ];
         let mut s = MessagesStream::new("claude", true, 5);
         let out: Vec<String> = events.iter().flat_map(|e| s.event(&e.to_string())).collect();
-        assert_eq!(out.last().map(String::as_str), Some(DONE));
+        assert_eq!(out.last().map(String::as_str), Some(super::super::stream::DONE));
         let chunks: Vec<Value> =
             out[..out.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
         assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");

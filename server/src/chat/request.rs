@@ -238,7 +238,8 @@ fn user_parts(content: &Value, i: usize) -> Result<Vec<Value>, ChatError> {
     }
 }
 
-fn tools(value: &Value) -> Result<Value, ChatError> {
+/// The function tools of a request, checked: each one's name and its `function` object.
+pub(super) fn function_tools(value: &Value) -> Result<Vec<(&str, &Value)>, ChatError> {
     let list = value.as_array().ok_or_else(|| ChatError::new("tools", "tools must be an array"))?;
     list.iter()
         .enumerate()
@@ -250,20 +251,26 @@ fn tools(value: &Value) -> Result<Value, ChatError> {
             let name = f["name"].as_str().ok_or_else(|| {
                 ChatError::new(&format!("tools[{i}].function.name"), "a function tool needs a name")
             })?;
-            let mut tool = json!({"type": "function", "name": name});
-            for k in ["description", "parameters", "strict"] {
-                if let Some(v) = f.get(k).filter(|v| !v.is_null()) {
-                    tool[k] = v.clone();
-                }
-            }
-            // Chat Completions tools are not strict unless asked; Responses tools are by default
-            if tool.get("strict").is_none() {
-                tool["strict"] = json!(false);
-            }
-            Ok(tool)
+            Ok((name, f))
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Array)
+        .collect()
+}
+
+fn tools(value: &Value) -> Result<Value, ChatError> {
+    let tools = function_tools(value)?.into_iter().map(|(name, f)| {
+        let mut tool = json!({"type": "function", "name": name});
+        for k in ["description", "parameters", "strict"] {
+            if let Some(v) = f.get(k).filter(|v| !v.is_null()) {
+                tool[k] = v.clone();
+            }
+        }
+        // Chat Completions tools are not strict unless asked; Responses tools are by default
+        if tool.get("strict").is_none() {
+            tool["strict"] = json!(false);
+        }
+        tool
+    });
+    Ok(Value::Array(tools.collect()))
 }
 
 fn tool_choice(value: &Value) -> Result<Value, ChatError> {

@@ -18,15 +18,69 @@ pub fn cut() -> String {
     .to_string()
 }
 
+/// The chunks of one Chat Completions stream: their common fields, and the role chunk first.
+/// Shared by the transforms from each upstream protocol.
+#[derive(Debug)]
+pub struct Chunks {
+    pub id: String,
+    pub created: i64,
+    model: String,
+    pub include_usage: bool,
+    /// The role chunk went out.
+    started: bool,
+}
+
+impl Chunks {
+    /// `model` is the client's model name; `include_usage` its `stream_options.include_usage`.
+    pub fn new(model: &str, include_usage: bool, created: i64) -> Chunks {
+        Chunks {
+            id: "chatcmpl-pending".to_owned(),
+            created,
+            model: model.to_owned(),
+            include_usage,
+            started: false,
+        }
+    }
+
+    /// The first chunk names the role.
+    pub fn start(&mut self, out: &mut Vec<String>) {
+        if !self.started {
+            self.started = true;
+            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
+        }
+    }
+
+    fn base(&self, choices: Value) -> Value {
+        let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                           "model": self.model, "choices": choices});
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    pub fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
+            .to_string()
+    }
+
+    /// The last chunks: the one with `finish_reason`, the usage chunk when asked, `[DONE]`.
+    pub fn finish(&mut self, finish: &str, usage: Value, out: &mut Vec<String>) {
+        self.start(out);
+        out.push(self.chunk(json!({}), Some(finish)));
+        if self.include_usage {
+            let mut last = self.base(json!([]));
+            last["usage"] = usage;
+            out.push(last.to_string());
+        }
+        out.push(DONE.to_owned());
+    }
+}
+
 /// One Chat Completions stream being made from Responses events.
 #[derive(Debug)]
 pub struct ChatStream {
-    id: String,
-    created: i64,
-    model: String,
-    include_usage: bool,
-    /// The role chunk went out.
-    started: bool,
+    w: Chunks,
     /// Tool calls so far, by Chat Completions index: the upstream item id and the arguments sent.
     tools: Vec<(String, String)>,
     /// The terminal event was seen (nothing more is sent after it).
@@ -36,15 +90,7 @@ pub struct ChatStream {
 impl ChatStream {
     /// `model` is the client's model name; `include_usage` its `stream_options.include_usage`.
     pub fn new(model: &str, include_usage: bool) -> ChatStream {
-        ChatStream {
-            id: "chatcmpl-pending".to_owned(),
-            created: 0,
-            model: model.to_owned(),
-            include_usage,
-            started: false,
-            tools: Vec::new(),
-            ended: false,
-        }
+        ChatStream { w: Chunks::new(model, include_usage, 0), tools: Vec::new(), ended: false }
     }
 
     /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
@@ -62,18 +108,18 @@ impl ChatStream {
         match event["type"].as_str().unwrap_or_default() {
             "response.created" | "response.in_progress" => {
                 self.identify(&event["response"]);
-                self.start(&mut out);
+                self.w.start(&mut out);
             }
             "response.output_text.delta" => {
-                self.start(&mut out);
-                out.push(self.chunk(json!({"content": event["delta"]}), None));
+                self.w.start(&mut out);
+                out.push(self.w.chunk(json!({"content": event["delta"]}), None));
             }
             "response.refusal.delta" => {
-                self.start(&mut out);
-                out.push(self.chunk(json!({"refusal": event["delta"]}), None));
+                self.w.start(&mut out);
+                out.push(self.w.chunk(json!({"refusal": event["delta"]}), None));
             }
             "response.output_item.added" if event["item"]["type"] == "function_call" => {
-                self.start(&mut out);
+                self.w.start(&mut out);
                 self.tool(&event["item"], &mut out);
             }
             "response.function_call_arguments.delta" => {
@@ -88,7 +134,7 @@ impl ChatStream {
                 self.rest_of_arguments(item, event["arguments"].as_str().unwrap_or_default(), &mut out);
             }
             "response.output_item.done" if event["item"]["type"] == "function_call" => {
-                self.start(&mut out);
+                self.w.start(&mut out);
                 let item = &event["item"];
                 let id = item["id"].as_str().unwrap_or_default();
                 if !self.tools.iter().any(|(t, _)| t == id) {
@@ -99,15 +145,10 @@ impl ChatStream {
             "response.completed" | "response.incomplete" => {
                 let response = &event["response"];
                 self.identify(response);
-                self.start(&mut out);
-                out.push(self.chunk(json!({}), Some(finish_reason(response, !self.tools.is_empty()))));
-                if self.include_usage {
-                    let mut last = self.base(json!([]));
-                    last["usage"] =
-                        if response["usage"].is_object() { usage(&response["usage"]) } else { Value::Null };
-                    out.push(last.to_string());
-                }
-                out.push(DONE.to_owned());
+                let finish = finish_reason(response, !self.tools.is_empty());
+                let usage =
+                    if response["usage"].is_object() { usage(&response["usage"]) } else { Value::Null };
+                self.w.finish(finish, usage, &mut out);
                 self.ended = true;
             }
             "response.failed" | "error" => {
@@ -132,7 +173,7 @@ impl ChatStream {
         self.tools.push((item["id"].as_str().unwrap_or_default().to_owned(), String::new()));
         let call = json!({"index": index, "id": item["call_id"], "type": "function",
                           "function": {"name": item["name"], "arguments": ""}});
-        out.push(self.chunk(json!({"tool_calls": [call]}), None));
+        out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
     }
 
     fn arguments(&mut self, item: &str, delta: &str, out: &mut Vec<String>) {
@@ -142,7 +183,7 @@ impl ChatStream {
         }
         self.tools[index].1.push_str(delta);
         let call = json!({"index": index, "function": {"arguments": delta}});
-        out.push(self.chunk(json!({"tool_calls": [call]}), None));
+        out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
     }
 
     /// Sends what of the complete `arguments` was not streamed yet.
@@ -156,33 +197,11 @@ impl ChatStream {
 
     fn identify(&mut self, response: &Value) {
         if response["id"].is_string() {
-            self.id = completion_id(response);
+            self.w.id = completion_id(response);
         }
         if let Some(t) = response["created_at"].as_i64() {
-            self.created = t;
+            self.w.created = t;
         }
-    }
-
-    /// The first chunk names the role.
-    fn start(&mut self, out: &mut Vec<String>) {
-        if !self.started {
-            self.started = true;
-            out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
-        }
-    }
-
-    fn base(&self, choices: Value) -> Value {
-        let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                           "model": self.model, "choices": choices});
-        if self.include_usage {
-            c["usage"] = Value::Null;
-        }
-        c
-    }
-
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
-            .to_string()
     }
 }
 
