@@ -56,17 +56,8 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
         if value.is_null() || IGNORED.contains(&key) {
             continue;
         }
-        if let Some((_, why)) = REFUSED.iter().find(|(k, _)| *k == key) {
-            let harmless = match key {
-                "n" => value.as_u64() == Some(1),
-                "logprobs" => value.as_bool() == Some(false),
-                "presence_penalty" | "frequency_penalty" => value.as_f64() == Some(0.0),
-                _ => false,
-            };
-            if harmless {
-                continue;
-            }
-            return Err(ChatError::new(key, format!("{key}: {why}")));
+        if super::request::refused(key, value, REFUSED)? {
+            continue;
         }
         match key {
             "model" | "temperature" | "top_p" | "stream" => {
@@ -364,7 +355,6 @@ pub struct MessagesStream {
     input_usage: Value,
     output_tokens: Option<i64>,
     stop_reason: Option<String>,
-    ended: bool,
 }
 
 impl MessagesStream {
@@ -376,20 +366,16 @@ impl MessagesStream {
             input_usage: Value::Null,
             output_tokens: None,
             stop_reason: None,
-            ended: false,
         }
     }
 
     pub fn ended(&self) -> bool {
-        self.ended
+        self.w.ended()
     }
 
     /// The chunks one upstream event makes.
     pub fn event(&mut self, data: &str) -> Vec<String> {
-        let Ok(event) = serde_json::from_str::<Value>(data) else { return Vec::new() };
-        if self.ended {
-            return Vec::new();
-        }
+        let Some(event) = self.w.open(data) else { return Vec::new() };
         let mut out = Vec::new();
         match event["type"].as_str().unwrap_or_default() {
             "message_start" => {
@@ -441,16 +427,11 @@ impl MessagesStream {
             "message_stop" => {
                 let finish = finish_reason(self.stop_reason.as_deref());
                 self.w.finish(finish, usage(&self.input_usage, self.output_tokens), &mut out);
-                self.ended = true;
             }
             "error" => {
                 let e = &event["error"];
-                let error = json!({"error": {
-                    "message": e["message"].as_str().unwrap_or("the upstream failed"),
-                    "type": e["type"].as_str().unwrap_or("server_error"),
-                    "code": e["type"], "param": null}});
-                out.push(error.to_string());
-                self.ended = true;
+                let kind = e["type"].as_str().unwrap_or("server_error");
+                self.w.fail(e["message"].as_str(), kind, &e["type"], &mut out);
             }
             _ => {}
         }

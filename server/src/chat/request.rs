@@ -51,19 +51,8 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
         if value.is_null() {
             continue;
         }
-        if let Some((_, why)) = REFUSED.iter().find(|(k, _)| *k == key) {
-            // the defaults (n = 1, logprobs = false, empty stop) change nothing
-            let harmless = match key {
-                "n" => value.as_u64() == Some(1),
-                "logprobs" => value.as_bool() == Some(false),
-                "stop" => value.as_array().is_some_and(Vec::is_empty),
-                "presence_penalty" | "frequency_penalty" => value.as_f64() == Some(0.0),
-                _ => false,
-            };
-            if harmless {
-                continue;
-            }
-            return Err(ChatError::new(key, format!("{key}: {why}")));
+        if refused(key, value, REFUSED)? {
+            continue;
         }
         match key {
             "messages" => {
@@ -121,6 +110,21 @@ fn set_text_option(out: &mut Map<String, Value>, key: &str, value: Value) {
             out.insert("text".into(), json!({ key: value }));
         }
     }
+}
+
+/// Whether `key` is one of the `refused` parameters but with its harmless default (n = 1,
+/// logprobs false, an empty stop, 0 penalties), so it is skipped; any other value of a refused
+/// parameter is a 400 naming it.
+pub(super) fn refused(key: &str, value: &Value, refused: &[(&str, &str)]) -> Result<bool, ChatError> {
+    let Some((_, why)) = refused.iter().find(|(k, _)| *k == key) else { return Ok(false) };
+    let harmless = match key {
+        "n" => value.as_u64() == Some(1),
+        "logprobs" => value.as_bool() == Some(false),
+        "stop" => value.as_array().is_some_and(Vec::is_empty),
+        "presence_penalty" | "frequency_penalty" => value.as_f64() == Some(0.0),
+        _ => false,
+    };
+    if harmless { Ok(true) } else { Err(ChatError::new(key, format!("{key}: {why}"))) }
 }
 
 /// System and developer messages become `instructions` (joined by a blank line, in order); the

@@ -13,9 +13,16 @@ pub const DONE: &str = "[DONE]";
 
 /// The error object that ends a Chat Completions stream cut before its terminal event.
 pub fn cut() -> String {
-    json!({"error": {"message": "the upstream stream ended before the answer was complete",
-                     "type": "server_error", "code": "upstream_stream_broken", "param": null}})
-    .to_string()
+    error_object(
+        "the upstream stream ended before the answer was complete",
+        "server_error",
+        &json!("upstream_stream_broken"),
+    )
+}
+
+/// An error in a Chat Completions stream, in the OpenAI error shape.
+fn error_object(message: &str, kind: &str, code: &Value) -> String {
+    json!({"error": {"message": message, "type": kind, "code": code, "param": null}}).to_string()
 }
 
 /// The chunks of one Chat Completions stream: their common fields, and the role chunk first.
@@ -28,6 +35,8 @@ pub struct Chunks {
     pub include_usage: bool,
     /// The role chunk went out.
     started: bool,
+    /// The stream's end went out (its last chunks, or an error): nothing more is sent.
+    ended: bool,
 }
 
 impl Chunks {
@@ -39,7 +48,27 @@ impl Chunks {
             model: model.to_owned(),
             include_usage,
             started: false,
+            ended: false,
         }
+    }
+
+    /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// An upstream event to translate: none once the stream ended, or when it is not JSON.
+    pub fn open(&self, data: &str) -> Option<Value> {
+        if self.ended {
+            return None;
+        }
+        serde_json::from_str(data).ok()
+    }
+
+    /// Ends the stream with an error object (the upstream failed inside its 200).
+    pub fn fail(&mut self, message: Option<&str>, kind: &str, code: &Value, out: &mut Vec<String>) {
+        out.push(error_object(message.unwrap_or("the upstream failed"), kind, code));
+        self.ended = true;
     }
 
     /// The first chunk names the role.
@@ -74,6 +103,7 @@ impl Chunks {
             out.push(last.to_string());
         }
         out.push(DONE.to_owned());
+        self.ended = true;
     }
 }
 
@@ -83,27 +113,22 @@ pub struct ChatStream {
     w: Chunks,
     /// Tool calls so far, by Chat Completions index: the upstream item id and the arguments sent.
     tools: Vec<(String, String)>,
-    /// The terminal event was seen (nothing more is sent after it).
-    ended: bool,
 }
 
 impl ChatStream {
     /// `model` is the client's model name; `include_usage` its `stream_options.include_usage`.
     pub fn new(model: &str, include_usage: bool) -> ChatStream {
-        ChatStream { w: Chunks::new(model, include_usage, 0), tools: Vec::new(), ended: false }
+        ChatStream { w: Chunks::new(model, include_usage, 0), tools: Vec::new() }
     }
 
     /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
     pub fn ended(&self) -> bool {
-        self.ended
+        self.w.ended()
     }
 
     /// The chunks one upstream event makes, each an SSE `data` payload, in order.
     pub fn event(&mut self, data: &str) -> Vec<String> {
-        let Ok(event) = serde_json::from_str::<Value>(data) else { return Vec::new() };
-        if self.ended {
-            return Vec::new();
-        }
+        let Some(event) = self.w.open(data) else { return Vec::new() };
         let mut out = Vec::new();
         match event["type"].as_str().unwrap_or_default() {
             "response.created" | "response.in_progress" => {
@@ -149,18 +174,10 @@ impl ChatStream {
                 let usage =
                     if response["usage"].is_object() { usage(&response["usage"]) } else { Value::Null };
                 self.w.finish(finish, usage, &mut out);
-                self.ended = true;
             }
             "response.failed" | "error" => {
                 let e = if event["type"] == "error" { &event } else { &event["response"]["error"] };
-                let error = json!({"error": {
-                    "message": e["message"].as_str().unwrap_or("the upstream failed"),
-                    "type": "server_error",
-                    "code": e["code"],
-                    "param": null,
-                }});
-                out.push(error.to_string());
-                self.ended = true;
+                self.w.fail(e["message"].as_str(), "server_error", &e["code"], &mut out);
             }
             _ => {}
         }
