@@ -2,6 +2,8 @@
 //! and the price table; a key's owner sets their own key's budget (the seed: "a key's budget is
 //! adjusted by the key's creator"); every member sees the policies that apply to them.
 
+use std::collections::HashMap;
+
 use app::model::{BudgetPatch, BudgetView, MemberView, NewBudget, PriceInput, PriceView};
 use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;
@@ -191,31 +193,50 @@ async fn one(s: &AppState, id: i64, now: DateTime<Utc>) -> Result<BudgetView> {
     views(&s.db, st).await?.pop().ok_or(Error::NotFound("budget policy"))
 }
 
+/// `id -> (name, second column)` for `ids`, from `select` (a query ending in `IN (`).
+async fn names(db: &SqlitePool, select: &str, ids: &[i64]) -> Result<HashMap<i64, (String, String)>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(select);
+    let mut list = q.separated(", ");
+    for id in ids {
+        list.push_bind(id);
+    }
+    q.push(")");
+    let rows: Vec<(i64, String, String)> = q.build_query_as().fetch_all(db).await?;
+    Ok(rows.into_iter().map(|(id, a, b)| (id, (a, b))).collect())
+}
+
 /// Views with each subject's name (a key as `name (owner)`).
 async fn views(db: &SqlitePool, all: Vec<Standing>) -> Result<Vec<BudgetView>> {
+    // Every subject's name in two queries, whatever the number of budgets.
+    let ids = |pick: fn(Subject) -> Option<i64>| -> Vec<i64> {
+        all.iter().filter_map(|st| pick(st.policy.subject)).collect()
+    };
+    let keys: HashMap<i64, (String, String)> = names(
+        db,
+        "SELECT k.id, k.name, m.username FROM api_keys k JOIN members m ON m.id = k.member_id WHERE k.id IN (",
+        &ids(|s| if let Subject::ApiKey(k) = s { Some(k) } else { None }),
+    )
+    .await?;
+    let members: HashMap<i64, (String, String)> = names(
+        db,
+        "SELECT id, username, '' FROM members WHERE id IN (",
+        &ids(|s| if let Subject::Member(m) = s { Some(m) } else { None }),
+    )
+    .await?;
     let mut out = Vec::with_capacity(all.len());
     for st in all {
         let p = st.policy;
         let subject_name = match p.subject {
-            Subject::ApiKey(id) => {
-                let row: Option<(String, String)> = sqlx::query_as(
-                    "SELECT k.name, m.username FROM api_keys k JOIN members m ON m.id = k.member_id WHERE k.id = ?",
-                )
-                .bind(id)
-                .fetch_optional(db)
-                .await?;
-                row.map_or_else(
-                    || format!("key {id}"),
-                    |(k, m)| format!("{k} ({})", crate::validate::shown_name(m)),
-                )
-            }
-            Subject::Member(id) => {
-                let name: Option<String> = sqlx::query_scalar("SELECT username FROM members WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(db)
-                    .await?;
-                name.map_or_else(|| format!("member {id}"), crate::validate::shown_name)
-            }
+            Subject::ApiKey(id) => keys.get(&id).map_or_else(
+                || format!("key {id}"),
+                |(k, m)| format!("{k} ({})", crate::validate::shown_name(m.clone())),
+            ),
+            Subject::Member(id) => members
+                .get(&id)
+                .map_or_else(|| format!("member {id}"), |(m, _)| crate::validate::shown_name(m.clone())),
             Subject::Workspace => "Workspace".to_owned(),
         };
         out.push(BudgetView {

@@ -264,11 +264,12 @@ impl Budgets {
         self.reload_prices(db).await?;
         self.reload_policies(db).await?;
         let policies = self.policies();
-        let rows = store::usage(db).await?;
+        let rows: HashMap<(i64, i64), i64> =
+            store::usage(db).await?.into_iter().map(|(id, start, used)| ((id, start), used)).collect();
         let mut counters = lock(&self.counters);
         for p in policies.all() {
             let start_ms = counters.span(p.window, now, self.zone).start.timestamp_millis();
-            if let Some(&(_, _, used)) = rows.iter().find(|r| r.0 == p.id && r.1 == start_ms) {
+            if let Some(&used) = rows.get(&(p.id, start_ms)) {
                 counters.used.insert(p.id, Counter { start_ms, used });
             }
         }

@@ -51,23 +51,31 @@ impl Upstream {
     }
 }
 
-/// Checks a Chat Completions body is a JSON object and reads what its answer needs.
-pub fn options(body: &[u8]) -> Result<ChatOptions, ChatError> {
-    let chat: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| ChatError::new("", format!("the body is not JSON: {e}")))?;
-    if !chat.is_object() {
-        return Err(ChatError::new("", "the request body must be a JSON object"));
-    }
-    Ok(ChatOptions { include_usage: chat["stream_options"]["include_usage"].as_bool() == Some(true) })
+/// A Chat Completions request, parsed once at admission and translated for each account tried.
+#[derive(Debug)]
+pub struct ChatCall {
+    pub options: ChatOptions,
+    request: serde_json::Value,
 }
 
-/// A Chat Completions body in `upstream`'s protocol.
-pub fn translate(body: &[u8], upstream: Upstream) -> Result<Vec<u8>, ChatError> {
-    let chat: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| ChatError::new("", format!("the body is not JSON: {e}")))?;
-    let translated = match upstream {
-        Upstream::Responses => request::to_responses(&chat)?,
-        Upstream::Messages => messages::to_messages(&chat)?,
-    };
-    serde_json::to_vec(&translated).map_err(|e| ChatError::new("", e.to_string()))
+impl ChatCall {
+    /// Checks a Chat Completions body is a JSON object and reads what its answer needs.
+    pub fn parse(body: &[u8]) -> Result<ChatCall, ChatError> {
+        let request: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| ChatError::new("", format!("the body is not JSON: {e}")))?;
+        if !request.is_object() {
+            return Err(ChatError::new("", "the request body must be a JSON object"));
+        }
+        let include_usage = request["stream_options"]["include_usage"].as_bool() == Some(true);
+        Ok(ChatCall { options: ChatOptions { include_usage }, request })
+    }
+
+    /// The request in `upstream`'s protocol.
+    pub fn translate(&self, upstream: Upstream) -> Result<Vec<u8>, ChatError> {
+        let translated = match upstream {
+            Upstream::Responses => request::to_responses(&self.request)?,
+            Upstream::Messages => messages::to_messages(&self.request)?,
+        };
+        serde_json::to_vec(&translated).map_err(|e| ChatError::new("", e.to_string()))
+    }
 }

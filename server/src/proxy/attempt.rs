@@ -149,7 +149,8 @@ impl Attempt {
         }
         let p = &self.principal;
         // Counting tokens is not a model call: it uses no request of a budget.
-        let reached_upstream = end.upstream_status.is_some() && self.operation != "count_tokens";
+        let reached_upstream = end.upstream_status.is_some()
+            && self.operation != crate::providers::Operation::CountTokens.record_name();
         let charges = self.budgets.charge(
             p.key_id,
             p.member_id,

@@ -168,7 +168,7 @@ struct Read {
     body: Bytes,
     fields: RoutingFields,
     /// A Chat Completions call: what its answer's translation needs.
-    chat: Option<crate::chat::ChatOptions>,
+    chat: Option<crate::chat::ChatCall>,
 }
 
 /// Why a caller was not let in.
@@ -209,7 +209,7 @@ async fn admit(
     // BEY-3: the body is translated for the account chosen (`prepare`); its routing fields
     // (model, stream, prompt_cache_key) have the same names in Chat Completions.
     let chat = (spec.op == Operation::ChatCompletions)
-        .then(|| crate::chat::options(&body).map_err(chat_error))
+        .then(|| crate::chat::ChatCall::parse(&body).map_err(chat_error))
         .transpose()?;
     let fields = RoutingFields::parse(&body)?;
     let model = path_model
@@ -244,8 +244,16 @@ async fn dispatch(
     let mut tried: Vec<i64> = Vec::new();
     let mut last_failure: Option<UpstreamFailure> = None;
     let mut last_token_error: Option<GatewayError> = None;
-    let request =
-        Outgoing { spec, headers, query, conversation, client_streams, body: &body, fields: &fields, chat };
+    let request = Outgoing {
+        spec,
+        headers,
+        query,
+        conversation,
+        client_streams,
+        body: &body,
+        fields: &fields,
+        chat: chat.as_ref(),
+    };
     let (upstream, account, force_stream, rewrite) = loop {
         let (lease, upstream_model) =
             match schedule::schedule(s, spec, &mut attempt, headers, conversation, None, &tried).await {
@@ -317,11 +325,11 @@ async fn dispatch(
     };
     let status = upstream.status();
     let deadline = attempt.started + REQUEST_DEADLINE;
-    // A Chat Completions call is watched in the protocol of the account that serves it.
-    let grammar = match crate::chat::Upstream::of(account.provider) {
-        Some(crate::chat::Upstream::Messages) if chat.is_some() => providers::Grammar::Messages,
-        _ => spec.op.grammar(),
-    };
+    // A Chat Completions call is watched, and answered from, the protocol of the account that
+    // serves it.
+    let from_messages = chat.is_some()
+        && crate::chat::Upstream::of(account.provider) == Some(crate::chat::Upstream::Messages);
+    let grammar = if from_messages { providers::Grammar::Messages } else { spec.op.grammar() };
     let mut observer = Observer::new(grammar);
     if client_streams {
         let mut builder = Response::builder().status(status);
@@ -416,11 +424,10 @@ async fn dispatch(
             if let Some((e, verdict)) = chat_failure(&v, observer.seen.error_code.as_deref()) {
                 return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
             }
-            let answer = match crate::chat::Upstream::of(account.provider) {
-                Some(crate::chat::Upstream::Messages) => {
-                    crate::chat::messages::from_messages(&v, &attempt.model, s.clock.now().timestamp())
-                }
-                _ => crate::chat::response::from_responses(&v, &attempt.model),
+            let answer = if from_messages {
+                crate::chat::messages::from_messages(&v, &attempt.model, s.clock.now().timestamp())
+            } else {
+                crate::chat::response::from_responses(&v, &attempt.model)
             };
             if let Ok(b) = serde_json::to_vec(&answer) {
                 bytes = Bytes::from(b);
@@ -455,7 +462,7 @@ struct Outgoing<'a> {
     body: &'a Bytes,
     fields: &'a RoutingFields,
     /// A Chat Completions client (BEY-3): its answer is translated back.
-    chat: Option<crate::chat::ChatOptions>,
+    chat: Option<&'a crate::chat::ChatCall>,
 }
 
 /// An upstream answer with how to pass it on.
@@ -490,7 +497,9 @@ async fn send_to(
         let (target, body, force_stream) = prepare(s, r, attempt, account, &credentials, upstream_model)?;
         let rewrite = match (&target.envelope, &r.chat) {
             (Some(_), _) => Some(relay::Rewrite::Envelope),
-            (None, Some(chat)) if r.client_streams => Some(chat_stream(s, account, &attempt.model, *chat)),
+            (None, Some(chat)) if r.client_streams => {
+                Some(chat_stream(s, account, &attempt.model, chat.options))
+            }
             _ => None,
         };
         let response =
@@ -560,12 +569,11 @@ fn prepare(
     // BEY-3: a Chat Completions body in the chosen account's protocol.
     let translated;
     let client_body = match r.chat {
-        Some(_) => {
+        Some(chat) => {
             let upstream = crate::chat::Upstream::of(account.provider)
                 .ok_or_else(|| Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error))?;
             translated = Bytes::from(
-                crate::chat::translate(r.body, upstream)
-                    .map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
+                chat.translate(upstream).map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
             );
             &translated
         }
