@@ -102,15 +102,16 @@ def test_chat_parameter_without_an_equivalent_is_a_bad_request(gateway):
     assert err.value.param == "stop"
 
 
-def _script(gateway, script):
+def _script(gateway, script, tokens=("sdk-codex",)):
     import json
     import urllib.request
 
-    req = urllib.request.Request(
-        f"{gateway.mock}/__mock/accounts/sdk-codex", data=json.dumps(script).encode(), method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(req).close()
+    for token in tokens:
+        req = urllib.request.Request(
+            f"{gateway.mock}/__mock/accounts/{token}", data=json.dumps(script).encode(), method="PUT",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(req).close()
 
 
 WEATHER = [{
@@ -120,36 +121,48 @@ WEATHER = [{
 }]
 
 
-def test_chat_completion_with_parallel_tool_calls(gateway):
+# Each account family of the pool, by the model that reaches it (a Claude model may also reach
+# the Antigravity account until its model list is read: both are scripted alike).
+FAMILIES = {
+    "codex": ("gpt-5.1-codex", ("sdk-codex",)),
+    "claude": ("claude-opus-4-8", ("sdk-claude", "sdk-antigravity")),
+    "antigravity": ("gemini-3.1-pro-low", ("sdk-antigravity",)),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chat_completion_with_parallel_tool_calls(gateway, family):
+    model, tokens = FAMILIES[family]
     calls = [{"name": "weather", "arguments": '{"city":"Paris"}'}, {"name": "weather", "arguments": '{"city":"Rome"}'}]
-    _script(gateway, {"function_calls": calls})
+    _script(gateway, {"function_calls": calls}, tokens)
     try:
         c = client(gateway)
-        ask = [{"role": "user", "content": "Weather in Paris and Rome?"}]
-        resp = c.chat.completions.create(model="gpt-5.1-codex", messages=ask, tools=WEATHER, parallel_tool_calls=True)
+        ask = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris and Rome?"}]
+        resp = c.chat.completions.create(model=model, messages=ask, tools=WEATHER)
         choice = resp.choices[0]
         assert choice.finish_reason == "tool_calls"
         assert [(t.function.name, t.function.arguments) for t in choice.message.tool_calls] == [
             ("weather", '{"city":"Paris"}'), ("weather", '{"city":"Rome"}')]
 
         # streamed, folded by the SDK's own helper
-        with c.chat.completions.stream(model="gpt-5.1-codex", messages=ask, tools=WEATHER) as stream:
+        with c.chat.completions.stream(model=model, messages=ask, tools=WEATHER) as stream:
             for _ in stream:
                 pass
             final = stream.get_final_completion()
         streamed = final.choices[0]
         assert streamed.finish_reason == "tool_calls"
         assert [t.function.arguments for t in streamed.message.tool_calls] == ['{"city":"Paris"}', '{"city":"Rome"}']
-        assert all(t.id.startswith("call_") for t in streamed.message.tool_calls)
+        assert len({t.id for t in streamed.message.tool_calls}) == 2
 
-        # the tool results go back as the next turn
+        # the tool results go back as the next turn (each upstream's mock checks they answer the
+        # calls: tool_use ids, function response counts, Gemini 3 thought signatures)
         follow = ask + [choice.message.model_dump(exclude_none=True)] + [
             {"role": "tool", "tool_call_id": t.id, "content": "sunny"} for t in choice.message.tool_calls]
-        _script(gateway, {})
-        again = c.chat.completions.create(model="gpt-5.1-codex", messages=follow, tools=WEATHER)
+        _script(gateway, {}, tokens)
+        again = c.chat.completions.create(model=model, messages=follow, tools=WEATHER)
         assert again.choices[0].message.content == "HelloHelloHello"
     finally:
-        _script(gateway, {})
+        _script(gateway, {}, tokens)
 
 
 def test_chat_completion_through_a_claude_account(gateway):

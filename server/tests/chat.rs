@@ -165,3 +165,158 @@ async fn a_claude_account_answers_chat_completions() {
     );
     assert!(records.iter().all(|r| r["input"] == 120), "usage observed in the Messages grammar: {records:?}");
 }
+
+/// The tool-call turn of a Chat conversation: the assistant's calls and one result per call.
+fn tool_turn(message: &Value) -> Vec<Value> {
+    let mut turn = vec![message.clone()];
+    for call in message["tool_calls"].as_array().unwrap() {
+        turn.push(json!({"role": "tool", "tool_call_id": call["id"], "content": "sunny"}));
+    }
+    turn
+}
+
+#[tokio::test]
+async fn an_antigravity_account_answers_chat_completions_with_tools() {
+    let mut rig = Rig::start(&[], &[]).await;
+    rig.add_account("antigravity", "tok-chat-ag", 0).await;
+    let calls = json!([{"name": "weather", "arguments": "{\"city\":\"Paris\"}"},
+                       {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}]);
+    rig.script("tok-chat-ag", json!({"function_calls": calls})).await;
+    let mut body = ask(false);
+    body["model"] = json!("gemini-3.1-pro-low");
+    body["tools"] =
+        json!([{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]);
+    let resp = chat(&rig, body.clone()).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let answer: Value = resp.json().await.unwrap();
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{answer}");
+    assert_eq!(choice["message"]["content"], "HelloHelloHello");
+    let tool_calls = choice["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(tool_calls.len(), 2);
+    assert_eq!(tool_calls[1]["function"]["arguments"], "{\"city\":\"Rome\"}");
+    assert_eq!(answer["usage"]["prompt_tokens"], 120);
+    assert_eq!(answer["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+
+    // The results go back with the calls as they came: the mock, like Gemini 3, refuses a turn
+    // whose function calls lost their thought signatures or miss a response.
+    rig.script("tok-chat-ag", json!({})).await;
+    let mut next = body.clone();
+    next["messages"].as_array_mut().unwrap().extend(tool_turn(&choice["message"]));
+    next["stream"] = json!(true);
+    next["stream_options"] = json!({"include_usage": true});
+    let resp = chat(&rig, next.clone()).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> =
+        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(streamed, "HelloHelloHello");
+    assert_eq!(chunks.last().unwrap()["usage"]["prompt_tokens"], 120);
+
+    // a signature lost on the way is the upstream's 400, passed on
+    let mut unsigned = next.clone();
+    let n = unsigned["messages"].as_array().unwrap().len();
+    for call in unsigned["messages"][n - 3]["tool_calls"].as_array_mut().unwrap() {
+        let id = call["id"].as_str().unwrap().split(".sig.").next().unwrap().to_owned();
+        call["id"] = json!(id);
+    }
+    for i in [n - 2, n - 1] {
+        let id = unsigned["messages"][i]["tool_call_id"]
+            .as_str()
+            .unwrap()
+            .split(".sig.")
+            .next()
+            .unwrap()
+            .to_owned();
+        unsigned["messages"][i]["tool_call_id"] = json!(id);
+    }
+    assert_eq!(chat(&rig, unsigned).await.status(), StatusCode::BAD_REQUEST);
+
+    let records = rig.t.records(3).await;
+    assert!(records.iter().all(|r| r["operation"] == "chat_completions"), "{records:?}");
+    assert!(records[..2].iter().all(|r| r["outcome"] == "success" && r["input"] == 120), "{records:?}");
+    let paths: Vec<String> = rig.mock.state.calls("tok-chat-ag").iter().map(|c| c.path.clone()).collect();
+    assert_eq!(paths[..2], ["/v1internal:generateContent", "/v1internal:streamGenerateContent"]);
+}
+
+#[tokio::test]
+async fn a_claude_account_answers_chat_tool_calls() {
+    let mut rig = Rig::start(&[], &[]).await;
+    rig.add_account("claude", "tok-chat-claude-tools", 0).await;
+    let calls = json!([{"name": "weather", "arguments": "{\"city\":\"Paris\"}"},
+                       {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}]);
+    rig.script("tok-chat-claude-tools", json!({"function_calls": calls})).await;
+    let mut body = ask(true);
+    body["model"] = json!("claude-sonnet-4-5");
+    body["tools"] =
+        json!([{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]);
+    let text = chat(&rig, body.clone()).await.text().await.unwrap();
+    let chunks: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let deltas: Vec<Value> = chunks
+        .iter()
+        .flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let args = |index: u64| -> String {
+        deltas
+            .iter()
+            .filter(|d| d["index"] == index)
+            .filter_map(|d| d["function"]["arguments"].as_str())
+            .collect()
+    };
+    assert_eq!((args(0), args(1)), ("{\"city\":\"Paris\"}".to_owned(), "{\"city\":\"Rome\"}".to_owned()));
+    let finish: Vec<&str> = chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+    assert_eq!(finish, ["tool_calls"]);
+
+    // the results go back as tool_result blocks the mock checks against the tool_use ids
+    body["stream"] = json!(false);
+    let answer: Value = chat(&rig, body.clone()).await.json().await.unwrap();
+    rig.script("tok-chat-claude-tools", json!({})).await;
+    body["messages"].as_array_mut().unwrap().extend(tool_turn(&answer["choices"][0]["message"]));
+    let resp = chat(&rig, body).await;
+    assert_eq!(resp.status(), StatusCode::OK, "{}", resp.text().await.unwrap());
+}
+
+#[tokio::test]
+async fn the_user_field_names_the_conversation_and_the_upstream_cache_key() {
+    let mut rig = Rig::start(&[("tok-conv-a", 0), ("tok-conv-b", 0)], &[]).await;
+    rig.add_account("claude", "tok-conv-claude", 0).await;
+    rig.add_account("antigravity", "tok-conv-ag", 0).await;
+    let mut body = ask(false);
+    body["user"] = json!("u-7");
+    for _ in 0..3 {
+        assert_eq!(chat(&rig, body.clone()).await.status(), StatusCode::OK);
+    }
+    let records = rig.t.records(3).await;
+    let accounts: Vec<&Value> = records.iter().map(|r| &r["account_id"]).collect();
+    assert!(accounts.iter().all(|a| *a == accounts[0]), "one conversation, one account: {records:?}");
+    assert_eq!(records[2]["routing"]["rule"], "session_binding", "{}", records[2]);
+    let codex_calls: Vec<_> =
+        ["tok-conv-a", "tok-conv-b"].iter().flat_map(|t| rig.mock.state.calls(t)).collect();
+    assert!(codex_calls.iter().all(|c| c.cache_key.as_deref() == Some("u-7")), "{codex_calls:?}");
+
+    // Gemini: the conversation is the v1internal session; Messages: cache breakpoints
+    body["model"] = json!("gemini-3.1-pro-low");
+    body["prompt_cache_key"] = json!("conv-9");
+    assert_eq!(chat(&rig, body.clone()).await.status(), StatusCode::OK);
+    assert_eq!(rig.mock.state.calls("tok-conv-ag")[0].cache_key.as_deref(), Some("conv-9"));
+    // (a new conversation: conv-9 stays with the Antigravity account, which serves Claude models too)
+    body["model"] = json!("claude-sonnet-4-5");
+    body["prompt_cache_key"] = json!("conv-10");
+    rig.script("tok-conv-ag", json!({"steps": [{"kind": "status", "status": 404}]})).await;
+    assert_eq!(chat(&rig, body).await.status(), StatusCode::OK);
+    assert_eq!(
+        rig.mock.state.calls("tok-conv-claude")[0].cache_marks,
+        2,
+        "after the system prompt and the last turn"
+    );
+}

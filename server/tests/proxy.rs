@@ -391,7 +391,7 @@ async fn a_200_stream_that_fails_is_an_error_outcome() {
 async fn client_disconnect_cancels_the_upstream_stream() {
     let r = Rig::start().await;
     r.script(CLAUDE_TOKEN, json!({"deltas": 1000, "delta_delay_ms": 20})).await;
-    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": true, "messages": []});
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let resp = r.post("/v1/messages").json(&body).send().await.unwrap();
     let mut stream = resp.bytes_stream();
     let _ = stream.next().await;
@@ -408,7 +408,7 @@ async fn no_account_for_the_protocol_is_503_with_retry_after() {
         .http
         .post(format!("{}/claude/v1/messages", r.t.base))
         .bearer_auth(&r.key)
-        .json(&json!({"model": "claude-sonnet-4-5", "messages": []}))
+        .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
         .send()
         .await
         .unwrap();
@@ -417,7 +417,7 @@ async fn no_account_for_the_protocol_is_503_with_retry_after() {
     admin.call(Method::PATCH, "/api/accounts/2", Some(json!({"pool_ids": []}))).await;
     let resp = r
         .post("/v1/messages")
-        .json(&json!({"model": "claude-sonnet-4-5", "messages": []}))
+        .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
         .send()
         .await
         .unwrap();
@@ -652,7 +652,7 @@ async fn request_history_is_scoped_filtered_and_paged() {
     r.http
         .post(format!("{}/v1/messages", r.t.base))
         .bearer_auth(&bob_key)
-        .json(&json!({"model": "claude-opus-4-8", "messages": []}))
+        .json(&json!({"model": "claude-opus-4-8", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
         .send()
         .await
         .unwrap()
@@ -796,7 +796,7 @@ async fn member_concurrency_limit_rejects_and_frees_on_completion() {
     let mut admin = r.t.admin().await;
     admin.call(Method::PATCH, "/api/members/1", Some(json!({"concurrency_limit": 1}))).await;
     r.script(CLAUDE_TOKEN, json!({"deltas": 5, "delta_delay_ms": 100})).await;
-    let body = json!({"model": "claude-opus-4-8", "max_tokens": 8, "stream": true, "messages": []});
+    let body = json!({"model": "claude-opus-4-8", "max_tokens": 8, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let slow = r.post("/v1/messages").json(&body).send().await.unwrap();
     assert_eq!(slow.status(), StatusCode::OK);
 
@@ -845,7 +845,7 @@ async fn workspace_capacity_rejects_without_a_record() {
         .send()
         .await
         .unwrap();
-    let body = json!({"model": "claude-opus-4-8", "max_tokens": 8, "stream": true, "messages": []});
+    let body = json!({"model": "claude-opus-4-8", "max_tokens": 8, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let slow =
         http.post(format!("{}/v1/messages", t.base)).bearer_auth(&key).json(&body).send().await.unwrap();
     assert_eq!(slow.status(), StatusCode::OK);

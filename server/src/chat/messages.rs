@@ -127,6 +127,7 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
         out.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": budget}));
     }
     out.insert("max_tokens".into(), json!(max_tokens));
+    cache_breakpoints(&mut out);
     if out.contains_key("tools") {
         let mut c = tool_choice.unwrap_or_else(|| json!({"type": "auto"}));
         if !parallel && c["type"] != "none" {
@@ -135,6 +136,34 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
         out.insert("tool_choice".into(), c);
     }
     Ok(Value::Object(out))
+}
+
+/// Marks where Anthropic may cache the prompt, so a conversation's repeated prefix is read from
+/// the cache instead of paid again: after the system prompt (shared by every conversation that
+/// uses it) and after the last message (the next call of this conversation starts with it). A
+/// client that placed its own `cache_control` marks keeps exactly those (at most 4 are allowed).
+fn cache_breakpoints(out: &mut Map<String, Value>) {
+    let ephemeral = || json!({"type": "ephemeral"});
+    let messages = out.get_mut("messages").and_then(Value::as_array_mut);
+    let client_marked = messages.as_ref().is_some_and(|m| {
+        m.iter()
+            .flat_map(|t| t["content"].as_array().into_iter().flatten())
+            .any(|b| b.get("cache_control").is_some())
+    });
+    if client_marked {
+        return;
+    }
+    if let Some(last) = messages
+        .and_then(|m| m.last_mut())
+        .and_then(|t| t["content"].as_array_mut())
+        .and_then(|c| c.last_mut())
+    {
+        last["cache_control"] = ephemeral();
+    }
+    if let Some(Value::String(system)) = out.get("system") {
+        let block = json!([{"type": "text", "text": system, "cache_control": ephemeral()}]);
+        out.insert("system".into(), block);
+    }
 }
 
 /// System and developer messages become `system`; the rest become alternating turns (tool results
@@ -212,7 +241,13 @@ fn user_blocks(content: &Value, i: usize) -> Result<Vec<Value>, ChatError> {
                 let at = format!("messages[{i}].content[{j}]");
                 match p["type"].as_str() {
                     Some("text") => {
-                        Ok(json!({"type": "text", "text": p["text"].as_str().unwrap_or_default()}))
+                        let mut block =
+                            json!({"type": "text", "text": p["text"].as_str().unwrap_or_default()});
+                        // a client's own cache mark (the convention of Anthropic-aware Chat clients)
+                        if let Some(c) = p.get("cache_control").filter(|c| c.is_object()) {
+                            block["cache_control"] = c.clone();
+                        }
+                        Ok(block)
                     }
                     Some("image_url") => {
                         let url =
@@ -469,7 +504,10 @@ mod tests {
             "stream_options": {"include_usage": true}
         });
         let m = to_messages(&chat).unwrap();
-        assert_eq!(m["system"], "Be brief.");
+        assert_eq!(
+            m["system"],
+            json!([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}])
+        );
         assert_eq!(
             m["messages"],
             json!([
@@ -479,7 +517,8 @@ mod tests {
                     {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
                     {"type": "tool_use", "id": "toolu_2", "name": "weather", "input": {"city": "Rome"}}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
-                                             {"type": "tool_result", "tool_use_id": "toolu_2", "content": "rain"}]}
+                                             {"type": "tool_result", "tool_use_id": "toolu_2", "content": "rain",
+                                              "cache_control": {"type": "ephemeral"}}]}
             ])
         );
         assert_eq!(m["tools"], json!([{"name": "weather", "input_schema": {"type": "object"}}]));
@@ -501,6 +540,18 @@ mod tests {
             c[param] = value;
             assert_eq!(to_messages(&c).unwrap_err().param, param);
         }
+        // a client's own cache marks are kept, and then no others are added
+        let marked = to_messages(&json!({"model": "c", "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "long", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "user", "content": "next"}]}))
+        .unwrap();
+        assert_eq!(marked["system"], "S");
+        assert_eq!(
+            marked["messages"][0]["content"],
+            json!([{"type": "text", "text": "long", "cache_control": {"type": "ephemeral"}},
+                   {"type": "text", "text": "next"}])
+        );
         let tight = json!({"model": "c", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "high", "max_tokens": 1000});
         assert_eq!(to_messages(&tight).unwrap_err().param, "max_completion_tokens");
     }

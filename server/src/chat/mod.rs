@@ -2,10 +2,11 @@
 //! account that serves it, and the answer back. Pure functions and state machines over JSON
 //! values, so each translation is tested golden-style without a server.
 //!
-//! Served: Responses upstreams (Codex, OpenAI API accounts) and Messages upstreams (Claude,
-//! Anthropic API accounts). Gemini (Antigravity) follows. The body is translated for the account
+//! Served: Responses upstreams (Codex, OpenAI API accounts), Messages upstreams (Claude, Anthropic
+//! API accounts) and Gemini upstreams (Antigravity). The body is translated for the account
 //! chosen, since a pool may mix providers.
 
+pub mod gemini;
 pub mod messages;
 pub mod request;
 pub mod response;
@@ -38,15 +39,25 @@ pub struct ChatOptions {
 pub enum Upstream {
     Responses,
     Messages,
+    Gemini,
 }
 
 impl Upstream {
-    pub fn of(provider: app::model::Provider) -> Option<Upstream> {
+    pub fn of(provider: app::model::Provider) -> Upstream {
         use app::model::Provider;
         match provider {
-            Provider::Codex | Provider::OpenaiApi => Some(Upstream::Responses),
-            Provider::Claude | Provider::AnthropicApi => Some(Upstream::Messages),
-            Provider::Antigravity => None,
+            Provider::Codex | Provider::OpenaiApi => Upstream::Responses,
+            Provider::Claude | Provider::AnthropicApi => Upstream::Messages,
+            Provider::Antigravity => Upstream::Gemini,
+        }
+    }
+
+    /// The grammar the answer's events are watched in.
+    pub fn grammar(self) -> crate::providers::Grammar {
+        match self {
+            Upstream::Responses => crate::providers::Grammar::Responses,
+            Upstream::Messages => crate::providers::Grammar::Messages,
+            Upstream::Gemini => crate::providers::Grammar::Gemini,
         }
     }
 }
@@ -56,6 +67,9 @@ impl Upstream {
 pub struct ChatCall {
     pub options: ChatOptions,
     request: serde_json::Value,
+    /// RT-1: the conversation the call belongs to, `prompt_cache_key` else `user` (OpenAI's
+    /// own guidance for the deprecated `user` field is to use it as the cache key).
+    cache_key: Option<String>,
 }
 
 impl ChatCall {
@@ -67,15 +81,32 @@ impl ChatCall {
             return Err(ChatError::new("", "the request body must be a JSON object"));
         }
         let include_usage = request["stream_options"]["include_usage"].as_bool() == Some(true);
-        Ok(ChatCall { options: ChatOptions { include_usage }, request })
+        let key = |k: &str| request[k].as_str().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        let cache_key = key("prompt_cache_key").or_else(|| key("user"));
+        Ok(ChatCall { options: ChatOptions { include_usage }, request, cache_key })
+    }
+
+    /// The conversation key of RT-1 (`prompt_cache_key`, else `user`).
+    pub fn cache_key(&self) -> Option<&str> {
+        self.cache_key.as_deref()
     }
 
     /// The request in `upstream`'s protocol.
     pub fn translate(&self, upstream: Upstream) -> Result<Vec<u8>, ChatError> {
-        let translated = match upstream {
+        // The upstream's cache is keyed by the conversation where it takes a key, so repeated
+        // prefixes of one conversation hit it (Messages caches by breakpoints instead).
+        let mut translated = match upstream {
             Upstream::Responses => request::to_responses(&self.request)?,
             Upstream::Messages => messages::to_messages(&self.request)?,
+            Upstream::Gemini => gemini::to_gemini(&self.request)?,
         };
+        if let Some(key) = &self.cache_key {
+            match upstream {
+                Upstream::Responses => translated["prompt_cache_key"] = key.as_str().into(),
+                Upstream::Gemini => translated["sessionId"] = key.as_str().into(),
+                Upstream::Messages => {}
+            }
+        }
         serde_json::to_vec(&translated).map_err(|e| ChatError::new("", e.to_string()))
     }
 }

@@ -16,6 +16,9 @@ pub async fn messages(Played { turn, body }: Played) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, None, "invalid JSON body");
     };
+    if let Err(message) = check_request(&req) {
+        return error(StatusCode::BAD_REQUEST, None, &message);
+    }
     if let Some(resp) = scripted_error(&turn) {
         return resp;
     }
@@ -96,6 +99,42 @@ fn scripted_error(turn: &Turn) -> Option<Response> {
     }
 }
 
+/// Checks a Messages request as Anthropic does: a positive `max_tokens`, a non-empty list of
+/// `user`/`assistant` messages, at most 4 cache breakpoints, and every `tool_result` answering a
+/// `tool_use` of the assistant message just before it.
+fn check_request(req: &Value) -> Result<(), String> {
+    if req["max_tokens"].as_u64().is_none_or(|n| n == 0) {
+        return Err("max_tokens: Field required".into());
+    }
+    let messages = req["messages"]
+        .as_array()
+        .filter(|m| !m.is_empty())
+        .ok_or("messages: at least one message is required")?;
+    let marks = super::cache_marks(req);
+    if marks > 4 {
+        return Err(format!("A maximum of 4 blocks with cache_control may be provided. Found {marks}."));
+    }
+    let mut tool_uses: Vec<&str> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or_default();
+        if !matches!(role, "user" | "assistant") {
+            return Err(format!("messages.{i}.role: Input should be 'user' or 'assistant'"));
+        }
+        let blocks = m["content"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
+            let id = b["tool_use_id"].as_str().unwrap_or_default();
+            if !tool_uses.contains(&id) {
+                return Err(format!(
+                    "messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                ));
+            }
+        }
+        tool_uses =
+            blocks.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect();
+    }
+    Ok(())
+}
+
 /// The SSE events of one answer and the final message (for non-streaming calls).
 fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
     let sc = &turn.script;
@@ -135,15 +174,38 @@ fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         return (a, Value::Null);
     }
     a.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
+    let mut content = vec![json!({"type": "text", "text": text})];
+    // tool uses after the text, their input streamed in two pieces
+    for (i, call) in sc.function_calls.iter().enumerate() {
+        let (index, tool_id) = (i + 1, format!("toolu_{}_{i}", turn.id));
+        a.push(sse(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": tool_id, "name": call.name, "input": {}}}),
+        ));
+        let half =
+            call.arguments.char_indices().nth(call.arguments.chars().count() / 2).map_or(0, |(b, _)| b);
+        for piece in [&call.arguments[..half], &call.arguments[half..]] {
+            a.push(sse(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        a.push(sse("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+        let input: Value = serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+        content.push(json!({"type": "tool_use", "id": tool_id, "name": call.name, "input": input}));
+    }
+    let stop_reason = if sc.function_calls.is_empty() { "end_turn" } else { "tool_use" };
     let usage = json!({"input_tokens": fresh_input, "output_tokens": sc.usage.output,
                        "cache_read_input_tokens": sc.usage.cached, "cache_creation_input_tokens": 0});
     a.push(sse(
         "message_delta",
-        &json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": usage}),
+        &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": usage}),
     ));
     a.push(sse("message_stop", &json!({"type": "message_stop"})));
     let message = json!({"id": id, "type": "message", "role": "assistant", "model": model,
-        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
+        "content": content, "stop_reason": stop_reason, "stop_sequence": null,
         "usage": usage});
     (a, message)
 }

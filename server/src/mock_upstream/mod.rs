@@ -280,6 +280,22 @@ pub(crate) fn call(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8])
         model: json.as_ref().and_then(|j| j["model"].as_str()).map(str::to_owned),
         stream: json.as_ref().and_then(|j| j["stream"].as_bool()),
         body_len: body.len(),
+        cache_key: json
+            .as_ref()
+            .and_then(|j| j["prompt_cache_key"].as_str().or(j["request"]["sessionId"].as_str()))
+            .map(str::to_owned),
+        cache_marks: json.as_ref().map_or(0, cache_marks),
+    }
+}
+
+/// The `cache_control` marks anywhere in a Messages body.
+pub(crate) fn cache_marks(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Object(o) => {
+            usize::from(o.contains_key("cache_control")) + o.values().map(cache_marks).sum::<usize>()
+        }
+        serde_json::Value::Array(a) => a.iter().map(cache_marks).sum(),
+        _ => 0,
     }
 }
 

@@ -39,7 +39,8 @@ pub struct Script {
     pub refuse_websocket: Option<u16>,
     /// Token endpoints (`token:<family>`): lifetime of the access tokens they issue, in seconds.
     pub token_expires_in: Option<u64>,
-    /// Responses answers: function calls after the text, in order (parallel tool calls).
+    /// Model answers (Responses, Messages, Gemini): function calls after the text, in order
+    /// (parallel tool calls).
     pub function_calls: Vec<MockCall>,
 }
 
@@ -138,4 +139,9 @@ pub struct Call {
     pub stream: Option<bool>,
     /// Body size in bytes as received (after any decompression by the mock: none).
     pub body_len: usize,
+    /// The key the provider caches the prompt under: Responses `prompt_cache_key`, or the
+    /// v1internal `request.sessionId`.
+    pub cache_key: Option<String>,
+    /// Anthropic prompt cache breakpoints (`cache_control` marks) in the body.
+    pub cache_marks: usize,
 }

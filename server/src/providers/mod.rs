@@ -54,9 +54,7 @@ impl Operation {
     pub fn providers(self) -> &'static [Provider] {
         match self {
             Operation::Responses | Operation::ResponsesCompact => &[Provider::Codex, Provider::OpenaiApi],
-            Operation::ChatCompletions => {
-                &[Provider::Codex, Provider::OpenaiApi, Provider::Claude, Provider::AnthropicApi]
-            }
+            Operation::ChatCompletions => &Provider::ALL,
             Operation::Messages | Operation::CountTokens => &[Provider::Claude, Provider::AnthropicApi],
             Operation::GeminiGenerate | Operation::GeminiStream => &[Provider::Antigravity],
         }
@@ -64,12 +62,17 @@ impl Operation {
 
     /// Providers able to serve this operation for `model` (the upstream model, after aliases).
     /// Chat Completions reaches every family, so the model's name picks one: `claude-*` goes to
-    /// Claude and Anthropic API accounts, anything else to Codex and OpenAI API accounts (a pool
-    /// mixing families never sends a GPT model to a Claude account or the reverse).
+    /// Claude and Anthropic API accounts and to Antigravity (which serves Claude models too, as
+    /// far as its model list says), `gemini-*` and `gpt-oss-*` to Antigravity, anything else to
+    /// Codex and OpenAI API accounts (a pool mixing families never sends a GPT model to a Claude
+    /// account or the reverse).
     pub fn providers_for(self, model: &str) -> &'static [Provider] {
         match self {
             Operation::ChatCompletions if model.starts_with("claude") => {
-                &[Provider::Claude, Provider::AnthropicApi]
+                &[Provider::Claude, Provider::AnthropicApi, Provider::Antigravity]
+            }
+            Operation::ChatCompletions if model.starts_with("gemini") || model.starts_with("gpt-oss") => {
+                &[Provider::Antigravity]
             }
             Operation::ChatCompletions => &[Provider::Codex, Provider::OpenaiApi],
             op => op.providers(),
@@ -358,8 +361,13 @@ mod tests {
     #[test]
     fn chat_completions_go_to_the_models_family() {
         let chat = Operation::ChatCompletions;
-        assert_eq!(chat.providers_for("claude-sonnet-4-5"), &[Provider::Claude, Provider::AnthropicApi]);
+        assert_eq!(
+            chat.providers_for("claude-sonnet-4-5"),
+            &[Provider::Claude, Provider::AnthropicApi, Provider::Antigravity]
+        );
         assert_eq!(chat.providers_for("gpt-5.1-codex"), &[Provider::Codex, Provider::OpenaiApi]);
+        assert_eq!(chat.providers_for("gemini-3.1-pro-low"), &[Provider::Antigravity]);
+        assert_eq!(chat.providers_for("gpt-oss-120b-medium"), &[Provider::Antigravity]);
         assert_eq!(Operation::Messages.providers_for("gpt-5"), Operation::Messages.providers());
     }
 

@@ -211,7 +211,13 @@ async fn admit(
     let chat = (spec.op == Operation::ChatCompletions)
         .then(|| crate::chat::ChatCall::parse(&body).map_err(chat_error))
         .transpose()?;
-    let fields = RoutingFields::parse(&body)?;
+    let mut fields = RoutingFields::parse(&body)?;
+    // RT-1: a Chat Completions `user` names the conversation when no prompt_cache_key does.
+    if let Some(chat) = &chat
+        && fields.prompt_cache_key.is_none()
+    {
+        fields.prompt_cache_key = chat.cache_key().map(str::to_owned);
+    }
     let model = path_model
         .or_else(|| fields.model.clone())
         .filter(|m| !m.trim().is_empty())
@@ -327,9 +333,8 @@ async fn dispatch(
     let deadline = attempt.started + REQUEST_DEADLINE;
     // A Chat Completions call is watched, and answered from, the protocol of the account that
     // serves it.
-    let from_messages = chat.is_some()
-        && crate::chat::Upstream::of(account.provider) == Some(crate::chat::Upstream::Messages);
-    let grammar = if from_messages { providers::Grammar::Messages } else { spec.op.grammar() };
+    let chat_upstream = chat.is_some().then(|| crate::chat::Upstream::of(account.provider));
+    let grammar = chat_upstream.map_or_else(|| spec.op.grammar(), crate::chat::Upstream::grammar);
     let mut observer = Observer::new(grammar);
     if client_streams {
         let mut builder = Response::builder().status(status);
@@ -395,7 +400,7 @@ async fn dispatch(
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
-        return collect_stream(attempt, upstream, observer, deadline, chat.is_some()).await;
+        return collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()).await;
     }
     // A plain JSON answer: pass the bytes through, read usage from them.
     let mut passed = HeaderMap::new();
@@ -418,16 +423,21 @@ async fn dispatch(
         {
             bytes = Bytes::from(b);
         }
-        // BEY-3: a Chat Completions client gets a chat.completion (errors keep the OpenAI shape,
-        // which both protocols share).
-        if chat.is_some() && status.is_success() {
+        // BEY-3: a Chat Completions client gets a chat.completion. Error bodies pass as they came:
+        // OpenAI and Anthropic share the error shape; a Gemini one is rewritten by the failure path.
+        if let Some(upstream) = chat_upstream
+            && status.is_success()
+        {
             if let Some((e, verdict)) = chat_failure(&v, observer.seen.error_code.as_deref()) {
                 return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
             }
-            let answer = if from_messages {
-                crate::chat::messages::from_messages(&v, &attempt.model, s.clock.now().timestamp())
-            } else {
-                crate::chat::response::from_responses(&v, &attempt.model)
+            let now = s.clock.now().timestamp();
+            let answer = match upstream {
+                crate::chat::Upstream::Messages => {
+                    crate::chat::messages::from_messages(&v, &attempt.model, now)
+                }
+                crate::chat::Upstream::Gemini => crate::chat::gemini::from_gemini(&v, &attempt.model, now),
+                crate::chat::Upstream::Responses => crate::chat::response::from_responses(&v, &attempt.model),
             };
             if let Ok(b) = serde_json::to_vec(&answer) {
                 bytes = Bytes::from(b);
@@ -496,11 +506,13 @@ async fn send_to(
         let credentials = s.tokens.usable(&account.tokens).await.map_err(Unsent::NoToken)?;
         let (target, body, force_stream) = prepare(s, r, attempt, account, &credentials, upstream_model)?;
         let rewrite = match (&target.envelope, &r.chat) {
-            (Some(_), _) => Some(relay::Rewrite::Envelope),
-            (None, Some(chat)) if r.client_streams => {
+            (_, Some(chat)) if r.client_streams => {
                 Some(chat_stream(s, account, &attempt.model, chat.options))
             }
-            _ => None,
+            // a collected Chat answer is translated whole, from the enveloped value
+            (_, Some(_)) => None,
+            (Some(_), None) => Some(relay::Rewrite::Envelope),
+            (None, None) => None,
         };
         let response =
             upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)
@@ -522,11 +534,17 @@ fn chat_stream(
     model: &str,
     chat: crate::chat::ChatOptions,
 ) -> relay::Rewrite {
+    let now = s.clock.now().timestamp();
     match crate::chat::Upstream::of(account.provider) {
-        Some(crate::chat::Upstream::Messages) => relay::Rewrite::ChatFromMessages(Box::new(
-            crate::chat::messages::MessagesStream::new(model, chat.include_usage, s.clock.now().timestamp()),
+        crate::chat::Upstream::Messages => relay::Rewrite::ChatFromMessages(Box::new(
+            crate::chat::messages::MessagesStream::new(model, chat.include_usage, now),
         )),
-        _ => relay::Rewrite::Chat(Box::new(crate::chat::stream::ChatStream::new(model, chat.include_usage))),
+        crate::chat::Upstream::Gemini => relay::Rewrite::ChatFromGemini(Box::new(
+            crate::chat::gemini::GeminiStream::new(model, chat.include_usage, now),
+        )),
+        crate::chat::Upstream::Responses => {
+            relay::Rewrite::Chat(Box::new(crate::chat::stream::ChatStream::new(model, chat.include_usage)))
+        }
     }
 }
 
@@ -541,20 +559,20 @@ fn prepare(
     upstream_model: &str,
 ) -> Result<(providers::Target, Bytes, bool), Unsent> {
     let model = &attempt.model;
-    let mut target = match providers::target(
-        account.provider,
-        credentials,
-        &s.config.upstream,
-        r.spec.op,
-        r.headers,
-        r.query,
-    ) {
-        Ok(t) => t,
-        Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
-            tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
-            return Err(Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error));
-        }
+    // A Chat Completions call reaches a Gemini upstream as the generate operation it maps to.
+    let op = match (r.spec.op, account.provider) {
+        (Operation::ChatCompletions, Provider::Antigravity) if r.client_streams => Operation::GeminiStream,
+        (Operation::ChatCompletions, Provider::Antigravity) => Operation::GeminiGenerate,
+        (op, _) => op,
     };
+    let mut target =
+        match providers::target(account.provider, credentials, &s.config.upstream, op, r.headers, r.query) {
+            Ok(t) => t,
+            Err(e @ (TargetError::WrongCredential | TargetError::Unsupported)) => {
+                tracing::error!(account_id = account.id, error = ?e, "account cannot serve this operation");
+                return Err(Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error));
+            }
+        };
     // RT-4: a Codex request outside any conversation gets a random upstream session id of its
     // own, so unrelated calls are never grouped upstream.
     if account.provider == Provider::Codex
@@ -570,8 +588,7 @@ fn prepare(
     let translated;
     let client_body = match r.chat {
         Some(chat) => {
-            let upstream = crate::chat::Upstream::of(account.provider)
-                .ok_or_else(|| Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error))?;
+            let upstream = crate::chat::Upstream::of(account.provider);
             translated = Bytes::from(
                 chat.translate(upstream).map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
             );
@@ -580,14 +597,16 @@ fn prepare(
         None => r.body,
     };
     let body = match &target.envelope {
-        Some(project) => match providers::wrap_envelope(r.body, project, upstream_model, &attempt.request_id)
-        {
-            Some(b) => Bytes::from(b),
-            None => {
-                let e = GatewayError::bad_request("the body must be a Gemini generateContent request object");
-                return Err(Unsent::Refused(e, Outcome::Rejected));
+        Some(project) => {
+            match providers::wrap_envelope(client_body, project, upstream_model, &attempt.request_id) {
+                Some(b) => Bytes::from(b),
+                None => {
+                    let e =
+                        GatewayError::bad_request("the body must be a Gemini generateContent request object");
+                    return Err(Unsent::Refused(e, Outcome::Rejected));
+                }
             }
-        },
+        }
         None => edit_body(
             client_body.clone(),
             (upstream_model != model).then_some(upstream_model),

@@ -54,6 +54,8 @@ pub enum Rewrite {
     Chat(Box<crate::chat::stream::ChatStream>),
     /// A Chat Completions client of a Messages upstream.
     ChatFromMessages(Box<crate::chat::messages::MessagesStream>),
+    /// A Chat Completions client of a Gemini upstream (events in the v1internal envelope).
+    ChatFromGemini(Box<crate::chat::gemini::GeminiStream>),
 }
 
 impl Rewrite {
@@ -67,6 +69,7 @@ impl Rewrite {
             }
             Rewrite::Chat(chat) => chat.event(data).iter().for_each(|d| emit(d)),
             Rewrite::ChatFromMessages(chat) => chat.event(data).iter().for_each(|d| emit(d)),
+            Rewrite::ChatFromGemini(chat) => chat.event(data).iter().for_each(|d| emit(d)),
         }
     }
 
@@ -77,6 +80,7 @@ impl Rewrite {
             Rewrite::Envelope => return None,
             Rewrite::Chat(chat) => chat.ended(),
             Rewrite::ChatFromMessages(chat) => chat.ended(),
+            Rewrite::ChatFromGemini(chat) => chat.ended(),
         };
         (!ended).then(crate::chat::stream::cut)
     }

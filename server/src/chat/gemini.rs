@@ -1,0 +1,626 @@
+//! Chat Completions to and from Gemini `generateContent` (BEY-3), for Antigravity accounts: the
+//! request (the caller wraps it in the v1internal envelope), the collected answer, and the stream
+//! transform. Answers may arrive in the envelope or bare; both are read.
+//!
+//! Gemini 3 models sign their function calls (`thoughtSignature`) and refuse a history whose
+//! calls come back unsigned. Chat Completions has no field for it, so the signature travels in the
+//! tool call's id (`call_…` + [`SIGNATURE_MARK`] + signature), which every client echoes as is.
+
+use serde_json::{Map, Value, json};
+
+use super::{ChatError, stream::Chunks};
+
+/// Separates a tool call's own id from the Gemini thought signature carried in it.
+pub const SIGNATURE_MARK: &str = ".sig.";
+
+/// Parameters with no Gemini equivalent, each changing the answer.
+const REFUSED: &[(&str, &str)] = &[
+    ("n", "only one choice (n = 1) can be produced"),
+    ("logit_bias", "not supported by Gemini upstreams"),
+    ("logprobs", "not supported through SubLane for Gemini upstreams"),
+    ("top_logprobs", "not supported through SubLane for Gemini upstreams"),
+    ("audio", "audio output is not supported"),
+    ("modalities", "only text output is supported"),
+    ("prediction", "predicted outputs are not supported"),
+    ("functions", "use tools instead of the deprecated functions"),
+    ("function_call", "use tool_choice instead of the deprecated function_call"),
+    ("web_search_options", "not supported"),
+    ("verbosity", "not supported by Gemini upstreams"),
+];
+
+/// Parameters that only concern OpenAI's side (storage, billing tier, routing: the cache key is
+/// set by the caller as the envelope's session) and change nothing in the answer.
+const IGNORED: &[&str] = &[
+    "store",
+    "metadata",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+    "stream_options",
+    "user",
+    "stream",
+    "model",
+];
+
+/// Thinking budgets for `reasoning_effort` (Gemini 3 still takes budgets; 0 turns thinking off
+/// where the model allows it).
+fn thinking_budget(effort: &str) -> u64 {
+    match effort {
+        "none" => 0,
+        "minimal" => 512,
+        "low" => 1024,
+        "medium" => 4096,
+        _ => 16_384,
+    }
+}
+
+/// Translates `chat` (a Chat Completions body) into a Gemini `generateContent` request.
+pub fn to_gemini(chat: &Value) -> Result<Value, ChatError> {
+    let body =
+        chat.as_object().ok_or_else(|| ChatError::new("", "the request body must be a JSON object"))?;
+    let mut out = Map::new();
+    let mut config = Map::new();
+    let mut tool_choice: Option<Value> = None;
+    for (key, value) in body {
+        let key = key.as_str();
+        if value.is_null() || IGNORED.contains(&key) {
+            continue;
+        }
+        if super::request::refused(key, value, REFUSED)? {
+            continue;
+        }
+        let number = || {
+            value
+                .as_f64()
+                .map(|_| value.clone())
+                .ok_or_else(|| ChatError::new(key, format!("{key} is a number")))
+        };
+        match key {
+            "messages" => {
+                let (system, contents) = contents(value)?;
+                if let Some(s) = system {
+                    out.insert("systemInstruction".into(), json!({"parts": [{"text": s}]}));
+                }
+                out.insert("contents".into(), Value::Array(contents));
+            }
+            "temperature" => {
+                config.insert("temperature".into(), number()?);
+            }
+            "top_p" => {
+                config.insert("topP".into(), number()?);
+            }
+            "presence_penalty" => {
+                config.insert("presencePenalty".into(), number()?);
+            }
+            "frequency_penalty" => {
+                config.insert("frequencyPenalty".into(), number()?);
+            }
+            "seed" => {
+                let seed = value.as_i64().ok_or_else(|| ChatError::new(key, "seed is an integer"))?;
+                config.insert("seed".into(), json!(seed));
+            }
+            "max_tokens" | "max_completion_tokens" => {
+                let n = value
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| ChatError::new(key, format!("{key} must be a positive integer")))?;
+                config.insert("maxOutputTokens".into(), json!(n));
+            }
+            "stop" => {
+                let list = match value {
+                    Value::String(s) => vec![Value::String(s.clone())],
+                    Value::Array(a) if a.iter().all(Value::is_string) => a.clone(),
+                    _ => return Err(ChatError::new("stop", "stop must be a string or an array of strings")),
+                };
+                if !list.is_empty() {
+                    config.insert("stopSequences".into(), Value::Array(list));
+                }
+            }
+            "reasoning_effort" => {
+                let effort =
+                    value.as_str().ok_or_else(|| ChatError::new(key, "reasoning_effort is a string"))?;
+                config.insert("thinkingConfig".into(), json!({"thinkingBudget": thinking_budget(effort)}));
+            }
+            "response_format" => match value["type"].as_str() {
+                Some("text") => {}
+                Some("json_object") => {
+                    config.insert("responseMimeType".into(), json!("application/json"));
+                }
+                Some("json_schema") => {
+                    let schema = value["json_schema"]["schema"].clone();
+                    if !schema.is_object() {
+                        return Err(ChatError::new(
+                            "response_format.json_schema.schema",
+                            "a JSON schema response format needs its schema",
+                        ));
+                    }
+                    config.insert("responseMimeType".into(), json!("application/json"));
+                    config.insert("responseJsonSchema".into(), schema);
+                }
+                _ => {
+                    return Err(ChatError::new(
+                        "response_format.type",
+                        "response_format is text, json_object or json_schema",
+                    ));
+                }
+            },
+            "tools" => {
+                out.insert("tools".into(), tools(value)?);
+            }
+            "tool_choice" => tool_choice = Some(choice(value)?),
+            "parallel_tool_calls" => {
+                if value.as_bool() == Some(false) {
+                    return Err(ChatError::new(
+                        key,
+                        "parallel_tool_calls: Gemini upstreams cannot be limited to one call per turn",
+                    ));
+                }
+            }
+            k => return Err(ChatError::new(k, format!("{k}: unknown parameter"))),
+        }
+    }
+    if !out.contains_key("contents") {
+        return Err(ChatError::new("messages", "messages is required"));
+    }
+    if let Some(c) = tool_choice.filter(|_| out.contains_key("tools")) {
+        out.insert("toolConfig".into(), json!({"functionCallingConfig": c}));
+    }
+    if !config.is_empty() {
+        out.insert("generationConfig".into(), Value::Object(config));
+    }
+    Ok(Value::Object(out))
+}
+
+/// System and developer messages become `systemInstruction`; the rest become alternating `user`
+/// and `model` contents (tool results are user parts naming their function; consecutive turns of
+/// one role are merged).
+fn contents(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
+    let list = value
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| ChatError::new("messages", "messages must be a non-empty array"))?;
+    let mut system: Vec<String> = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    // Gemini names a function's result by the function: the names of the calls made so far.
+    let mut called: Vec<(String, String)> = Vec::new();
+    let mut push = |role: &'static str, parts: Vec<Value>| match turns.last_mut() {
+        Some((r, content)) if *r == role => content.extend(parts),
+        _ => turns.push((role, parts)),
+    };
+    for (i, m) in list.iter().enumerate() {
+        let at = |f: &str| format!("messages[{i}].{f}");
+        match m["role"].as_str() {
+            Some("system" | "developer") => {
+                system.push(super::request::text_of(&m["content"]).ok_or_else(|| {
+                    ChatError::new(&at("content"), "a system or developer message holds text")
+                })?)
+            }
+            Some("user") => push("user", user_parts(&m["content"], i)?),
+            Some("assistant") => {
+                let mut parts = Vec::new();
+                if let Some(text) = super::request::text_of(&m["content"]).filter(|t| !t.is_empty()) {
+                    parts.push(json!({"text": text}));
+                }
+                for (j, call) in m["tool_calls"].as_array().into_iter().flatten().enumerate() {
+                    let f = &call["function"];
+                    let (Some(id), Some(name)) = (call["id"].as_str(), f["name"].as_str()) else {
+                        return Err(ChatError::new(
+                            &at(&format!("tool_calls[{j}]")),
+                            "a tool call needs an id and a name",
+                        ));
+                    };
+                    let args = f["arguments"].as_str().unwrap_or("{}");
+                    let args: Value = serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
+                        .ok()
+                        .filter(Value::is_object)
+                        .ok_or_else(|| {
+                            ChatError::new(
+                                &at(&format!("tool_calls[{j}].function.arguments")),
+                                "arguments must be a JSON object",
+                            )
+                        })?;
+                    let mut part = json!({"functionCall": {"name": name, "args": args}});
+                    if let Some((_, signature)) = id.split_once(SIGNATURE_MARK) {
+                        part["thoughtSignature"] = json!(signature);
+                    }
+                    called.push((id.to_owned(), name.to_owned()));
+                    parts.push(part);
+                }
+                if !parts.is_empty() {
+                    push("model", parts);
+                }
+            }
+            Some("tool") => {
+                let id = m["tool_call_id"].as_str().ok_or_else(|| {
+                    ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
+                })?;
+                let name = called.iter().find(|(c, _)| c == id).map(|(_, n)| n.clone()).ok_or_else(|| {
+                    ChatError::new(&at("tool_call_id"), "no assistant tool call before has this id")
+                })?;
+                let text = super::request::text_of(&m["content"]).unwrap_or_default();
+                // A JSON object result goes as it is; anything else as text.
+                let response = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({"content": text}));
+                push("user", vec![json!({"functionResponse": {"name": name, "response": response}})]);
+            }
+            other => {
+                return Err(ChatError::new(&at("role"), format!("unknown role {:?}", other.unwrap_or(""))));
+            }
+        }
+    }
+    let contents = turns.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect();
+    Ok(((!system.is_empty()).then(|| system.join("\n\n")), contents))
+}
+
+fn user_parts(content: &Value, i: usize) -> Result<Vec<Value>, ChatError> {
+    match content {
+        Value::String(s) => Ok(vec![json!({"text": s})]),
+        Value::Array(parts) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                let at = format!("messages[{i}].content[{j}]");
+                match p["type"].as_str() {
+                    Some("text") => Ok(json!({"text": p["text"].as_str().unwrap_or_default()})),
+                    Some("image_url") => {
+                        let url =
+                            p["image_url"]["url"].as_str().or(p["image_url"].as_str()).unwrap_or_default();
+                        let inline = url.strip_prefix("data:").and_then(|r| r.split_once(";base64,"));
+                        let (mime, data) = inline.ok_or_else(|| {
+                            ChatError::new(
+                                &format!("{at}.image_url"),
+                                "Gemini upstreams take images as data: URLs (base64), not links",
+                            )
+                        })?;
+                        Ok(json!({"inlineData": {"mimeType": mime, "data": data}}))
+                    }
+                    other => Err(ChatError::new(
+                        &format!("{at}.type"),
+                        format!(
+                            "content part type {} is not supported by Gemini upstreams",
+                            other.unwrap_or("(none)")
+                        ),
+                    )),
+                }
+            })
+            .collect(),
+        _ => Err(ChatError::new(
+            &format!("messages[{i}].content"),
+            "content must be a string or an array of parts",
+        )),
+    }
+}
+
+fn tools(value: &Value) -> Result<Value, ChatError> {
+    let declarations: Vec<Value> = super::request::function_tools(value)?
+        .into_iter()
+        .map(|(name, f)| {
+            let mut d = json!({"name": name});
+            if let Some(p) = f.get("parameters").filter(|p| !p.is_null()) {
+                d["parametersJsonSchema"] = p.clone();
+            }
+            if let Some(desc) = f["description"].as_str() {
+                d["description"] = json!(desc);
+            }
+            d
+        })
+        .collect();
+    Ok(json!([{"functionDeclarations": declarations}]))
+}
+
+fn choice(value: &Value) -> Result<Value, ChatError> {
+    match value {
+        Value::String(s) if s == "auto" => Ok(json!({"mode": "AUTO"})),
+        Value::String(s) if s == "required" => Ok(json!({"mode": "ANY"})),
+        Value::String(s) if s == "none" => Ok(json!({"mode": "NONE"})),
+        Value::Object(_) if value["type"] == "function" => {
+            let name = value["function"]["name"]
+                .as_str()
+                .ok_or_else(|| ChatError::new("tool_choice.function.name", "name the function"))?;
+            Ok(json!({"mode": "ANY", "allowedFunctionNames": [name]}))
+        }
+        _ => Err(ChatError::new("tool_choice", "tool_choice must be auto, none, required or a function")),
+    }
+}
+
+/// `finish_reason` for a Gemini `finishReason`.
+fn finish_reason(reason: &str, called_tools: bool) -> &'static str {
+    match reason {
+        "MAX_TOKENS" => "length",
+        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY" => {
+            "content_filter"
+        }
+        _ if called_tools => "tool_calls",
+        _ => "stop",
+    }
+}
+
+/// Gemini `usageMetadata` as Chat Completions usage: the prompt count includes the cached tokens,
+/// the completion count the thinking tokens.
+fn usage(u: &Value) -> Value {
+    let n = |k: &str| u[k].as_i64().unwrap_or(0);
+    let prompt = n("promptTokenCount");
+    let thoughts = n("thoughtsTokenCount");
+    let completion = n("candidatesTokenCount") + thoughts;
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": n("cachedContentTokenCount")},
+        "completion_tokens_details": {"reasoning_tokens": thoughts},
+    })
+}
+
+/// The inner response of an answer in the v1internal envelope, or the answer itself.
+fn inner(answer: &Value) -> &Value {
+    answer.get("response").filter(|r| r.is_object()).unwrap_or(answer)
+}
+
+fn completion_id(response: &Value) -> String {
+    format!("chatcmpl-{}", response["responseId"].as_str().unwrap_or("gemini"))
+}
+
+/// A tool call from a `functionCall` part: the id carries the part's thought signature.
+fn tool_call(response: &Value, part: &Value, index: usize) -> Value {
+    let call = &part["functionCall"];
+    let mut id = match call["id"].as_str() {
+        Some(own) => format!("call_{own}"),
+        None => format!("call_{}_{index}", response["responseId"].as_str().unwrap_or("gemini")),
+    };
+    if let Some(signature) = part["thoughtSignature"].as_str() {
+        id.push_str(SIGNATURE_MARK);
+        id.push_str(signature);
+    }
+    let args = if call["args"].is_object() { call["args"].to_string() } else { "{}".to_owned() };
+    json!({"id": id, "type": "function", "function": {"name": call["name"], "arguments": args}})
+}
+
+/// The answer's text (thoughts left out) and function call parts, in order.
+fn parts(response: &Value) -> impl Iterator<Item = &Value> {
+    response["candidates"][0]["content"]["parts"].as_array().into_iter().flatten()
+}
+
+/// A collected Gemini answer (in the envelope or bare) as a `chat.completion`; `created` is the
+/// gateway's clock (Gemini answers carry no time).
+pub fn from_gemini(answer: &Value, model: &str, created: i64) -> Value {
+    let response = inner(answer);
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for part in parts(response) {
+        if part["functionCall"].is_object() {
+            tool_calls.push(tool_call(response, part, tool_calls.len()));
+        } else if part["thought"] != true
+            && let Some(t) = part["text"].as_str()
+        {
+            text.push_str(t);
+        }
+    }
+    let reason = response["candidates"][0]["finishReason"].as_str().unwrap_or("STOP");
+    let finish = finish_reason(reason, !tool_calls.is_empty());
+    let mut msg = json!({"role": "assistant",
+                         "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text) },
+                         "refusal": null, "annotations": []});
+    if !tool_calls.is_empty() {
+        msg["tool_calls"] = Value::Array(tool_calls);
+    }
+    json!({
+        "id": completion_id(response),
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": msg, "logprobs": null, "finish_reason": finish}],
+        "usage": usage(&response["usageMetadata"]),
+    })
+}
+
+/// A Gemini stream (each chunk a partial `generateContent` answer, in the envelope or bare) as a
+/// Chat Completions stream (see `stream::ChatStream` for the shape). The chunk with a
+/// `finishReason` ends it; function calls arrive whole, each in one tool-call delta.
+#[derive(Debug)]
+pub struct GeminiStream {
+    w: Chunks,
+    tools: usize,
+    usage: Value,
+}
+
+impl GeminiStream {
+    pub fn new(model: &str, include_usage: bool, created: i64) -> GeminiStream {
+        GeminiStream { w: Chunks::new(model, include_usage, created), tools: 0, usage: Value::Null }
+    }
+
+    pub fn ended(&self) -> bool {
+        self.w.ended()
+    }
+
+    /// The chunks one upstream event makes.
+    pub fn event(&mut self, data: &str) -> Vec<String> {
+        let Some(event) = self.w.open(data) else { return Vec::new() };
+        let mut out = Vec::new();
+        if event["error"].is_object() {
+            let e = &event["error"];
+            self.w.fail(e["message"].as_str(), "server_error", &e["status"], &mut out);
+            return out;
+        }
+        let response = inner(&event);
+        if self.w.id == "chatcmpl-pending" && response["responseId"].is_string() {
+            self.w.id = completion_id(response);
+        }
+        self.w.start(&mut out);
+        for part in parts(response) {
+            if part["functionCall"].is_object() {
+                let mut call = tool_call(response, part, self.tools);
+                call["index"] = json!(self.tools);
+                self.tools += 1;
+                out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
+            } else if part["thought"] != true
+                && let Some(t) = part["text"].as_str().filter(|t| !t.is_empty())
+            {
+                out.push(self.w.chunk(json!({"content": t}), None));
+            }
+        }
+        if response["usageMetadata"].is_object() {
+            self.usage = response["usageMetadata"].clone();
+        }
+        if let Some(reason) = response["candidates"][0]["finishReason"].as_str() {
+            let finish = finish_reason(reason, self.tools > 0);
+            self.w.finish(finish, usage(&self.usage), &mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_request_becomes_a_gemini_request() {
+        let chat = json!({
+            "model": "gemini-3.1-pro-low",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_r_0.sig.c2ln", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                    {"id": "call_r_1", "type": "function", "function": {"name": "time", "arguments": ""}}]},
+                {"role": "tool", "tool_call_id": "call_r_0.sig.c2ln", "content": "sunny"},
+                {"role": "tool", "tool_call_id": "call_r_1", "content": "{\"hour\":9}"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "weather", "description": "W", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "weather"}},
+            "stop": ["END"],
+            "max_completion_tokens": 2000,
+            "temperature": 0.2,
+            "reasoning_effort": "low",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+            "user": "u-1",
+            "stream": true,
+            "stream_options": {"include_usage": true}
+        });
+        let g = to_gemini(&chat).unwrap();
+        assert_eq!(g["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
+        assert_eq!(
+            g["contents"],
+            json!([
+                {"role": "user", "parts": [{"text": "Look"}, {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}]},
+                {"role": "model", "parts": [
+                    {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"},
+                    {"functionCall": {"name": "time", "args": {}}}]},
+                {"role": "user", "parts": [
+                    {"functionResponse": {"name": "weather", "response": {"content": "sunny"}}},
+                    {"functionResponse": {"name": "time", "response": {"hour": 9}}}]}
+            ])
+        );
+        assert_eq!(
+            g["tools"],
+            json!([{"functionDeclarations": [{"name": "weather", "description": "W", "parametersJsonSchema": {"type": "object"}}]}])
+        );
+        assert_eq!(
+            g["toolConfig"],
+            json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["weather"]}})
+        );
+        assert_eq!(
+            g["generationConfig"],
+            json!({"stopSequences": ["END"], "maxOutputTokens": 2000, "temperature": 0.2,
+                   "thinkingConfig": {"thinkingBudget": 1024}, "responseMimeType": "application/json",
+                   "responseJsonSchema": {"type": "object"}})
+        );
+        for k in ["model", "stream", "user", "stream_options"] {
+            assert!(g.get(k).is_none(), "{k} leaked");
+        }
+        for (param, value, named) in [
+            ("n", json!(2), "n"),
+            ("parallel_tool_calls", json!(false), "parallel_tool_calls"),
+            ("logprobs", json!(true), "logprobs"),
+            ("frobnicate", json!(1), "frobnicate"),
+        ] {
+            let mut c = json!({"messages": [{"role": "user", "content": "hi"}]});
+            c[param] = value;
+            assert_eq!(to_gemini(&c).unwrap_err().param, named);
+        }
+        let link = json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]});
+        assert_eq!(to_gemini(&link).unwrap_err().param, "messages[0].content[0].image_url");
+        let orphan = json!({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]});
+        assert_eq!(to_gemini(&orphan).unwrap_err().param, "messages[0].tool_call_id");
+    }
+
+    fn answer() -> Value {
+        json!({"response": {"responseId": "r9", "candidates": [{"index": 0, "finishReason": "STOP", "content": {"role": "model", "parts": [
+                {"text": "pondering", "thought": true},
+                {"text": "Checking."},
+                {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"}]}}],
+            "usageMetadata": {"promptTokenCount": 120, "cachedContentTokenCount": 64, "candidatesTokenCount": 5, "thoughtsTokenCount": 2, "totalTokenCount": 127}},
+            "traceId": "t"})
+    }
+
+    #[test]
+    fn a_gemini_answer_becomes_a_chat_completion() {
+        let c = from_gemini(&answer(), "gemini", 5);
+        assert_eq!(c["id"], "chatcmpl-r9");
+        let choice = &c["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], "Checking.");
+        assert_eq!(
+            choice["message"]["tool_calls"],
+            json!([{"id": "call_r9_0.sig.c2ln", "type": "function",
+                    "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}])
+        );
+        assert_eq!(
+            c["usage"],
+            json!({"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
+                   "prompt_tokens_details": {"cached_tokens": 64}, "completion_tokens_details": {"reasoning_tokens": 2}})
+        );
+        // the id carries the signature back upstream
+        let back = to_gemini(&json!({"messages": [
+            {"role": "user", "content": "hi"}, choice["message"].clone(),
+            {"role": "tool", "tool_call_id": "call_r9_0.sig.c2ln", "content": "sunny"}]}))
+        .unwrap();
+        assert_eq!(back["contents"][1]["parts"][1]["thoughtSignature"], "c2ln");
+        let cut =
+            json!({"candidates": [{"finishReason": "MAX_TOKENS", "content": {"parts": [{"text": "a"}]}}]});
+        assert_eq!(from_gemini(&cut, "g", 0)["choices"][0]["finish_reason"], "length");
+    }
+
+    #[test]
+    fn a_gemini_stream_concatenates_to_the_collected_answer() {
+        let whole = answer();
+        let r = &whole["response"];
+        let events = [
+            json!({"response": {"responseId": "r9", "candidates": [{"content": {"role": "model", "parts": [{"text": "pondering", "thought": true}]}}]}}),
+            json!({"response": {"responseId": "r9", "candidates": [{"content": {"role": "model", "parts": [{"text": "Check"}]}}]}}),
+            json!({"responseId": "r9", "candidates": [{"content": {"role": "model", "parts": [{"text": "ing."}]}}]}),
+            json!({"response": {"responseId": "r9", "candidates": [{"finishReason": "STOP", "content": {"role": "model", "parts": [r["candidates"][0]["content"]["parts"][2].clone()]}}],
+                                "usageMetadata": r["usageMetadata"].clone()}}),
+        ];
+        let mut s = GeminiStream::new("gemini", true, 5);
+        let out: Vec<String> = events.iter().flat_map(|e| s.event(&e.to_string())).collect();
+        assert!(s.ended());
+        assert_eq!(out.last().map(String::as_str), Some(super::super::stream::DONE));
+        let chunks: Vec<Value> =
+            out[..out.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
+        assert!(chunks.iter().all(|c| c["id"] == "chatcmpl-r9"));
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        let text: String =
+            chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        let collected = from_gemini(&whole, "gemini", 5);
+        assert_eq!(text, collected["choices"][0]["message"]["content"].as_str().unwrap());
+        let calls: Vec<Value> = chunks
+            .iter()
+            .flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned().unwrap_or_default())
+            .collect();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0]["index"], 0);
+        assert_eq!(calls[0]["id"], collected["choices"][0]["message"]["tool_calls"][0]["id"]);
+        let finish: Vec<&str> =
+            chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+        assert_eq!(finish, ["tool_calls"]);
+        assert_eq!(chunks.last().unwrap()["usage"], collected["usage"]);
+        // an error inside the stream ends it with an error object
+        let mut s = GeminiStream::new("gemini", false, 5);
+        let e = s.event(r#"{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}"#);
+        assert!(e[0].contains("\"busy\"") && s.ended());
+    }
+}
