@@ -9,7 +9,7 @@ CARGO ?= cargo
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/^version = "\(.*\)"/\1/p;}' Cargo.lock)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo run build site setup setup-test test test-rust test-e2e test-sdk lint lint-fmt fmt bench clean-data
+.PHONY: demo run build site setup setup-test test test-rust test-e2e test-sdk test-clients lint lint-fmt fmt bench clean-data
 
 run: build
 	./target/release/sublane
@@ -39,8 +39,9 @@ node_modules/.stamp: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-# What the tests need beyond the build: Debian's Chromium, playwright-core, cargo-nextest.
-setup-test: setup end2end/node_modules/.stamp
+# What the tests need beyond the build: Debian's Chromium, playwright-core, the pinned npm clients,
+# cargo-nextest.
+setup-test: setup end2end/node_modules/.stamp client-tests/node_modules/.stamp
 	@command -v chromium >/dev/null || { \
 	  echo "installing Debian chromium for the browser tests"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -51,7 +52,11 @@ end2end/node_modules/.stamp: end2end/package.json end2end/package-lock.json
 	cd end2end && npm ci --no-audit --no-fund
 	touch $@
 
-test: setup-test lint-fmt test-rust site test-e2e test-sdk
+client-tests/node_modules/.stamp: client-tests/package.json client-tests/package-lock.json
+	cd client-tests && npm ci --no-audit --no-fund
+	touch $@
+
+test: setup-test lint-fmt test-rust site test-e2e test-sdk test-clients
 
 # Unit and integration tests (the integration tests start real servers on 127.0.0.1:0).
 test-rust:
@@ -67,6 +72,12 @@ test-e2e:
 test-sdk: .venv/.stamp
 	$(CARGO) nextest run -p server -p app --no-run
 	.venv/bin/python -m pytest -q -p no:cacheprovider sdk-tests
+
+# Real clients that speak only Chat Completions (the Vercel AI SDK's OpenAI-compatible provider,
+# pinned in client-tests/package-lock.json) against SubLane and the mock upstream.
+test-clients: client-tests/node_modules/.stamp
+	$(CARGO) nextest run -p server -p app --no-run
+	cd client-tests && node --test
 
 .venv/.stamp: sdk-tests/requirements.txt
 	python3 -m venv .venv
