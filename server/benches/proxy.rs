@@ -6,7 +6,10 @@
 //!   streaming one;
 //! - throughput at concurrency 64 for both paths, and SubLane's share of direct;
 //! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
-//!   member's, the workspace's) against the same SubLane without, in alternating rounds.
+//!   member's, the workspace's) against the same SubLane without, in alternating rounds;
+//! - Chat Completions (BEY-3): the translation's added cost per call against Responses through
+//!   the same SubLane, and per streamed chunk, for each upstream protocol, against the relay's
+//!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope).
 //!
 //! Targets (proxy issue): added p99 at c=1 under 200 us; SubLane throughput >= 70 % of direct.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -145,6 +148,59 @@ async fn main() {
     println!("  direct  {d:>8.0} req/s");
     println!("  sublane {s:>8.0} req/s   = {:.0} % of direct", 100.0 * s / d);
     server.shutdown().await.unwrap();
+    per_chunk();
+}
+
+/// The relay's work on one streamed text delta, pass-through against translated to a Chat
+/// Completions chunk, per upstream protocol (interleaved rounds, best of each).
+fn per_chunk() {
+    use sublane::{
+        chat::{gemini::GeminiStream, messages::MessagesStream, stream::ChatStream},
+        providers::{Grammar, Observer, unwrap_envelope},
+    };
+    const EVENTS: u32 = 200_000;
+    let responses = r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello"}"#;
+    let messages = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#;
+    let gemini = r#"{"response":{"candidates":[{"content":{"role":"model","parts":[{"text":"Hello"}]},"index":0}],"responseId":"r1","modelVersion":"gemini-3.1-pro-low"},"traceId":"t"}"#;
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        for _ in 0..EVENTS {
+            f();
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(EVENTS)
+    };
+    println!("per streamed chunk, Chat Completions translation against pass-through (ns per text delta):");
+    for (label, grammar, data) in [
+        ("Responses", Grammar::Responses, responses),
+        ("Messages ", Grammar::Messages, messages),
+        ("Gemini   ", Grammar::Gemini, gemini),
+    ] {
+        let (mut pass, mut chat) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            let mut o = Observer::new(grammar);
+            pass = pass.min(time(&mut || {
+                o.event(None, data, Duration::ZERO);
+                if grammar == Grammar::Gemini {
+                    std::hint::black_box(unwrap_envelope(data));
+                }
+            }));
+            let mut o = Observer::new(grammar);
+            let (mut r, mut m, mut g) = (
+                ChatStream::new("m", true),
+                MessagesStream::new("m", true, 0),
+                GeminiStream::new("m", true, 0),
+            );
+            chat = chat.min(time(&mut || {
+                o.event(None, data, Duration::ZERO);
+                std::hint::black_box(match grammar {
+                    Grammar::Responses => r.event(data),
+                    Grammar::Messages => m.event(data),
+                    Grammar::Gemini => g.event(data),
+                });
+            }));
+        }
+        println!("  {label}  pass-through {pass:>6.0} ns  chat {chat:>6.0} ns  ({:.2}x)", chat / pass);
+    }
 }
 
 /// The admin's session and gateway key.

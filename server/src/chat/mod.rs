@@ -68,7 +68,8 @@ pub struct ChatCall {
     pub options: ChatOptions,
     request: serde_json::Value,
     /// RT-1: the conversation the call belongs to, `prompt_cache_key` else `user` (OpenAI's
-    /// own guidance for the deprecated `user` field is to use it as the cache key).
+    /// own guidance for the deprecated `user` field is to use it as the cache key). A `user` is
+    /// often an email or an account id: only its hash is used, and sent upstream.
     cache_key: Option<String>,
 }
 
@@ -82,7 +83,7 @@ impl ChatCall {
         }
         let include_usage = request["stream_options"]["include_usage"].as_bool() == Some(true);
         let key = |k: &str| request[k].as_str().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
-        let cache_key = key("prompt_cache_key").or_else(|| key("user"));
+        let cache_key = key("prompt_cache_key").or_else(|| key("user").map(|u| user_key(&u)));
         Ok(ChatCall { options: ChatOptions { include_usage }, request, cache_key })
     }
 
@@ -91,8 +92,9 @@ impl ChatCall {
         self.cache_key.as_deref()
     }
 
-    /// The request in `upstream`'s protocol.
-    pub fn translate(&self, upstream: Upstream) -> Result<Vec<u8>, ChatError> {
+    /// The request in the protocol of a `provider` account.
+    pub fn translate(&self, provider: app::model::Provider) -> Result<Vec<u8>, ChatError> {
+        let upstream = Upstream::of(provider);
         // The upstream's cache is keyed by the conversation where it takes a key, so repeated
         // prefixes of one conversation hit it (Messages caches by breakpoints instead).
         let mut translated = match upstream {
@@ -100,6 +102,9 @@ impl ChatCall {
             Upstream::Messages => messages::to_messages(&self.request)?,
             Upstream::Gemini => gemini::to_gemini(&self.request)?,
         };
+        if provider == app::model::Provider::Codex {
+            request::for_codex(&self.request, &mut translated)?;
+        }
         if let Some(key) = &self.cache_key {
             match upstream {
                 Upstream::Responses => translated["prompt_cache_key"] = key.as_str().into(),
@@ -109,4 +114,12 @@ impl ChatCall {
         }
         serde_json::to_vec(&translated).map_err(|e| ChatError::new("", e.to_string()))
     }
+}
+
+/// The conversation key of a Chat `user`: a hash, so the value itself goes nowhere.
+fn user_key(user: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("sublane-chat-user:{user}").as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("user-{hex}")
 }

@@ -100,6 +100,35 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
     Ok(Value::Object(out))
 }
 
+/// The Codex backend takes fewer parameters than the OpenAI API: it refuses sampling settings and
+/// an output limit (a 400 upstream that would name neither), so they are refused here by their
+/// Chat name, unless harmless (1 is the default temperature and top_p); the end-user and metadata
+/// fields, which change nothing in the answer, are left out.
+pub(super) fn for_codex(chat: &Value, responses: &mut Value) -> Result<(), ChatError> {
+    for key in ["temperature", "top_p"] {
+        if chat[key].as_f64().is_some_and(|v| v != 1.0) {
+            return Err(ChatError::new(
+                key,
+                format!("{key}: not supported by Codex accounts (leave it out)"),
+            ));
+        }
+    }
+    if let Some(key) = ["max_completion_tokens", "max_tokens"].into_iter().find(|k| !chat[*k].is_null()) {
+        return Err(ChatError::new(
+            key,
+            format!(
+                "{key}: Codex accounts take no output limit (leave it out, or use an OpenAI API account)"
+            ),
+        ));
+    }
+    if let Some(out) = responses.as_object_mut() {
+        for key in ["temperature", "top_p", "user", "safety_identifier", "metadata"] {
+            out.remove(key);
+        }
+    }
+    Ok(())
+}
+
 /// Sets `key` in the Responses `text` object, shared by `response_format` and `verbosity`.
 fn set_text_option(out: &mut Map<String, Value>, key: &str, value: Value) {
     match out.get_mut("text") {

@@ -26,6 +26,10 @@ pub async fn responses_api(Played { turn, body }: Played) -> Response {
     answer(&turn, model(&req), stream, false)
 }
 
+/// Responses parameters the Codex backend refuses.
+const CODEX_UNSUPPORTED: &[&str] =
+    &["max_output_tokens", "temperature", "top_p", "user", "safety_identifier"];
+
 pub async fn codex_responses(Played { turn, body }: Played) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return json(StatusCode::BAD_REQUEST, json!({"detail": "Invalid JSON"}));
@@ -33,6 +37,13 @@ pub async fn codex_responses(Played { turn, body }: Played) -> Response {
     if req["stream"].as_bool() != Some(true) {
         // The real backend serves streams only.
         return json(StatusCode::BAD_REQUEST, json!({"detail": "Stream must be set to true"}));
+    }
+    if req["store"].as_bool() != Some(false) {
+        return json(StatusCode::BAD_REQUEST, json!({"detail": "Store must be set to false"}));
+    }
+    // Like the real backend, it takes no sampling settings and no output limit.
+    if let Some(p) = CODEX_UNSUPPORTED.iter().find(|p| req.get(**p).is_some()) {
+        return json(StatusCode::BAD_REQUEST, json!({"detail": format!("Unsupported parameter: {p}")}));
     }
     answer(&turn, model(&req), true, true)
 }
@@ -148,7 +159,7 @@ fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
     if let Some(resp) = scripted_error(turn) {
         return resp;
     }
-    let (actions, final_response) = events(turn, &model);
+    let (actions, final_response) = events(turn, &model, codex);
     let mut resp = if stream {
         let mut r = (StatusCode::OK, play::body(actions)).into_response();
         r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -167,7 +178,9 @@ fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
 }
 
 /// The SSE events of one answer and the final response object (for non-streaming calls).
-pub(crate) fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
+/// `unstored`: like the Codex backend (which stores nothing), `response.completed` carries an
+/// empty `output`; the items are only in their `response.output_item.done` events.
+pub(crate) fn events(turn: &Turn, model: &str, unstored: bool) -> (Vec<Action>, Value) {
     let sc = &turn.script;
     let resp_id = format!("resp_{}", turn.id);
     let item_id = format!("msg_{}", turn.id);
@@ -258,6 +271,10 @@ pub(crate) fn events(turn: &Turn, model: &str) -> (Vec<Action>, Value) {
         output.push(item);
     }
     let done = base("completed", Value::Array(output), u);
-    a.push(ev("response.completed", json!({"response": done})));
+    let mut sent = done.clone();
+    if unstored {
+        sent["output"] = json!([]);
+    }
+    a.push(ev("response.completed", json!({"response": sent})));
     (a, done)
 }

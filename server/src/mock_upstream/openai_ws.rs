@@ -82,7 +82,7 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
         {
             return;
         }
-        let (actions, _) = events(&turn, &model);
+        let (actions, _) = events(&turn, &model, true);
         for action in actions {
             match action {
                 Action::Send(sse) => {

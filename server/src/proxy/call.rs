@@ -588,9 +588,9 @@ fn prepare(
     let translated;
     let client_body = match r.chat {
         Some(chat) => {
-            let upstream = crate::chat::Upstream::of(account.provider);
             translated = Bytes::from(
-                chat.translate(upstream).map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
+                chat.translate(account.provider)
+                    .map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
             );
             &translated
         }
@@ -642,11 +642,21 @@ async fn collect_stream(
     passed.remove(header::CONTENT_TYPE);
     let mut splitter = providers::sse::Splitter::default();
     let mut stream = upstream.bytes_stream();
+    // The Codex backend sends `response.completed` with an empty `output` when nothing is stored;
+    // the answer's items come one by one in `response.output_item.done`, in order.
+    let mut items: Vec<Value> = Vec::new();
     let read = tokio::time::timeout_at(deadline, async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|_| ())?;
             let at = attempt.started.elapsed();
-            splitter.feed(&chunk, |ev| observer.event(ev.name, &ev.data, at));
+            splitter.feed(&chunk, |ev| {
+                observer.event(ev.name, &ev.data, at);
+                if ev.name == Some("response.output_item.done")
+                    && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
+                {
+                    items.push(v["item"].take());
+                }
+            });
         }
         Ok::<(), ()>(())
     })
@@ -667,6 +677,9 @@ async fn collect_stream(
         return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
     }
     let mut final_response = o.final_response.clone().unwrap_or(Value::Null);
+    if final_response["output"].as_array().is_some_and(Vec::is_empty) && !items.is_empty() {
+        final_response["output"] = Value::Array(items);
+    }
     if chat {
         if let Some((e, verdict)) = chat_failure(&final_response, o.error_code.as_deref()) {
             return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
