@@ -170,16 +170,16 @@ fn per_chunk() {
         start.elapsed().as_nanos() as f64 / f64::from(EVENTS)
     };
     println!("per streamed chunk, Chat Completions translation against pass-through (ns per text delta):");
-    for (label, grammar, data) in [
-        ("Responses", Grammar::Responses, responses),
-        ("Messages ", Grammar::Messages, messages),
-        ("Gemini   ", Grammar::Gemini, gemini),
+    for (label, grammar, name, data) in [
+        ("Responses", Grammar::Responses, Some("response.output_text.delta"), responses),
+        ("Messages ", Grammar::Messages, Some("content_block_delta"), messages),
+        ("Gemini   ", Grammar::Gemini, None, gemini),
     ] {
         let (mut pass, mut chat) = (f64::MAX, f64::MAX);
         for _ in 0..3 {
             let mut o = Observer::new(grammar);
             pass = pass.min(time(&mut || {
-                o.event(None, data, Duration::ZERO);
+                o.event(name, data, Duration::ZERO);
                 if grammar == Grammar::Gemini {
                     std::hint::black_box(unwrap_envelope(data));
                 }
@@ -191,7 +191,7 @@ fn per_chunk() {
                 GeminiStream::new("m", true, 0),
             );
             chat = chat.min(time(&mut || {
-                o.event(None, data, Duration::ZERO);
+                o.event(name, data, Duration::ZERO);
                 std::hint::black_box(match grammar {
                     Grammar::Responses => r.event(data),
                     Grammar::Messages => m.event(data),

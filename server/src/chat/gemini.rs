@@ -13,6 +13,15 @@ use super::{ChatError, stream::Chunks};
 /// Separates a tool call's own id from the Gemini thought signature carried in it.
 pub const SIGNATURE_MARK: &str = ".sig.";
 
+/// The signature Google documents for function calls whose own was lost (a history written
+/// elsewhere, or by another account family): Gemini 3 then skips the check instead of refusing.
+const NO_SIGNATURE: &str = "skip_thought_signature_validator";
+
+/// A tool call id without the Gemini signature it may carry (other upstreams get the plain id).
+pub fn plain_id(id: &str) -> &str {
+    id.split_once(SIGNATURE_MARK).map_or(id, |(own, _)| own)
+}
+
 /// Parameters with no Gemini equivalent, each changing the answer.
 const REFUSED: &[(&str, &str)] = &[
     ("n", "only one choice (n = 1) can be produced"),
@@ -165,6 +174,20 @@ pub fn to_gemini(chat: &Value) -> Result<Value, ChatError> {
     if let Some(c) = tool_choice.filter(|_| out.contains_key("tools")) {
         out.insert("toolConfig".into(), json!({"functionCallingConfig": c}));
     }
+    // The thinking budget is part of the output limit (Claude models on Antigravity refuse a
+    // budget that leaves nothing for the answer).
+    if let (Some(budget), Some(max)) = (
+        config.get("thinkingConfig").and_then(|t| t["thinkingBudget"].as_u64()),
+        config.get("maxOutputTokens"),
+    ) && max.as_u64().is_some_and(|m| m <= budget)
+    {
+        return Err(ChatError::new(
+            "max_completion_tokens",
+            format!(
+                "max_completion_tokens must exceed the thinking budget of this reasoning_effort ({budget})"
+            ),
+        ));
+    }
     if !config.is_empty() {
         out.insert("generationConfig".into(), Value::Object(config));
     }
@@ -219,10 +242,9 @@ fn contents(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
                                 "arguments must be a JSON object",
                             )
                         })?;
-                    let mut part = json!({"functionCall": {"name": name, "args": args}});
-                    if let Some((_, signature)) = id.split_once(SIGNATURE_MARK) {
-                        part["thoughtSignature"] = json!(signature);
-                    }
+                    let signature = id.split_once(SIGNATURE_MARK).map_or(NO_SIGNATURE, |(_, s)| s);
+                    let part =
+                        json!({"functionCall": {"name": name, "args": args}, "thoughtSignature": signature});
                     called.push((id.to_owned(), name.to_owned()));
                     parts.push(part);
                 }
@@ -508,7 +530,7 @@ mod tests {
                 {"role": "user", "parts": [{"text": "Look"}, {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}]},
                 {"role": "model", "parts": [
                     {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"},
-                    {"functionCall": {"name": "time", "args": {}}}]},
+                    {"functionCall": {"name": "time", "args": {}}, "thoughtSignature": "skip_thought_signature_validator"}]},
                 {"role": "user", "parts": [
                     {"functionResponse": {"name": "weather", "response": {"content": "sunny"}}},
                     {"functionResponse": {"name": "time", "response": {"hour": 9}}}]}
@@ -541,6 +563,8 @@ mod tests {
             c[param] = value;
             assert_eq!(to_gemini(&c).unwrap_err().param, named);
         }
+        let tight = json!({"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "high", "max_tokens": 1000});
+        assert_eq!(to_gemini(&tight).unwrap_err().param, "max_completion_tokens");
         let link = json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]});
         assert_eq!(to_gemini(&link).unwrap_err().param, "messages[0].content[0].image_url");
         let orphan = json!({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]});

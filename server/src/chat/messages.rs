@@ -115,6 +115,30 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
         return Err(ChatError::new("messages", "messages is required"));
     }
     let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    // Thinking resumes a tool loop only from the signed thinking block that started it, which a
+    // Chat history cannot carry: the loop's later calls go without thinking (Anthropic refuses
+    // an assistant tool use without its thinking block otherwise).
+    let thinking = thinking.filter(|_| !in_tool_loop(&out));
+    if thinking.is_some() {
+        if out.get("temperature").and_then(Value::as_f64).is_some_and(|t| t != 1.0) {
+            return Err(ChatError::new(
+                "temperature",
+                "temperature: Anthropic upstreams take only 1 while reasoning_effort asks for thinking",
+            ));
+        }
+        if out.get("top_p").and_then(Value::as_f64).is_some_and(|p| p < 0.95) {
+            return Err(ChatError::new(
+                "top_p",
+                "top_p: Anthropic upstreams take 0.95 to 1 while reasoning_effort asks for thinking",
+            ));
+        }
+        if tool_choice.as_ref().is_some_and(|c| matches!(c["type"].as_str(), Some("any" | "tool"))) {
+            return Err(ChatError::new(
+                "tool_choice",
+                "tool_choice: Anthropic upstreams cannot force a tool while reasoning_effort asks for thinking",
+            ));
+        }
+    }
     if let Some(budget) = thinking {
         if max_tokens <= budget {
             return Err(ChatError::new(
@@ -136,6 +160,21 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
         out.insert("tool_choice".into(), c);
     }
     Ok(Value::Object(out))
+}
+
+/// Whether the last turns are a tool loop: an assistant tool use after the user's last own words.
+fn in_tool_loop(out: &Map<String, Value>) -> bool {
+    let Some(turns) = out.get("messages").and_then(Value::as_array) else { return false };
+    let blocks =
+        |t: &Value, kind: &str| t["content"].as_array().into_iter().flatten().any(|b| b["type"] == kind);
+    let asked = turns
+        .iter()
+        .rposition(|t| {
+            t["role"] == "user"
+                && t["content"].as_array().into_iter().flatten().any(|b| b["type"] != "tool_result")
+        })
+        .unwrap_or(0);
+    turns[asked..].iter().any(|t| t["role"] == "assistant" && blocks(t, "tool_use"))
 }
 
 /// Marks where Anthropic may cache the prompt, so a conversation's repeated prefix is read from
@@ -209,7 +248,7 @@ fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
                                 "arguments must be JSON",
                             )
                         })?;
-                    blocks.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+                    blocks.push(json!({"type": "tool_use", "id": tool_id(id), "name": name, "input": input}));
                 }
                 if !blocks.is_empty() {
                     push("assistant", blocks);
@@ -220,7 +259,10 @@ fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
                     ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
                 })?;
                 let content = super::request::text_of(&m["content"]).unwrap_or_default();
-                push("user", vec![json!({"type": "tool_result", "tool_use_id": id, "content": content})]);
+                push(
+                    "user",
+                    vec![json!({"type": "tool_result", "tool_use_id": tool_id(id), "content": content})],
+                );
             }
             other => {
                 return Err(ChatError::new(&at("role"), format!("unknown role {:?}", other.unwrap_or(""))));
@@ -229,6 +271,13 @@ fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
     }
     let turns = turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
     Ok(((!system.is_empty()).then(|| system.join("\n\n")), turns))
+}
+
+/// A tool call id as Anthropic takes it (`[A-Za-z0-9_-]+`): without a Gemini signature, other
+/// characters replaced, the same for a call and its result.
+fn tool_id(id: &str) -> String {
+    let plain = super::gemini::plain_id(id);
+    plain.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
 fn user_blocks(content: &Value, i: usize) -> Result<Vec<Value>, ChatError> {
@@ -384,8 +433,9 @@ pub fn from_messages(message: &Value, model: &str, created: i64) -> Value {
 #[derive(Debug)]
 pub struct MessagesStream {
     w: Chunks,
-    /// The Chat tool index of each content block that is a tool use, by block index.
-    tool_of_block: Vec<(u64, usize)>,
+    /// The Chat tool index of each content block that is a tool use, by block index, and whether
+    /// any of its arguments went out.
+    tool_of_block: Vec<(u64, usize, bool)>,
     tools: usize,
     input_usage: Value,
     output_tokens: Option<i64>,
@@ -424,7 +474,7 @@ impl MessagesStream {
                 let b = &event["content_block"];
                 let index = self.tools;
                 self.tools += 1;
-                self.tool_of_block.push((event["index"].as_u64().unwrap_or(0), index));
+                self.tool_of_block.push((event["index"].as_u64().unwrap_or(0), index, false));
                 let call = json!({"index": index, "id": b["id"], "type": "function",
                                   "function": {"name": b["name"], "arguments": ""}});
                 out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
@@ -437,14 +487,27 @@ impl MessagesStream {
                     Some("input_json_delta") => {
                         let block = event["index"].as_u64().unwrap_or(0);
                         let partial = d["partial_json"].as_str().unwrap_or_default();
-                        if let Some(&(_, index)) = self.tool_of_block.iter().find(|(b, _)| *b == block)
+                        if let Some((_, index, sent)) =
+                            self.tool_of_block.iter_mut().find(|(b, ..)| *b == block)
                             && !partial.is_empty()
                         {
-                            let call = json!({"index": index, "function": {"arguments": partial}});
+                            *sent = true;
+                            let call = json!({"index": *index, "function": {"arguments": partial}});
                             out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
                         }
                     }
                     _ => {}
+                }
+            }
+            // A tool called without arguments streams none: its arguments are `{}`, as collected.
+            "content_block_stop" => {
+                let block = event["index"].as_u64().unwrap_or(0);
+                if let Some((_, index, sent)) = self.tool_of_block.iter_mut().find(|(b, ..)| *b == block)
+                    && !*sent
+                {
+                    *sent = true;
+                    let call = json!({"index": *index, "function": {"arguments": "{}"}});
+                    out.push(self.w.chunk(json!({"tool_calls": [call]}), None));
                 }
             }
             "message_delta" => {
@@ -524,10 +587,8 @@ mod tests {
         assert_eq!(m["tools"], json!([{"name": "weather", "input_schema": {"type": "object"}}]));
         assert_eq!(m["tool_choice"], json!({"type": "any", "disable_parallel_tool_use": true}));
         assert_eq!(m["stop_sequences"], json!(["END"]));
-        assert_eq!(
-            (m["max_tokens"].clone(), m["thinking"].clone()),
-            (json!(20000), json!({"type": "enabled", "budget_tokens": 4096}))
-        );
+        // a tool loop goes on without thinking (its signed thinking block is not in a Chat history)
+        assert_eq!((m["max_tokens"].clone(), m.get("thinking")), (json!(20000), None));
         assert_eq!(m["metadata"], json!({"user_id": "u-1"}));
         assert!(m.get("store").is_none() && m.get("stream_options").is_none());
         let plain =
@@ -552,6 +613,19 @@ mod tests {
             json!([{"type": "text", "text": "long", "cache_control": {"type": "ephemeral"}},
                    {"type": "text", "text": "next"}])
         );
+        let think = |extra: Value| {
+            let mut c = json!({"model": "c", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "medium"});
+            c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            to_messages(&c)
+        };
+        assert_eq!(think(json!({})).unwrap()["thinking"], json!({"type": "enabled", "budget_tokens": 4096}));
+        assert_eq!(think(json!({"temperature": 0.3})).unwrap_err().param, "temperature");
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        assert_eq!(
+            think(json!({"tools": tools, "tool_choice": "required"})).unwrap_err().param,
+            "tool_choice"
+        );
+        assert!(think(json!({"tools": tools, "tool_choice": "auto", "temperature": 1})).is_ok());
         let tight = json!({"model": "c", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "high", "max_tokens": 1000});
         assert_eq!(to_messages(&tight).unwrap_err().param, "max_completion_tokens");
     }
@@ -575,6 +649,25 @@ mod tests {
             json!({"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
             "prompt_tokens_details": {"cached_tokens": 64}, "completion_tokens_details": {"reasoning_tokens": 0}})
         );
+    }
+
+    #[test]
+    fn a_tool_called_without_arguments_streams_them_as_an_empty_object() {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "usage": {}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ];
+        let mut s = MessagesStream::new("claude", false, 5);
+        let args: String = events
+            .iter()
+            .flat_map(|e| s.event(&e.to_string()))
+            .filter_map(|c| serde_json::from_str::<Value>(&c).ok())
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().map(str::to_owned)
+            })
+            .collect();
+        assert_eq!(args, "{}");
     }
 
     #[test]

@@ -194,6 +194,7 @@ fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
                             "a tool call needs an id and a function name",
                         ));
                     };
+                    let id = super::gemini::plain_id(id);
                     input.push(json!({"type": "function_call", "call_id": id, "name": name,
                                       "arguments": f["arguments"].as_str().unwrap_or("{}")}));
                 }
@@ -203,6 +204,7 @@ fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
                     ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
                 })?;
                 let output = text_of(&m["content"]).unwrap_or_default();
+                let id = super::gemini::plain_id(id);
                 input.push(json!({"type": "function_call_output", "call_id": id, "output": output}));
             }
             other => {

@@ -114,6 +114,25 @@ fn check_request(req: &Value) -> Result<(), String> {
     if marks > 4 {
         return Err(format!("A maximum of 4 blocks with cache_control may be provided. Found {marks}."));
     }
+    let thinking = req["thinking"]["type"] == "enabled";
+    if thinking && req["temperature"].as_f64().is_some_and(|t| t != 1.0) {
+        return Err("`temperature` may only be set to 1 when thinking is enabled.".into());
+    }
+    // (the check is on the tool loop in progress: the last assistant turn, answered by results only)
+    let last = messages.iter().rposition(|m| m["role"] == "assistant");
+    let in_loop = last.is_some_and(|i| {
+        messages[i + 1..]
+            .iter()
+            .all(|m| m["content"].as_array().is_some_and(|c| c.iter().all(|b| b["type"] == "tool_result")))
+    });
+    if thinking
+        && in_loop
+        && let Some(blocks) = last.and_then(|i| messages[i]["content"].as_array())
+        && blocks.iter().any(|b| b["type"] == "tool_use")
+        && !matches!(blocks[0]["type"].as_str(), Some("thinking" | "redacted_thinking"))
+    {
+        return Err("Expected `thinking` or `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final `assistant` message must start with a thinking block.".into());
+    }
     let mut tool_uses: Vec<&str> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let role = m["role"].as_str().unwrap_or_default();

@@ -186,7 +186,9 @@ fn check_request(request: &Value, model: &str) -> Result<(), String> {
             if model.starts_with("gemini-3")
                 && i > current
                 && p.get("functionCall").is_some()
-                && p["thoughtSignature"].as_str().is_none_or(|s| !s.starts_with("sig-"))
+                && p["thoughtSignature"]
+                    .as_str()
+                    .is_none_or(|s| !s.starts_with("sig-") && s != "skip_thought_signature_validator")
             {
                 return Err(format!(
                     "Function call is missing a thought_signature in functionCall parts. (contents[{i}].parts[{j}])"

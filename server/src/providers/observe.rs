@@ -63,6 +63,13 @@ impl Observer {
             Grammar::Messages => self.messages_event(name, data, at),
             Grammar::Gemini => {
                 if let Ok(v) = serde_json::from_str::<Value>(data) {
+                    if v["error"].is_object() {
+                        // an error sent inside the stream ends it
+                        self.seen.outcome = Some(Outcome::Error);
+                        let status = v["error"]["status"].as_str().unwrap_or("stream_error");
+                        self.seen.error_code = sanitize(&status.to_ascii_lowercase());
+                        return;
+                    }
                     self.gemini_chunk(v.get("response").unwrap_or(&v), Some(at));
                 }
             }
@@ -351,6 +358,16 @@ mod tests {
         assert_eq!(o.seen.first_output, Some(MS));
         assert_eq!(o.seen.outcome, Some(Outcome::Success));
         assert_eq!(o.seen.usage, Usage { input: Some(120), output: Some(7), cached: Some(64) });
+    }
+
+    #[test]
+    fn a_gemini_error_inside_the_stream_is_an_error() {
+        let mut o = Observer::new(Grammar::Gemini);
+        o.event(None, r#"{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}"#, Duration::ZERO);
+        assert_eq!(
+            (o.seen.outcome, o.seen.error_code.as_deref()),
+            (Some(Outcome::Error), Some("unavailable"))
+        );
     }
 
     #[test]

@@ -250,6 +250,7 @@ async fn dispatch(
     let mut tried: Vec<i64> = Vec::new();
     let mut last_failure: Option<UpstreamFailure> = None;
     let mut last_token_error: Option<GatewayError> = None;
+    let mut untranslatable: Option<GatewayError> = None;
     let request = Outgoing {
         spec,
         headers,
@@ -265,10 +266,11 @@ async fn dispatch(
             match schedule::schedule(s, spec, &mut attempt, headers, conversation, None, &tried).await {
                 Ok(chosen) => chosen,
                 Err((e, outcome)) => {
-                    return match (last_failure, last_token_error) {
-                        (Some(f), _) => f.respond(attempt).await,
-                        (None, Some(t)) => attempt.fail(t, Outcome::Error, None).await,
-                        (None, None) => attempt.fail(e, outcome, None).await,
+                    return match (last_failure, last_token_error, untranslatable) {
+                        (Some(f), _, _) => f.respond(attempt).await,
+                        (None, Some(t), _) => attempt.fail(t, Outcome::Error, None).await,
+                        (None, None, Some(u)) => attempt.fail(u, Outcome::Rejected, None).await,
+                        (None, None, None) => attempt.fail(e, outcome, None).await,
                     };
                 }
             };
@@ -278,6 +280,22 @@ async fn dispatch(
         let sent = match send_to(s, &request, &attempt, &account, &upstream_model).await {
             Ok(sent) => sent,
             Err(Unsent::Refused(e, outcome)) => return attempt.fail(e, outcome, None).await,
+            Err(Unsent::Untranslatable(e)) => {
+                // BEY-3: a pool mixing families may have an account whose protocol takes what
+                // this one's cannot (a JSON schema, a sampling setting): an unbound call moves.
+                let elsewhere = chat.as_ref().is_some_and(|c| {
+                    spec.op.providers_for(&upstream_model).iter().any(|p| {
+                        *p != account.provider && spec.only.is_none_or(|o| o == *p) && c.translate(*p).is_ok()
+                    })
+                });
+                if bound || !elsewhere || tried.len() >= MAX_SWITCHES {
+                    return attempt.fail(e, Outcome::Rejected, None).await;
+                }
+                tried.push(account.id);
+                attempt.lease.take();
+                untranslatable = Some(e);
+                continue;
+            }
             Err(Unsent::NoToken(e)) => {
                 // CRED-3: no usable token on this account (the scheduler leaves it out now); no
                 // cooldown penalty. A conversation stays; anything else may move.
@@ -423,8 +441,8 @@ async fn dispatch(
         {
             bytes = Bytes::from(b);
         }
-        // BEY-3: a Chat Completions client gets a chat.completion. Error bodies pass as they came:
-        // OpenAI and Anthropic share the error shape; a Gemini one is rewritten by the failure path.
+        // BEY-3: a Chat Completions client gets a chat.completion (error answers never come here:
+        // the failure path answers them in the client's protocol, PX-7).
         if let Some(upstream) = chat_upstream
             && status.is_success()
         {
@@ -487,6 +505,8 @@ struct Sent {
 enum Unsent {
     /// A local refusal: the request itself cannot go (bad body, gateway fault, deadline).
     Refused(GatewayError, Outcome),
+    /// A Chat Completions call this account's protocol cannot carry (a 400 naming the parameter).
+    Untranslatable(GatewayError),
     /// The account has no usable token (CRED-3).
     NoToken(TokenError),
 }
@@ -589,8 +609,7 @@ fn prepare(
     let client_body = match r.chat {
         Some(chat) => {
             translated = Bytes::from(
-                chat.translate(account.provider)
-                    .map_err(|e| Unsent::Refused(chat_error(e), Outcome::Rejected))?,
+                chat.translate(account.provider).map_err(|e| Unsent::Untranslatable(chat_error(e)))?,
             );
             &translated
         }

@@ -59,6 +59,13 @@ pub fn router() -> Router<AppState> {
                 model_route(Protocol::OpenAi, Operation::ChatCompletions, only),
             );
     }
+    // Chat Completions reaches every family, so it is pinned under every provider's prefix.
+    for (prefix, only) in [("/claude", Provider::Claude), ("/antigravity", Provider::Antigravity)] {
+        r = r.route(
+            &format!("{prefix}/v1/chat/completions"),
+            model_route(Protocol::OpenAi, Operation::ChatCompletions, Some(only)),
+        );
+    }
     for (prefix, only) in [("", None), ("/claude", Some(Provider::Claude))] {
         r = r
             .route(
