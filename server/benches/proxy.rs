@@ -151,12 +151,13 @@ async fn main() {
     per_chunk();
 }
 
-/// The relay's work on one streamed text delta, pass-through against translated to a Chat
-/// Completions chunk, per upstream protocol (interleaved rounds, best of each).
+/// The relay's work on one streamed text delta as it arrives in SSE framing: split out and
+/// watched (pass-through; for Gemini also unwrapped from the envelope), against split, watched,
+/// translated to a Chat Completions chunk and framed again, per upstream protocol (best of 3).
 fn per_chunk() {
     use sublane::{
         chat::{gemini::GeminiStream, messages::MessagesStream, stream::ChatStream},
-        providers::{Grammar, Observer, unwrap_envelope},
+        providers::{Grammar, Observer, sse::Splitter, unwrap_envelope},
     };
     const EVENTS: u32 = 200_000;
     let responses = r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello"}"#;
@@ -175,28 +176,43 @@ fn per_chunk() {
         ("Messages ", Grammar::Messages, Some("content_block_delta"), messages),
         ("Gemini   ", Grammar::Gemini, None, gemini),
     ] {
+        let framed = match name {
+            Some(n) => format!("event: {n}\ndata: {data}\n\n"),
+            None => format!("data: {data}\n\n"),
+        };
         let (mut pass, mut chat) = (f64::MAX, f64::MAX);
         for _ in 0..3 {
-            let mut o = Observer::new(grammar);
+            let (mut o, mut split) = (Observer::new(grammar), Splitter::default());
             pass = pass.min(time(&mut || {
-                o.event(name, data, Duration::ZERO);
-                if grammar == Grammar::Gemini {
-                    std::hint::black_box(unwrap_envelope(data));
-                }
+                split.feed(framed.as_bytes(), |ev| {
+                    o.event(ev.name, &ev.data, Duration::ZERO);
+                    if grammar == Grammar::Gemini {
+                        std::hint::black_box(unwrap_envelope(&ev.data));
+                    }
+                });
             }));
-            let mut o = Observer::new(grammar);
+            let (mut o, mut split) = (Observer::new(grammar), Splitter::default());
             let (mut r, mut m, mut g) = (
                 ChatStream::new("m", true),
                 MessagesStream::new("m", true, 0),
                 GeminiStream::new("m", true, 0),
             );
             chat = chat.min(time(&mut || {
-                o.event(name, data, Duration::ZERO);
-                std::hint::black_box(match grammar {
-                    Grammar::Responses => r.event(data),
-                    Grammar::Messages => m.event(data),
-                    Grammar::Gemini => g.event(data),
+                let mut out = Vec::new();
+                split.feed(framed.as_bytes(), |ev| {
+                    o.event(ev.name, &ev.data, Duration::ZERO);
+                    let chunks = match grammar {
+                        Grammar::Responses => r.event(&ev.data),
+                        Grammar::Messages => m.event(&ev.data),
+                        Grammar::Gemini => g.event(&ev.data),
+                    };
+                    for c in chunks {
+                        out.extend_from_slice(b"data: ");
+                        out.extend_from_slice(c.as_bytes());
+                        out.extend_from_slice(b"\n\n");
+                    }
                 });
+                std::hint::black_box(out);
             }));
         }
         println!("  {label}  pass-through {pass:>6.0} ns  chat {chat:>6.0} ns  ({:.2}x)", chat / pass);

@@ -648,3 +648,47 @@ mod tests {
         assert!(e[0].contains("\"busy\"") && s.ended());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::{
+        super::stream::tests::{collected, fold_chunks},
+        *,
+    };
+
+    proptest! {
+        /// A streamed Gemini answer (text pieces, then whole function calls in the last chunk,
+        /// some thoughts between) folds to the collected one.
+        #[test]
+        fn a_stream_concatenates_to_the_collected_answer(
+            texts in proptest::collection::vec(("[a-z ]{0,6}", any::<bool>()), 0..5),
+            calls in proptest::collection::vec(("[a-z]{1,6}", proptest::option::of("[a-z0-9]{1,8}")), 0..3),
+        ) {
+            let part = |(t, thought): &(String, bool)| if *thought { json!({"text": t, "thought": true}) } else { json!({"text": t}) };
+            let call_parts: Vec<Value> = calls.iter().enumerate().map(|(i, (name, sig))| {
+                let mut p = json!({"functionCall": {"name": name, "args": {"i": i}}});
+                if let Some(s) = sig { p["thoughtSignature"] = json!(s); }
+                p
+            }).collect();
+            let chunk = |parts: Vec<Value>, last: bool| {
+                let mut c = json!({"responseId": "r", "candidates": [{"content": {"role": "model", "parts": parts}}]});
+                if last {
+                    c["candidates"][0]["finishReason"] = json!("STOP");
+                    c["usageMetadata"] = json!({"promptTokenCount": 4, "candidatesTokenCount": 3});
+                }
+                json!({"response": c}).to_string()
+            };
+            let mut events: Vec<String> = texts.iter().map(|t| chunk(vec![part(t)], false)).collect();
+            events.push(chunk(call_parts.clone(), true));
+            let mut all: Vec<Value> = texts.iter().map(part).collect();
+            all.extend(call_parts);
+            let whole = json!({"response": {"responseId": "r", "candidates": [{"finishReason": "STOP",
+                "content": {"role": "model", "parts": all}}], "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 3}}});
+            let mut s = GeminiStream::new("m", true, 0);
+            let (_, text, streamed, finish) = fold_chunks(events.iter().flat_map(|e| s.event(e)).collect());
+            prop_assert_eq!((text, streamed, finish), collected(&from_gemini(&whole, "m", 0)));
+        }
+    }
+}

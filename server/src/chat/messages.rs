@@ -704,3 +704,69 @@ mod tests {
         assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 7);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::{
+        super::stream::tests::{collected, fold_chunks},
+        *,
+    };
+
+    /// The Messages events of an answer with `texts` as text deltas and `calls` as tool uses
+    /// (name, input, where its JSON text is split in two deltas; `{}` streams no delta), and the
+    /// collected message.
+    fn upstream(texts: &[String], calls: &[(String, Value, usize)]) -> (Vec<String>, Value) {
+        let mut events = vec![
+            json!({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 4}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ];
+        for t in texts {
+            events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}));
+        }
+        events.push(json!({"type": "content_block_stop", "index": 0}));
+        let mut content = vec![json!({"type": "text", "text": texts.concat()})];
+        for (i, (name, input, at)) in calls.iter().enumerate() {
+            let (index, id) = (i + 1, format!("toolu_{i}"));
+            events.push(json!({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
+            let text = input.to_string();
+            if text != "{}" {
+                let at = (*at).min(text.len());
+                for piece in [&text[..at], &text[at..]] {
+                    events.push(json!({"type": "content_block_delta", "index": index,
+                                       "delta": {"type": "input_json_delta", "partial_json": piece}}));
+                }
+            }
+            events.push(json!({"type": "content_block_stop", "index": index}));
+            content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+        }
+        let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+        events.push(
+            json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 3}}),
+        );
+        events.push(json!({"type": "message_stop"}));
+        let message = json!({"id": "msg_1", "content": content, "stop_reason": stop,
+                             "usage": {"input_tokens": 4, "output_tokens": 3}});
+        (events.into_iter().map(|e| e.to_string()).collect(), message)
+    }
+
+    proptest! {
+        /// A streamed Messages answer folds to the collected one: same text, tool calls, finish.
+        #[test]
+        fn a_stream_concatenates_to_the_collected_answer(
+            texts in proptest::collection::vec("[a-z ]{0,6}", 0..5),
+            calls in proptest::collection::vec(("[a-z]{1,6}", proptest::option::of("[a-z0-9 ]{0,8}"), 0usize..12), 0..3),
+        ) {
+            let calls: Vec<(String, Value, usize)> = calls
+                .into_iter()
+                .map(|(name, arg, at)| (name, arg.map_or_else(|| json!({}), |a| json!({"a": a})), at))
+                .collect();
+            let (events, message) = upstream(&texts, &calls);
+            let mut s = MessagesStream::new("m", true, 0);
+            let (_, text, streamed, finish) = fold_chunks(events.iter().flat_map(|e| s.event(e)).collect());
+            prop_assert_eq!((text, streamed, finish), collected(&from_messages(&message, "m", 0)));
+        }
+    }
+}

@@ -223,7 +223,7 @@ impl ChatStream {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use proptest::prelude::*;
 
     use super::{super::response::from_responses, *};
@@ -261,12 +261,16 @@ mod tests {
     }
 
     /// The chunks, the text, the tool calls (id, name, arguments) and the finish reason.
-    type Folded = (Vec<Value>, String, Vec<(String, String, String)>, Option<String>);
+    pub(in crate::chat) type Folded = (Vec<Value>, String, Vec<(String, String, String)>, Option<String>);
 
     /// Runs the transform and folds the chunks the way the openai SDK does.
     fn fold(events: &[String], include_usage: bool) -> Folded {
         let mut s = ChatStream::new("m", include_usage);
-        let chunks: Vec<String> = events.iter().flat_map(|e| s.event(e)).collect();
+        fold_chunks(events.iter().flat_map(|e| s.event(e)).collect())
+    }
+
+    /// Folds a Chat Completions stream's chunks the way the openai SDK does.
+    pub(in crate::chat) fn fold_chunks(chunks: Vec<String>) -> Folded {
         assert_eq!(chunks.last().map(String::as_str), Some(DONE));
         let values: Vec<Value> =
             chunks[..chunks.len() - 1].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
@@ -291,6 +295,22 @@ mod tests {
             }
         }
         (values, text, calls, finish)
+    }
+
+    /// A collected `chat.completion`'s text, tool calls (id, name, arguments) and finish reason.
+    pub(in crate::chat) fn collected(c: &Value) -> (String, Vec<(String, String, String)>, Option<String>) {
+        let message = &c["choices"][0]["message"];
+        let calls = message["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                (s(&t["id"]), s(&t["function"]["name"]), s(&t["function"]["arguments"]))
+            })
+            .collect();
+        let finish = c["choices"][0]["finish_reason"].as_str().map(str::to_owned);
+        (message["content"].as_str().unwrap_or_default().to_owned(), calls, finish)
     }
 
     #[test]
@@ -369,15 +389,7 @@ mod tests {
         ) {
             let (events, response) = upstream(&texts, &calls);
             let (_, text, streamed, finish) = fold(&events, false);
-            let collected = from_responses(&response, "m");
-            let message = &collected["choices"][0]["message"];
-            prop_assert_eq!(text, message["content"].as_str().unwrap_or_default().to_owned());
-            let expected: Vec<(String, String, String)> = message["tool_calls"].as_array().into_iter().flatten()
-                .map(|c| (c["id"].as_str().unwrap().into(), c["function"]["name"].as_str().unwrap().into(),
-                          c["function"]["arguments"].as_str().unwrap().into()))
-                .collect();
-            prop_assert_eq!(streamed, expected);
-            prop_assert_eq!(finish.as_deref(), collected["choices"][0]["finish_reason"].as_str());
+            prop_assert_eq!((text, streamed, finish), collected(&from_responses(&response, "m")));
         }
     }
 }
