@@ -4,6 +4,13 @@
 //! would leave a binding and every junk model a counter; with them, both runs end at about the
 //! same size.
 //!
+//! Then open streams (performance issue, goal 3): N concurrent SSE streams through SubLane (one
+//! delta a second each, 30 s long), SubLane's resident memory per open stream, the largest gap
+//! between a stream's chunks beyond the upstream's own second, and the added time to first byte at
+//! concurrency 1 while they are open, against calling the mock directly in the same run. N is
+//! `SUBLANE_BENCH_STREAMS` (default 8,000: SubLane holds two sockets per stream, and this
+//! machine's file limit is 20,000).
+//!
 //! The mock upstream runs in this process, so its memory is not counted; SubLane is a process
 //! of its own, measured through `/proc/<pid>/status`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -38,6 +45,144 @@ async fn main() {
         "  fresh session ids + random 200-byte models use {:.2}x the memory of ordinary calls (RSS after the run)",
         hostile.after_kib as f64 / ordinary.after_kib as f64
     );
+    streams(&mock).await;
+}
+
+/// A running `sublane` binary pointed at the mock, with its data directory.
+struct Launched {
+    child: tokio::process::Child,
+    base: String,
+    pid: u32,
+    dir: tempfile::TempDir,
+}
+
+async fn launch(mock: &MockUpstream, env: &[(&str, &str)]) -> Launched {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sublane"))
+        .env("SUBLANE_ADDR", "127.0.0.1:0")
+        .env("SUBLANE_DATA_DIR", dir.path())
+        .env("SUBLANE_ADMIN_PASSWORD", "memory-bench-password")
+        .env("SUBLANE_OPENAI_BASE_URL", format!("{}/v1", mock.url()))
+        .env("RUST_LOG", "error")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next_line().await.unwrap().expect("the binary announces its address");
+        if let Some(url) = line.strip_prefix("SubLane is serving on ") {
+            break url.trim().to_owned();
+        }
+    };
+    let pid = child.id().unwrap();
+    Launched { child, base, pid, dir }
+}
+
+/// Goal 3 of the performance issue: many open SSE streams through SubLane.
+async fn streams(mock: &MockUpstream) {
+    let n: usize = std::env::var("SUBLANE_BENCH_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(8_000);
+    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
+        .json(&json!({"deltas": 30, "delta_text": "Hi", "delta_delay_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    let capacity = (n + 1_000).to_string();
+    let mut s = launch(mock, &[("SUBLANE_WORKSPACE_CAPACITY", &capacity)]).await;
+    let key = setup(&http, &s.base, n / 1_000 + 1).await;
+    let sublane = format!("{}/v1/responses", s.base);
+    let direct = format!("{}/v1/responses", mock.url());
+    // warm up: a few streams opened and left, so pools and arenas exist before the baseline
+    for _ in 0..50 {
+        first_byte(&http, &sublane, &key).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let before = rss_kib(s.pid);
+    let opened = Arc::new(tokio::sync::Semaphore::new(0));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (http, url, key, opened) = (http.clone(), sublane.clone(), key.clone(), Arc::clone(&opened));
+            tokio::spawn(async move {
+                let resp = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&json!({"model": "gpt-5.1", "stream": true, "input": "hi"}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(resp.status().is_success(), "{}", resp.status());
+                let mut body = resp.bytes_stream();
+                let (mut last, mut worst, mut first) = (Instant::now(), std::time::Duration::ZERO, true);
+                while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
+                    chunk.unwrap();
+                    if first {
+                        opened.add_permits(1);
+                        first = false;
+                    }
+                    worst = worst.max(last.elapsed());
+                    last = Instant::now();
+                }
+                worst
+            })
+        })
+        .collect();
+    let all = u32::try_from(n).unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(120), opened.acquire_many(all))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let open = rss_kib(s.pid);
+    // time to first byte at c=1 with every stream open, against the mock directly, interleaved
+    let (mut d, mut t) = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        d.push(first_byte(&http, &direct, ACCOUNT_KEY).await);
+        t.push(first_byte(&http, &sublane, &key).await);
+    }
+    let mut worst = std::time::Duration::ZERO;
+    for task in tasks {
+        worst = worst.max(task.await.unwrap());
+    }
+    let p99 = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() * 99 / 100]
+    };
+    let (dp99, tp99) = (p99(&mut d), p99(&mut t));
+    println!("{n} concurrent SSE streams through SubLane (one delta a second each, 30 s):");
+    println!(
+        "  RSS {:.1} MiB -> {:.1} MiB with all open: {:.1} KiB per open stream (target <= 32 KiB)",
+        before as f64 / 1024.0,
+        open as f64 / 1024.0,
+        open.saturating_sub(before) as f64 / n as f64
+    );
+    println!(
+        "  largest gap between a stream's chunks: {:.2} s (the upstream's own: 1 s; target: no stall over 1 s beyond it)",
+        worst.as_secs_f64()
+    );
+    println!(
+        "  c=1 time to first byte with them open: direct p99 {dp99:.0} us, sublane p99 {tp99:.0} us, added {:.0} us (target <= 300 us)",
+        tp99 - dp99
+    );
+    let _ = s.child.kill().await;
+    drop(s.dir);
+}
+
+/// Opens a stream, waits for its first body byte, and leaves; microseconds.
+async fn first_byte(http: &reqwest::Client, url: &str, key: &str) -> f64 {
+    let start = Instant::now();
+    let resp = http
+        .post(url)
+        .bearer_auth(key)
+        .json(&json!({"model": "gpt-5.1", "stream": true, "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let mut body = resp.bytes_stream();
+    let _ = futures_util::StreamExt::next(&mut body).await;
+    start.elapsed().as_secs_f64() * 1e6
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -53,26 +198,8 @@ struct Figures {
 }
 
 async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind) -> Figures {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sublane"))
-        .env("SUBLANE_ADDR", "127.0.0.1:0")
-        .env("SUBLANE_DATA_DIR", dir.path())
-        .env("SUBLANE_ADMIN_PASSWORD", "memory-bench-password")
-        .env("SUBLANE_OPENAI_BASE_URL", format!("{}/v1", mock.url()))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let base = loop {
-        let line = lines.next_line().await.unwrap().expect("the binary announces its address");
-        if let Some(url) = line.strip_prefix("SubLane is serving on ") {
-            break url.trim().to_owned();
-        }
-    };
-    let pid = child.id().unwrap();
-    let key = setup(http, &base).await;
+    let Launched { mut child, base, pid, dir } = launch(mock, &[]).await;
+    let key = setup(http, &base, 1).await;
     // Warm up (allocator arenas, connection pools) before the baseline.
     calls(http, &base, &key, Kind::Ordinary, 2_000).await;
     let before = rss_kib(pid);
@@ -154,8 +281,8 @@ async fn calls(http: &reqwest::Client, base: &str, key: &str, kind: Kind, n: usi
     }
 }
 
-/// An OpenAI-key account, an unlimited member, a key.
-async fn setup(http: &reqwest::Client, base: &str) -> String {
+/// `accounts` OpenAI-key accounts (1,000 calls at once each), an unlimited member, a key.
+async fn setup(http: &reqwest::Client, base: &str, accounts: usize) -> String {
     let login = http
         .post(format!("{base}/api/session"))
         .header("origin", base)
@@ -171,15 +298,17 @@ async fn setup(http: &reqwest::Client, base: &str) -> String {
             .json(&body)
             .send()
     };
-    let r = send(
-        reqwest::Method::POST,
-        "/api/accounts",
-        json!({"provider": "openai_api", "name": "memory", "pool_ids": [1], "max_concurrency": 1000,
-               "credentials": {"kind": "api_key", "api_key": ACCOUNT_KEY}}),
-    )
-    .await
-    .unwrap();
-    assert!(r.status().is_success());
+    for i in 0..accounts {
+        let r = send(
+            reqwest::Method::POST,
+            "/api/accounts",
+            json!({"provider": "openai_api", "name": format!("memory-{i}"), "pool_ids": [1], "max_concurrency": 1000,
+                   "credentials": {"kind": "api_key", "api_key": ACCOUNT_KEY}}),
+        )
+        .await
+        .unwrap();
+        assert!(r.status().is_success());
+    }
     let r = send(reqwest::Method::PATCH, "/api/members/1", json!({"concurrency_limit": 0})).await.unwrap();
     assert!(r.status().is_success());
     let key: serde_json::Value = send(reqwest::Method::POST, "/api/me/keys", json!({"name": "memory"}))
