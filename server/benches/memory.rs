@@ -105,15 +105,7 @@ async fn streams(mock: &MockUpstream) {
         .map(|_| {
             let (http, url, key, opened) = (http.clone(), sublane.clone(), key.clone(), Arc::clone(&opened));
             tokio::spawn(async move {
-                let resp = http
-                    .post(&url)
-                    .bearer_auth(&key)
-                    .json(&json!({"model": "gpt-5.1", "stream": true, "input": "hi"}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(resp.status().is_success(), "{}", resp.status());
-                let mut body = resp.bytes_stream();
+                let mut body = open_stream(&http, &url, &key).await;
                 let (mut last, mut worst, mut first) = (Instant::now(), std::time::Duration::ZERO, true);
                 while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
                     chunk.unwrap();
@@ -172,6 +164,17 @@ async fn streams(mock: &MockUpstream) {
 /// Opens a stream, waits for its first body byte, and leaves; microseconds.
 async fn first_byte(http: &reqwest::Client, url: &str, key: &str) -> f64 {
     let start = Instant::now();
+    let mut body = open_stream(http, url, key).await;
+    let _ = futures_util::StreamExt::next(&mut body).await;
+    start.elapsed().as_secs_f64() * 1e6
+}
+
+/// A streaming Responses call; its body.
+async fn open_stream(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> impl futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + use<> {
     let resp = http
         .post(url)
         .bearer_auth(key)
@@ -180,9 +183,7 @@ async fn first_byte(http: &reqwest::Client, url: &str, key: &str) -> f64 {
         .await
         .unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
-    let mut body = resp.bytes_stream();
-    let _ = futures_util::StreamExt::next(&mut body).await;
-    start.elapsed().as_secs_f64() * 1e6
+    resp.bytes_stream()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

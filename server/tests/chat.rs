@@ -19,6 +19,13 @@ async fn chat(rig: &Rig, body: Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// The chunks of a Chat Completions stream, checked to end with `[DONE]`.
+fn chunks(text: &str) -> Vec<Value> {
+    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect()
+}
+
 fn ask(stream: bool) -> Value {
     json!({"model": MODEL, "stream": stream, "messages": [
         {"role": "system", "content": "Be brief."},
@@ -61,10 +68,7 @@ async fn a_streamed_chat_completion_has_the_chunks_the_sdk_expects() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
     let text = resp.text().await.unwrap();
-    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
-    let chunks: Vec<Value> =
-        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let chunks = chunks(&text);
     assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let content: String =
@@ -160,10 +164,7 @@ async fn a_claude_account_answers_chat_completions() {
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
     let text = chat(&rig, body).await.text().await.unwrap();
-    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
-    let chunks: Vec<Value> =
-        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let chunks = chunks(&text);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let streamed: String =
         chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
@@ -219,10 +220,7 @@ async fn an_antigravity_account_answers_chat_completions_with_tools() {
     let resp = chat(&rig, next.clone()).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let text = resp.text().await.unwrap();
-    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
-    let chunks: Vec<Value> =
-        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let chunks = chunks(&text);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let streamed: String =
         chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
@@ -267,12 +265,7 @@ async fn a_claude_account_answers_chat_tool_calls() {
     body["tools"] =
         json!([{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]);
     let text = chat(&rig, body.clone()).await.text().await.unwrap();
-    let chunks: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks = chunks(&text);
     let deltas: Vec<Value> = chunks
         .iter()
         .flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned().unwrap_or_default())

@@ -8,7 +8,11 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatError, stream::Chunks};
+use super::{
+    ChatError,
+    stream::Chunks,
+    turns::{self, Turn},
+};
 
 /// Separates a tool call's own id from the Gemini thought signature carried in it.
 pub const SIGNATURE_MARK: &str = ".sig.";
@@ -70,14 +74,7 @@ pub fn to_gemini(chat: &Value) -> Result<Value, ChatError> {
     let mut out = Map::new();
     let mut config = Map::new();
     let mut tool_choice: Option<Value> = None;
-    for (key, value) in body {
-        let key = key.as_str();
-        if value.is_null() || IGNORED.contains(&key) {
-            continue;
-        }
-        if super::request::refused(key, value, REFUSED)? {
-            continue;
-        }
+    for (key, value) in super::request::acted_on(body, IGNORED, REFUSED)? {
         let number = || {
             value
                 .as_f64()
@@ -109,18 +106,11 @@ pub fn to_gemini(chat: &Value) -> Result<Value, ChatError> {
                 config.insert("seed".into(), json!(seed));
             }
             "max_tokens" | "max_completion_tokens" => {
-                let n = value
-                    .as_u64()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| ChatError::new(key, format!("{key} must be a positive integer")))?;
+                let n = super::request::limit(key, value)?;
                 config.insert("maxOutputTokens".into(), json!(n));
             }
             "stop" => {
-                let list = match value {
-                    Value::String(s) => vec![Value::String(s.clone())],
-                    Value::Array(a) if a.iter().all(Value::is_string) => a.clone(),
-                    _ => return Err(ChatError::new("stop", "stop must be a string or an array of strings")),
-                };
+                let list = super::request::stop_list(value)?;
                 if !list.is_empty() {
                     config.insert("stopSequences".into(), Value::Array(list));
                 }
@@ -195,85 +185,42 @@ pub fn to_gemini(chat: &Value) -> Result<Value, ChatError> {
 }
 
 /// System and developer messages become `systemInstruction`; the rest become alternating `user`
-/// and `model` contents (tool results are user parts naming their function; consecutive turns of
-/// one role are merged).
+/// and `model` contents (tool results are user parts naming their function, since Gemini matches
+/// results by name; consecutive turns of one role are merged).
 fn contents(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
-    let list = value
-        .as_array()
-        .filter(|l| !l.is_empty())
-        .ok_or_else(|| ChatError::new("messages", "messages must be a non-empty array"))?;
-    let mut system: Vec<String> = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    // Gemini names a function's result by the function: the names of the calls made so far.
-    let mut called: Vec<(String, String)> = Vec::new();
-    let mut push = |role: &'static str, parts: Vec<Value>| match turns.last_mut() {
-        Some((r, content)) if *r == role => content.extend(parts),
-        _ => turns.push((role, parts)),
-    };
-    for (i, m) in list.iter().enumerate() {
-        let at = |f: &str| format!("messages[{i}].{f}");
-        match m["role"].as_str() {
-            Some("system" | "developer") => {
-                system.push(super::request::text_of(&m["content"]).ok_or_else(|| {
-                    ChatError::new(&at("content"), "a system or developer message holds text")
-                })?)
+    let read = turns::read(value)?;
+    let mut items = Vec::new();
+    for turn in &read.turns {
+        match turn {
+            Turn::User { content, index } => items.push(("user", user_parts(content, *index)?)),
+            Turn::Assistant { text, calls, .. } => {
+                let mut parts: Vec<Value> = text.iter().map(|t| json!({"text": t})).collect();
+                for call in calls {
+                    let signature = call.id.split_once(SIGNATURE_MARK).map_or(NO_SIGNATURE, |(_, s)| s);
+                    parts.push(json!({"functionCall": {"name": call.name, "args": call.object()?},
+                                      "thoughtSignature": signature}));
+                }
+                items.push(("model", parts));
             }
-            Some("user") => push("user", user_parts(&m["content"], i)?),
-            Some("assistant") => {
-                let mut parts = Vec::new();
-                if let Some(text) = super::request::text_of(&m["content"]).filter(|t| !t.is_empty()) {
-                    parts.push(json!({"text": text}));
-                }
-                for (j, call) in m["tool_calls"].as_array().into_iter().flatten().enumerate() {
-                    let f = &call["function"];
-                    let (Some(id), Some(name)) = (call["id"].as_str(), f["name"].as_str()) else {
-                        return Err(ChatError::new(
-                            &at(&format!("tool_calls[{j}]")),
-                            "a tool call needs an id and a name",
-                        ));
-                    };
-                    let args = f["arguments"].as_str().unwrap_or("{}");
-                    let args: Value = serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
-                        .ok()
-                        .filter(Value::is_object)
-                        .ok_or_else(|| {
-                            ChatError::new(
-                                &at(&format!("tool_calls[{j}].function.arguments")),
-                                "arguments must be a JSON object",
-                            )
-                        })?;
-                    let signature = id.split_once(SIGNATURE_MARK).map_or(NO_SIGNATURE, |(_, s)| s);
-                    let part =
-                        json!({"functionCall": {"name": name, "args": args}, "thoughtSignature": signature});
-                    called.push((id.to_owned(), name.to_owned()));
-                    parts.push(part);
-                }
-                if !parts.is_empty() {
-                    push("model", parts);
-                }
-            }
-            Some("tool") => {
-                let id = m["tool_call_id"].as_str().ok_or_else(|| {
-                    ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
+            Turn::Tool { name, content, index, .. } => {
+                let name = name.ok_or_else(|| {
+                    ChatError::new(
+                        &format!("messages[{index}].tool_call_id"),
+                        "no assistant tool call before has this id",
+                    )
                 })?;
-                let name = called.iter().find(|(c, _)| c == id).map(|(_, n)| n.clone()).ok_or_else(|| {
-                    ChatError::new(&at("tool_call_id"), "no assistant tool call before has this id")
-                })?;
-                let text = super::request::text_of(&m["content"]).unwrap_or_default();
                 // A JSON object result goes as it is; anything else as text.
-                let response = serde_json::from_str::<Value>(&text)
+                let response = serde_json::from_str::<Value>(content)
                     .ok()
                     .filter(Value::is_object)
-                    .unwrap_or_else(|| json!({"content": text}));
-                push("user", vec![json!({"functionResponse": {"name": name, "response": response}})]);
-            }
-            other => {
-                return Err(ChatError::new(&at("role"), format!("unknown role {:?}", other.unwrap_or(""))));
+                    .unwrap_or_else(|| json!({"content": content}));
+                items.push(("user", vec![json!({"functionResponse": {"name": name, "response": response}})]));
             }
         }
     }
-    let contents = turns.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect();
-    Ok(((!system.is_empty()).then(|| system.join("\n\n")), contents))
+    let contents =
+        turns::merged(items).into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect();
+    Ok((read.system, contents))
 }
 
 fn user_parts(content: &Value, i: usize) -> Result<Vec<Value>, ChatError> {
@@ -333,18 +280,13 @@ fn tools(value: &Value) -> Result<Value, ChatError> {
 }
 
 fn choice(value: &Value) -> Result<Value, ChatError> {
-    match value {
-        Value::String(s) if s == "auto" => Ok(json!({"mode": "AUTO"})),
-        Value::String(s) if s == "required" => Ok(json!({"mode": "ANY"})),
-        Value::String(s) if s == "none" => Ok(json!({"mode": "NONE"})),
-        Value::Object(_) if value["type"] == "function" => {
-            let name = value["function"]["name"]
-                .as_str()
-                .ok_or_else(|| ChatError::new("tool_choice.function.name", "name the function"))?;
-            Ok(json!({"mode": "ANY", "allowedFunctionNames": [name]}))
-        }
-        _ => Err(ChatError::new("tool_choice", "tool_choice must be auto, none, required or a function")),
-    }
+    use super::request::Choice;
+    Ok(match Choice::of(value)? {
+        Choice::Auto => json!({"mode": "AUTO"}),
+        Choice::None => json!({"mode": "NONE"}),
+        Choice::Required => json!({"mode": "ANY"}),
+        Choice::Function(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
+    })
 }
 
 /// `finish_reason` for a Gemini `finishReason`.

@@ -3,7 +3,11 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatError, stream::Chunks};
+use super::{
+    ChatError,
+    stream::Chunks,
+    turns::{self, Turn},
+};
 
 /// `max_tokens` when the client sets none (Messages requires one; Chat Completions has no limit
 /// by default): large enough for any ordinary answer of the current models.
@@ -51,14 +55,7 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
     let mut thinking: Option<u64> = None;
     let mut parallel = true;
     let mut tool_choice: Option<Value> = None;
-    for (key, value) in body {
-        let key = key.as_str();
-        if value.is_null() || IGNORED.contains(&key) {
-            continue;
-        }
-        if super::request::refused(key, value, REFUSED)? {
-            continue;
-        }
+    for (key, value) in super::request::acted_on(body, IGNORED, REFUSED)? {
         match key {
             "model" | "temperature" | "top_p" | "stream" => {
                 out.insert(key.to_owned(), value.clone());
@@ -71,18 +68,11 @@ pub fn to_messages(chat: &Value) -> Result<Value, ChatError> {
                 out.insert("messages".into(), Value::Array(messages));
             }
             "max_tokens" | "max_completion_tokens" => {
-                let n = value
-                    .as_u64()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| ChatError::new(key, format!("{key} must be a positive integer")))?;
+                let n = super::request::limit(key, value)?;
                 max_tokens = Some(n);
             }
             "stop" => {
-                let list = match value {
-                    Value::String(s) => vec![Value::String(s.clone())],
-                    Value::Array(a) => a.clone(),
-                    _ => return Err(ChatError::new("stop", "stop must be a string or an array of strings")),
-                };
+                let list = super::request::stop_list(value)?;
                 if !list.is_empty() {
                     out.insert("stop_sequences".into(), Value::Array(list));
                 }
@@ -208,69 +198,31 @@ fn cache_breakpoints(out: &mut Map<String, Value>) {
 /// System and developer messages become `system`; the rest become alternating turns (tool results
 /// are user content; consecutive turns of one role are merged).
 fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
-    let list = value
-        .as_array()
-        .filter(|l| !l.is_empty())
-        .ok_or_else(|| ChatError::new("messages", "messages must be a non-empty array"))?;
-    let mut system: Vec<String> = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, blocks: Vec<Value>| match turns.last_mut() {
-        Some((r, content)) if *r == role => content.extend(blocks),
-        _ => turns.push((role, blocks)),
-    };
-    for (i, m) in list.iter().enumerate() {
-        let at = |f: &str| format!("messages[{i}].{f}");
-        match m["role"].as_str() {
-            Some("system" | "developer") => {
-                system.push(super::request::text_of(&m["content"]).ok_or_else(|| {
-                    ChatError::new(&at("content"), "a system or developer message holds text")
-                })?)
-            }
-            Some("user") => push("user", user_blocks(&m["content"], i)?),
-            Some("assistant") => {
-                let mut blocks = Vec::new();
-                if let Some(text) = super::request::text_of(&m["content"]).filter(|t| !t.is_empty()) {
-                    blocks.push(json!({"type": "text", "text": text}));
+    let read = turns::read(value)?;
+    let mut items = Vec::new();
+    for turn in &read.turns {
+        match turn {
+            Turn::User { content, index } => items.push(("user", user_blocks(content, *index)?)),
+            Turn::Assistant { text, calls, .. } => {
+                let mut blocks: Vec<Value> =
+                    text.iter().map(|t| json!({"type": "text", "text": t})).collect();
+                for call in calls {
+                    blocks.push(json!({"type": "tool_use", "id": tool_id(call.id), "name": call.name,
+                                       "input": call.object()?}));
                 }
-                for (j, call) in m["tool_calls"].as_array().into_iter().flatten().enumerate() {
-                    let f = &call["function"];
-                    let (Some(id), Some(name)) = (call["id"].as_str(), f["name"].as_str()) else {
-                        return Err(ChatError::new(
-                            &at(&format!("tool_calls[{j}]")),
-                            "a tool call needs an id and a name",
-                        ));
-                    };
-                    let args = f["arguments"].as_str().unwrap_or("{}");
-                    let input: Value = serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
-                        .map_err(|_| {
-                            ChatError::new(
-                                &at(&format!("tool_calls[{j}].function.arguments")),
-                                "arguments must be JSON",
-                            )
-                        })?;
-                    blocks.push(json!({"type": "tool_use", "id": tool_id(id), "name": name, "input": input}));
-                }
-                if !blocks.is_empty() {
-                    push("assistant", blocks);
-                }
+                items.push(("assistant", blocks));
             }
-            Some("tool") => {
-                let id = m["tool_call_id"].as_str().ok_or_else(|| {
-                    ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
-                })?;
-                let content = super::request::text_of(&m["content"]).unwrap_or_default();
-                push(
-                    "user",
-                    vec![json!({"type": "tool_result", "tool_use_id": tool_id(id), "content": content})],
-                );
-            }
-            other => {
-                return Err(ChatError::new(&at("role"), format!("unknown role {:?}", other.unwrap_or(""))));
-            }
+            Turn::Tool { id, content, .. } => items.push((
+                "user",
+                vec![json!({"type": "tool_result", "tool_use_id": tool_id(id), "content": content})],
+            )),
         }
     }
-    let turns = turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
-    Ok(((!system.is_empty()).then(|| system.join("\n\n")), turns))
+    let turns = turns::merged(items)
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    Ok((read.system, turns))
 }
 
 /// A tool call id as Anthropic takes it (`[A-Za-z0-9_-]+`): without a Gemini signature, other
@@ -354,18 +306,13 @@ fn tools(value: &Value) -> Result<Value, ChatError> {
 }
 
 fn choice(value: &Value) -> Result<Value, ChatError> {
-    match value {
-        Value::String(s) if s == "auto" => Ok(json!({"type": "auto"})),
-        Value::String(s) if s == "required" => Ok(json!({"type": "any"})),
-        Value::String(s) if s == "none" => Ok(json!({"type": "none"})),
-        Value::Object(_) if value["type"] == "function" => {
-            let name = value["function"]["name"]
-                .as_str()
-                .ok_or_else(|| ChatError::new("tool_choice.function.name", "name the function"))?;
-            Ok(json!({"type": "tool", "name": name}))
-        }
-        _ => Err(ChatError::new("tool_choice", "tool_choice must be auto, none, required or a function")),
-    }
+    use super::request::Choice;
+    Ok(match Choice::of(value)? {
+        Choice::Auto => json!({"type": "auto"}),
+        Choice::None => json!({"type": "none"}),
+        Choice::Required => json!({"type": "any"}),
+        Choice::Function(name) => json!({"type": "tool", "name": name}),
+    })
 }
 
 /// `finish_reason` for a Messages `stop_reason`.

@@ -11,6 +11,7 @@ pub mod messages;
 pub mod request;
 pub mod response;
 pub mod stream;
+pub mod turns;
 
 /// A Chat Completions parameter SubLane cannot honour: a 400 naming it (`param` in the OpenAI
 /// error shape), never a silent drop.

@@ -6,7 +6,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::ChatError;
+use super::{
+    ChatError,
+    turns::{self, Turn},
+};
 
 /// Parameters Responses has no equivalent for, each changing the answer.
 const REFUSED: &[(&str, &str)] = &[
@@ -46,14 +49,7 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
     let body =
         chat.as_object().ok_or_else(|| ChatError::new("", "the request body must be a JSON object"))?;
     let mut out = Map::new();
-    for (key, value) in body {
-        let key = key.as_str();
-        if value.is_null() {
-            continue;
-        }
-        if refused(key, value, REFUSED)? {
-            continue;
-        }
+    for (key, value) in acted_on(body, &[], REFUSED)? {
         match key {
             "messages" => {
                 let (instructions, input) = messages(value)?;
@@ -75,10 +71,7 @@ pub fn to_responses(chat: &Value) -> Result<Value, ChatError> {
                 out.insert("reasoning".into(), json!({"effort": value}));
             }
             "max_tokens" | "max_completion_tokens" => {
-                let n = value
-                    .as_u64()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| ChatError::new(key, format!("{key} must be a positive integer")))?;
+                let n = limit(key, value)?;
                 out.insert("max_output_tokens".into(), json!(n));
             }
             "verbosity" => {
@@ -159,73 +152,32 @@ pub(super) fn refused(key: &str, value: &Value, refused: &[(&str, &str)]) -> Res
 /// System and developer messages become `instructions` (joined by a blank line, in order); the
 /// rest become input items in order.
 fn messages(value: &Value) -> Result<(Option<String>, Vec<Value>), ChatError> {
-    let list = value
-        .as_array()
-        .filter(|l| !l.is_empty())
-        .ok_or_else(|| ChatError::new("messages", "messages must be a non-empty array"))?;
-    let mut instructions: Vec<String> = Vec::new();
+    let read = turns::read(value)?;
     let mut input = Vec::new();
-    for (i, m) in list.iter().enumerate() {
-        let at = |field: &str| format!("messages[{i}].{field}");
-        let role =
-            m["role"].as_str().ok_or_else(|| ChatError::new(&at("role"), "each message needs a role"))?;
-        match role {
-            "system" | "developer" => {
-                instructions.push(text_of(&m["content"]).ok_or_else(|| {
-                    ChatError::new(&at("content"), "a system or developer message holds text")
-                })?)
-            }
-            "user" => input
-                .push(json!({"type": "message", "role": "user", "content": user_parts(&m["content"], i)?})),
-            "assistant" => {
-                if let Some(text) = text_of(&m["content"]).filter(|t| !t.is_empty()) {
+    for turn in &read.turns {
+        match turn {
+            Turn::User { content, index } => input
+                .push(json!({"type": "message", "role": "user", "content": user_parts(content, *index)?})),
+            Turn::Assistant { text, refusal, calls } => {
+                if let Some(text) = text {
                     input.push(json!({"type": "message", "role": "assistant",
                                       "content": [{"type": "output_text", "text": text}]}));
                 }
-                if let Some(refusal) = m["refusal"].as_str() {
+                if let Some(refusal) = refusal {
                     input.push(json!({"type": "message", "role": "assistant",
                                       "content": [{"type": "refusal", "refusal": refusal}]}));
                 }
-                for (j, call) in m["tool_calls"].as_array().into_iter().flatten().enumerate() {
-                    let f = &call["function"];
-                    let (Some(id), Some(name)) = (call["id"].as_str(), f["name"].as_str()) else {
-                        return Err(ChatError::new(
-                            &at(&format!("tool_calls[{j}]")),
-                            "a tool call needs an id and a function name",
-                        ));
-                    };
-                    let id = super::gemini::plain_id(id);
-                    input.push(json!({"type": "function_call", "call_id": id, "name": name,
-                                      "arguments": f["arguments"].as_str().unwrap_or("{}")}));
+                for call in calls {
+                    input.push(json!({"type": "function_call", "call_id": super::gemini::plain_id(call.id),
+                                      "name": call.name, "arguments": call.arguments}));
                 }
             }
-            "tool" => {
-                let id = m["tool_call_id"].as_str().ok_or_else(|| {
-                    ChatError::new(&at("tool_call_id"), "a tool message names its tool_call_id")
-                })?;
-                let output = text_of(&m["content"]).unwrap_or_default();
-                let id = super::gemini::plain_id(id);
-                input.push(json!({"type": "function_call_output", "call_id": id, "output": output}));
-            }
-            other => {
-                return Err(ChatError::new(&at("role"), format!("unknown role {other:?}")));
-            }
+            Turn::Tool { id, content, .. } => input.push(
+                json!({"type": "function_call_output", "call_id": super::gemini::plain_id(id), "output": content}),
+            ),
         }
     }
-    let instructions = (!instructions.is_empty()).then(|| instructions.join("\n\n"));
-    Ok((instructions, input))
-}
-
-/// A message's text: a string, or the text parts of an array joined.
-pub(super) fn text_of(content: &Value) -> Option<String> {
-    match content {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => {
-            Some(parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(""))
-        }
-        Value::Null => Some(String::new()),
-        _ => None,
-    }
+    Ok((read.system, input))
 }
 
 /// A user message's content as Responses input parts: text and images.
@@ -309,15 +261,70 @@ fn tools(value: &Value) -> Result<Value, ChatError> {
 }
 
 fn tool_choice(value: &Value) -> Result<Value, ChatError> {
-    match value {
-        Value::String(s) if ["auto", "none", "required"].contains(&s.as_str()) => Ok(value.clone()),
-        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
-            let name = value["function"]["name"]
-                .as_str()
-                .ok_or_else(|| ChatError::new("tool_choice.function.name", "name the function"))?;
-            Ok(json!({"type": "function", "name": name}))
+    Ok(match Choice::of(value)? {
+        Choice::Auto => json!("auto"),
+        Choice::None => json!("none"),
+        Choice::Required => json!("required"),
+        Choice::Function(name) => json!({"type": "function", "name": name}),
+    })
+}
+
+/// The parameters of a Chat body a translation acts on, in order: set (not null), not `ignored`,
+/// and not one of the `refused` at its harmless default; a refused one at any other value is a
+/// 400 naming it.
+pub(super) fn acted_on<'a>(
+    body: &'a Map<String, Value>,
+    ignored: &[&str],
+    refused_ones: &[(&str, &str)],
+) -> Result<Vec<(&'a str, &'a Value)>, ChatError> {
+    let mut out = Vec::new();
+    for (key, value) in body {
+        let key = key.as_str();
+        if value.is_null() || ignored.contains(&key) || refused(key, value, refused_ones)? {
+            continue;
         }
-        _ => Err(ChatError::new("tool_choice", "tool_choice must be auto, none, required or a function")),
+        out.push((key, value));
+    }
+    Ok(out)
+}
+
+/// An output limit (`max_tokens`, `max_completion_tokens`): a positive integer.
+pub(super) fn limit(key: &str, value: &Value) -> Result<u64, ChatError> {
+    value
+        .as_u64()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ChatError::new(key, format!("{key} must be a positive integer")))
+}
+
+/// `stop`: one string or a list of strings, as a list.
+pub(super) fn stop_list(value: &Value) -> Result<Vec<Value>, ChatError> {
+    match value {
+        Value::String(s) => Ok(vec![Value::String(s.clone())]),
+        Value::Array(a) if a.iter().all(Value::is_string) => Ok(a.clone()),
+        _ => Err(ChatError::new("stop", "stop must be a string or an array of strings")),
+    }
+}
+
+/// A Chat Completions `tool_choice`, checked; each translation writes it its own way.
+pub(super) enum Choice<'a> {
+    Auto,
+    None,
+    Required,
+    Function(&'a str),
+}
+
+impl Choice<'_> {
+    pub(super) fn of(value: &Value) -> Result<Choice<'_>, ChatError> {
+        match value {
+            Value::String(s) if s == "auto" => Ok(Choice::Auto),
+            Value::String(s) if s == "none" => Ok(Choice::None),
+            Value::String(s) if s == "required" => Ok(Choice::Required),
+            Value::Object(_) if value["type"] == "function" => value["function"]["name"]
+                .as_str()
+                .map(Choice::Function)
+                .ok_or_else(|| ChatError::new("tool_choice.function.name", "name the function")),
+            _ => Err(ChatError::new("tool_choice", "tool_choice must be auto, none, required or a function")),
+        }
     }
 }
 
