@@ -114,9 +114,9 @@ fn observe_quota(scheduler: &Arc<Scheduler>, n: usize) {
     }
 }
 
-fn selection() {
+fn selection(n: usize) {
     let scheduler = Scheduler::new(Settings::default(), Arc::new(SystemClock), store::Writer::discard());
-    let pool = PoolRoutes::new(ModelPolicy::default(), accounts(&scheduler, ACCOUNTS, 30));
+    let pool = PoolRoutes::new(ModelPolicy::default(), accounts(&scheduler, n, 30));
     let unbound = ask(None);
     let bound = ask(Some(ConversationKey::session("bench-conversation")));
     let timings_on = |scheduler: &Arc<Scheduler>, pool: &PoolRoutes, a: &Ask<'_>| {
@@ -137,15 +137,15 @@ fn selection() {
     let rotation = timings(&unbound);
     let binding = timings(&bound);
     // The same pool with quota observed on every account: plain rotation, then RT-6.
-    observe_quota(&scheduler, ACCOUNTS);
+    observe_quota(&scheduler, n);
     let with_quota = timings(&unbound);
     let weighted_scheduler = Scheduler::new(
         Settings { quota_weighted: true, ..Settings::default() },
         Arc::new(SystemClock),
         store::Writer::discard(),
     );
-    let weighted_pool = PoolRoutes::new(ModelPolicy::default(), accounts(&weighted_scheduler, ACCOUNTS, 30));
-    observe_quota(&weighted_scheduler, ACCOUNTS);
+    let weighted_pool = PoolRoutes::new(ModelPolicy::default(), accounts(&weighted_scheduler, n, 30));
+    observe_quota(&weighted_scheduler, n);
     let weighted = timings_on(&weighted_scheduler, &weighted_pool, &unbound);
     // Baseline: the cheapest possible choice over the same list.
     let next = AtomicUsize::new(0);
@@ -160,9 +160,7 @@ fn selection() {
     }
     base.sort();
     std::hint::black_box(sink);
-    println!(
-        "selection, {ACCOUNTS} accounts in one pool ({DECISIONS} decisions each, lease taken and released):"
-    );
+    println!("selection, {n} accounts in one pool ({DECISIONS} decisions each, lease taken and released):");
     for (name, t) in [
         ("rotation (scans every account)", &rotation),
         ("kept binding", &binding),
@@ -358,7 +356,9 @@ fn budgets() {
 }
 
 fn main() {
-    selection();
+    // the usual pool size, then performance goal 4's (10,000 accounts in one pool)
+    selection(ACCOUNTS);
+    selection(10 * ACCOUNTS);
     breaker();
     budgets();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
