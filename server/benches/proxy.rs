@@ -7,6 +7,8 @@
 //! - throughput at concurrency 64 for both paths, and SubLane's share of direct;
 //! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
 //!   member's, the workspace's) against the same SubLane without, in alternating rounds;
+//! - at a fixed, open-loop 5,000 req/s (performance goal 5), the mean latency of both paths and
+//!   SubLane's added mean;
 //! - Chat Completions (BEY-3): the translation's added cost per call against Responses through
 //!   the same SubLane, and per streamed chunk, for each upstream protocol, against the relay's
 //!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope).
@@ -32,6 +34,9 @@ const SAMPLES: usize = 3_000;
 const CONCURRENCY: usize = 64;
 const THROUGHPUT_WINDOW: Duration = Duration::from_secs(4);
 const ACCOUNT_KEY: &str = "sk-proj-bench";
+/// Performance goal 5: the fixed rate of the open-loop run, and how long each run lasts.
+const OPEN_LOOP_RATE: u32 = 5_000;
+const OPEN_LOOP_WINDOW: Duration = Duration::from_secs(4);
 
 #[derive(Clone)]
 struct Path {
@@ -135,6 +140,21 @@ async fn main() {
     );
     println!("  no budgets    {without:>8.0} req/s");
     println!("  three budgets {with:>8.0} req/s   = {:.1} % of no budgets", 100.0 * with / without);
+    // Performance goal 5: a fixed, open-loop rate, the mean latency of both paths (two
+    // alternating rounds each).
+    let (mut d, mut s) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        d.push(open_loop(&http, &direct).await);
+        s.push(open_loop(&http, &sublane).await);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (d, s) = (mean(&d), mean(&s));
+    println!(
+        "open loop at {OPEN_LOOP_RATE} req/s, non-streaming, instant upstream ({} s per path and round, 2 rounds):",
+        OPEN_LOOP_WINDOW.as_secs()
+    );
+    println!("  direct  mean {d:>7.1} us");
+    println!("  sublane mean {s:>7.1} us   added {:.1} us (target <= 10 us)", s - d);
     // Real upstreams take time to answer; with 20 ms per call the gateway's own cost shows as
     // lost concurrency rather than CPU.
     http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
@@ -368,6 +388,35 @@ async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
         total += t.await.unwrap();
     }
     total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Requests sent at [`OPEN_LOOP_RATE`] whatever the answers do, paced by a thread of their own;
+/// each is timed from when it was due, so a slow answer delays the ones queued behind it as it
+/// would a real client's (no coordinated omission). Returns the mean latency in microseconds.
+async fn open_loop(http: &reqwest::Client, path: &Path) -> f64 {
+    let n = (f64::from(OPEN_LOOP_RATE) * OPEN_LOOP_WINDOW.as_secs_f64()) as u32;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();
+    let (http, path, handle) = (http.clone(), Arc::new(path.clone()), tokio::runtime::Handle::current());
+    let pacer = std::thread::spawn(move || {
+        let (start, gap) = (Instant::now(), Duration::from_secs(1) / OPEN_LOOP_RATE);
+        for k in 0..n {
+            let due = start + gap * k;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let (http, path, tx) = (http.clone(), Arc::clone(&path), tx.clone());
+            handle.spawn(async move {
+                once(&http, &path, false).await;
+                let _ = tx.send(due.elapsed());
+            });
+        }
+    });
+    let mut total = Duration::ZERO;
+    for _ in 0..n {
+        total += rx.recv().await.unwrap();
+    }
+    pacer.join().unwrap();
+    us(total) / f64::from(n)
 }
 
 fn pct(sorted: &[Duration], q: f64) -> Duration {
