@@ -28,9 +28,13 @@ use crate::{
 /// CD-6: total request deadline (also of one WebSocket turn).
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
 
-/// A server-generated request id (REC-9); client-supplied ids are ignored.
-pub fn new_request_id() -> String {
-    format!("req_{:032x}", rand::random::<u128>())
+/// A server-generated request id (REC-9); client-supplied ids are ignored. The first 12 hex
+/// digits are the time in milliseconds (`now_ms`), the other 20 random (80 bits): ids made later
+/// sort later, so the records' unique index on them grows at one end and is pruned at the other,
+/// instead of every commit rewriting pages all over it.
+pub fn new_request_id(now_ms: i64) -> String {
+    let ms = u64::try_from(now_ms).unwrap_or(0) & 0xffff_ffff_ffff;
+    format!("req_{ms:012x}{:020x}", rand::random::<u128>() >> 48)
 }
 
 /// ADM-3: a slot of the member's concurrency (0 = unlimited), and the call counted against
@@ -293,9 +297,11 @@ mod tests {
     }
 
     #[test]
-    fn request_ids_are_prefixed_and_unique() {
-        let a = new_request_id();
-        assert!(a.starts_with("req_") && a.len() == 36);
-        assert_ne!(a, new_request_id());
+    fn request_ids_are_prefixed_unique_and_ordered_by_time() {
+        let a = new_request_id(1_900_000_000_000);
+        assert!(a.starts_with("req_") && a.len() == 36, "{a}");
+        assert!(a[4..].bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, new_request_id(1_900_000_000_000));
+        assert!(new_request_id(1_900_000_000_001) > a && new_request_id(1_899_999_999_999) < a);
     }
 }

@@ -56,7 +56,7 @@ pub const MAX_UPSTREAM_JSON_BYTES: usize = 64 * 1024 * 1024;
 /// checked from the headers before a byte of the body is read.
 pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<String>) -> Response {
     let started = Instant::now();
-    let request_id = new_request_id();
+    let request_id = new_request_id(s.clock.now().timestamp_millis());
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     let query = parts.uri.query();

@@ -61,7 +61,7 @@ pub async fn list_gemini(State(s): State<AppState>, headers: HeaderMap) -> Respo
 }
 
 async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protocol: Protocol) -> Response {
-    let request_id = new_request_id();
+    let request_id = new_request_id(s.clock.now().timestamp_millis());
     let fail = |e: GatewayError| e.render(protocol, Some(&request_id));
     let principal = match authenticate_request(&s, &headers).await {
         Ok(p) => p,

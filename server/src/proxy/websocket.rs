@@ -122,7 +122,7 @@ async fn session(
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
             Some(Ok(_)) => continue,
         };
-        let request_id = new_request_id();
+        let request_id = new_request_id(s.clock.now().timestamp_millis());
         let started = Instant::now();
         // ADM-7 per turn: a key revoked, a member disabled or taken off the pool ends the socket.
         principal = match turn_principal(&s, &headers, &principal).await {
