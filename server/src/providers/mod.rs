@@ -93,7 +93,9 @@ impl Operation {
 /// Where and how to send one upstream request.
 #[derive(Debug)]
 pub struct Target {
-    pub url: String,
+    /// Built from the configured base URL without parsing text again (reqwest would parse a
+    /// string on every call, host and IDNA included).
+    pub url: url::Url,
     pub headers: HeaderMap,
     /// The provider only streams (Codex backend): ask for a stream even for non-streaming clients.
     pub force_stream: bool,
@@ -129,7 +131,13 @@ pub fn target(
         h.insert(axum::http::header::AUTHORIZATION, v);
         Ok(())
     };
-    let join = |base: &url::Url, path: &str| format!("{}{}", base.as_str().trim_end_matches('/'), path);
+    let join = |base: &url::Url, path: &str| {
+        let (path, query) = path.split_once('?').map_or((path, None), |(p, q)| (p, Some(q)));
+        let mut url = base.clone();
+        url.set_path(&format!("{}{path}", base.path().trim_end_matches('/')));
+        url.set_query(query);
+        url
+    };
     let (url, force_stream, force_no_store) = match (provider, credentials, op) {
         (Provider::Codex, CredentialInput::OAuth { access_token, provider_account_id, .. }, _) => {
             bearer(&mut headers, access_token)?;
@@ -181,10 +189,8 @@ pub fn target(
                 Operation::CountTokens => "/v1/messages/count_tokens",
                 _ => return Err(TargetError::Unsupported),
             };
-            let url = match defined_query(query, &["beta"]) {
-                Some(q) => format!("{}?{q}", join(&urls.anthropic_base_url, path)),
-                None => join(&urls.anthropic_base_url, path),
-            };
+            let mut url = join(&urls.anthropic_base_url, path);
+            url.set_query(defined_query(query, &["beta"]).as_deref());
             (url, false, false)
         }
         (Provider::Antigravity, CredentialInput::OAuth { access_token, provider_account_id, .. }, _) => {
@@ -404,7 +410,7 @@ mod tests {
             provider_account_id: Some("acct-1".into()),
         };
         let t = target(Provider::Codex, &creds, &urls(), Operation::Responses, &client(), None).unwrap();
-        assert_eq!(t.url, "https://chatgpt.com/backend-api/codex/responses");
+        assert_eq!(t.url.as_str(), "https://chatgpt.com/backend-api/codex/responses");
         assert_eq!(t.headers["authorization"], "Bearer at");
         assert_eq!(t.headers["chatgpt-account-id"], "acct-1");
         assert_eq!(t.headers["session-id"], "s1");
@@ -462,7 +468,7 @@ mod tests {
     fn only_query_parameters_the_route_defines_pass() {
         let url = |provider, api_key: &str, op, query| {
             let key = CredentialInput::ApiKey { api_key: api_key.into() };
-            target(provider, &key, &urls(), op, &HeaderMap::new(), Some(query)).unwrap().url
+            target(provider, &key, &urls(), op, &HeaderMap::new(), Some(query)).unwrap().url.to_string()
         };
         let (anthropic, messages) = (Provider::AnthropicApi, Operation::Messages);
         assert_eq!(
@@ -486,7 +492,7 @@ mod tests {
         };
         let t = target(Provider::Claude, &oauth, &urls(), Operation::Messages, &client(), Some("beta=true"))
             .unwrap();
-        assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(t.url.as_str(), "https://api.anthropic.com/v1/messages?beta=true");
         assert_eq!(t.headers["anthropic-beta"], "claude-code-20250219,oauth-2025-04-20");
         assert_eq!(t.headers["anthropic-version"], "2023-06-01");
         let key = CredentialInput::ApiKey { api_key: "sk-ant-api".into() };
@@ -495,7 +501,7 @@ mod tests {
                 .unwrap();
         assert_eq!(t.headers["x-api-key"], "sk-ant-api");
         assert!(!t.headers.contains_key("authorization"));
-        assert_eq!(t.url, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(t.url.as_str(), "https://api.anthropic.com/v1/messages?beta=true");
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub fn post(http: &reqwest::Client, target: &providers::Target, body: Bytes) -> reqwest::RequestBuilder {
     let mut headers = target.headers.clone();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    http.post(&target.url).headers(headers).body(body)
+    http.post(target.url.clone()).headers(headers).body(body)
 }
 
 /// Sends the upstream request. CD-3: explicit 408/5xx answers are retried on the same account, at

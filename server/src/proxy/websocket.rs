@@ -523,7 +523,7 @@ async fn handshake(
         None,
     )
     .map_err(|_| GatewayError::no_available_account("(websocket)"))?;
-    let url = match target.url.split_once("://") {
+    let url = match target.url.as_str().split_once("://") {
         Some(("https", rest)) => format!("wss://{rest}"),
         Some(("http", rest)) => format!("ws://{rest}"),
         _ => return Err(GatewayError::upstream_unavailable().into()),
