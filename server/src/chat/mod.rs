@@ -88,6 +88,13 @@ impl ChatCall {
         Ok(ChatCall { options: ChatOptions { include_usage }, request, cache_key })
     }
 
+    /// The fields routing reads (model, stream, prompt_cache_key: the same names as Responses).
+    pub fn routing_fields(&self) -> Result<crate::proxy::request::RoutingFields, ChatError> {
+        use serde::Deserialize;
+        crate::proxy::request::RoutingFields::deserialize(&self.request)
+            .map_err(|e| ChatError::new("", format!("the request body is not valid: {e}")))
+    }
+
     /// The conversation key of RT-1 (`prompt_cache_key`, else `user`).
     pub fn cache_key(&self) -> Option<&str> {
         self.cache_key.as_deref()

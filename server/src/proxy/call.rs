@@ -211,7 +211,11 @@ async fn admit(
     let chat = (spec.op == Operation::ChatCompletions)
         .then(|| crate::chat::ChatCall::parse(&body).map_err(chat_error))
         .transpose()?;
-    let mut fields = RoutingFields::parse(&body)?;
+    // (a Chat body's routing fields are read from the value just parsed, not from the bytes again)
+    let mut fields = match &chat {
+        Some(c) => c.routing_fields().map_err(chat_error)?,
+        None => RoutingFields::parse(&body)?,
+    };
     // RT-1: a Chat Completions `user` names the conversation when no prompt_cache_key does.
     if let Some(chat) = &chat
         && fields.prompt_cache_key.is_none()
