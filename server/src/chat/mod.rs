@@ -101,7 +101,7 @@ impl ChatCall {
     }
 
     /// The request in the protocol of a `provider` account.
-    pub fn translate(&self, provider: app::model::Provider) -> Result<Vec<u8>, ChatError> {
+    pub fn translate(&self, provider: app::model::Provider) -> Result<serde_json::Value, ChatError> {
         let upstream = Upstream::of(provider);
         // The upstream's cache is keyed by the conversation where it takes a key, so repeated
         // prefixes of one conversation hit it (Messages caches by breakpoints instead).
@@ -120,7 +120,7 @@ impl ChatCall {
                 Upstream::Messages => {}
             }
         }
-        serde_json::to_vec(&translated).map_err(|e| ChatError::new("", e.to_string()))
+        Ok(translated)
     }
 }
 

@@ -223,7 +223,17 @@ pub const ANTIGRAVITY_USER_AGENT: &str = "antigravity/1.0 sublane";
 
 /// Wraps a Gemini request body in the v1internal envelope (protocols.md §5).
 pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) -> Option<Vec<u8>> {
-    let mut request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    serde_json::to_vec(&envelope(request, project, model, request_id)).ok()
+}
+
+/// A Gemini request value in the v1internal envelope (protocols.md §5).
+pub fn envelope(
+    mut request: serde_json::Value,
+    project: &str,
+    model: &str,
+    request_id: &str,
+) -> serde_json::Value {
     let (model, thinking) = thinking_suffix(model);
     // An SDK thinking-level suffix (`model(high)`, `model(16384)`) is no model id upstream: it
     // becomes the request's thinking setting, unless the client set one itself (QT-4).
@@ -241,15 +251,14 @@ pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) 
             };
         }
     }
-    let envelope = serde_json::json!({
+    serde_json::json!({
         "project": project,
         "requestId": format!("agent-{request_id}"),
         "userAgent": "antigravity",
         "requestType": "agent",
         "model": model,
         "request": request,
-    });
-    serde_json::to_vec(&envelope).ok()
+    })
 }
 
 /// A model id with an SDK thinking suffix split in two: `gemini-3.1-pro-low(high)` is

@@ -649,19 +649,29 @@ fn prepare(
     }
     let force_stream = target.force_stream && !r.client_streams;
     // BEY-3: a Chat Completions body in the chosen account's protocol.
-    let translated;
-    let client_body = match r.chat {
-        Some(chat) => {
-            translated = Bytes::from(
-                chat.translate(account.provider).map_err(|e| Unsent::Untranslatable(chat_error(e)))?,
-            );
-            &translated
+    let (model_edit, no_store) = (
+        (upstream_model != model).then_some(upstream_model),
+        target.force_no_store && r.fields.store != Some(false),
+    );
+    // BEY-3: a Chat Completions body in the chosen account's protocol, edited as a value and
+    // serialized once.
+    if let Some(chat) = r.chat {
+        let mut v = chat.translate(account.provider).map_err(|e| Unsent::Untranslatable(chat_error(e)))?;
+        match &target.envelope {
+            Some(project) => v = providers::envelope(v, project, upstream_model, &attempt.request_id),
+            None => {
+                if let Some(obj) = v.as_object_mut() {
+                    edit_value(obj, model_edit, force_stream, no_store);
+                }
+            }
         }
-        None => r.body,
-    };
+        let body =
+            serde_json::to_vec(&v).map_err(|_| Unsent::Refused(GatewayError::internal(), Outcome::Error))?;
+        return Ok((target, Bytes::from(body), force_stream));
+    }
     let body = match &target.envelope {
         Some(project) => {
-            match providers::wrap_envelope(client_body, project, upstream_model, &attempt.request_id) {
+            match providers::wrap_envelope(r.body, project, upstream_model, &attempt.request_id) {
                 Some(b) => Bytes::from(b),
                 None => {
                     let e =
@@ -670,13 +680,8 @@ fn prepare(
                 }
             }
         }
-        None => edit_body(
-            client_body.clone(),
-            (upstream_model != model).then_some(upstream_model),
-            force_stream,
-            target.force_no_store && r.fields.store != Some(false),
-        )
-        .map_err(|e| Unsent::Refused(e, Outcome::Rejected))?,
+        None => edit_body(r.body.clone(), model_edit, force_stream, no_store)
+            .map_err(|e| Unsent::Refused(e, Outcome::Rejected))?,
     };
     Ok((target, body, force_stream))
 }
@@ -844,6 +849,12 @@ fn edit_body(body: Bytes, model: Option<&str>, stream: bool, no_store: bool) -> 
     let Some(obj) = v.as_object_mut() else {
         return Err(GatewayError::bad_request("the body must be a JSON object"));
     };
+    edit_value(obj, model, stream, no_store);
+    serde_json::to_vec(&v).map(Bytes::from).map_err(|_| GatewayError::bad_request("invalid JSON body"))
+}
+
+/// The edits of [`edit_body`] on a body already parsed.
+fn edit_value(obj: &mut serde_json::Map<String, Value>, model: Option<&str>, stream: bool, no_store: bool) {
     if let Some(m) = model {
         obj.insert("model".into(), Value::String(m.to_owned()));
     }
@@ -853,7 +864,6 @@ fn edit_body(body: Bytes, model: Option<&str>, stream: bool, no_store: bool) -> 
     if no_store {
         obj.insert("store".into(), Value::Bool(false));
     }
-    serde_json::to_vec(&v).map(Bytes::from).map_err(|_| GatewayError::bad_request("invalid JSON body"))
 }
 
 #[cfg(test)]
