@@ -1160,3 +1160,137 @@ pub struct PriceInput {
     #[serde(default)]
     pub cached: Option<f64>,
 }
+
+/// The Usage page's filters (BEY-1): a period of 7, 30 or 90 days ending today, and for admins a
+/// member, key, pool, account or model. Members see only their own usage, without accounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageFilter {
+    #[serde(default)]
+    pub days: Option<u32>,
+    #[serde(default)]
+    pub user_id: Option<i64>,
+    #[serde(default)]
+    pub key_id: Option<i64>,
+    #[serde(default)]
+    pub pool_id: Option<i64>,
+    #[serde(default)]
+    pub account_id: Option<i64>,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// The periods the Usage page offers, in days.
+pub const USAGE_PERIODS: [u32; 3] = [7, 30, 90];
+
+impl UsageFilter {
+    /// The period asked for, or 7 days when it is none of [`USAGE_PERIODS`].
+    pub fn period(&self) -> u32 {
+        self.days.filter(|d| USAGE_PERIODS.contains(d)).unwrap_or(7)
+    }
+}
+
+/// Summed usage over some days (BEY-1): requests by outcome, tokens, and the sums behind the
+/// average duration and time to first output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageTotals {
+    pub requests: i64,
+    pub succeeded: i64,
+    pub incomplete: i64,
+    pub errors: i64,
+    pub cancelled: i64,
+    pub rejected: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cached_tokens: i64,
+    pub duration_ms_sum: i64,
+    pub first_output_ms_sum: i64,
+    pub first_output_count: i64,
+}
+
+impl UsageTotals {
+    /// Calls that did not end well for the caller: upstream errors, cut-off answers and the
+    /// gateway's refusals. A client that went away is not counted.
+    pub fn failed(&self) -> i64 {
+        self.errors + self.incomplete + self.rejected
+    }
+
+    /// Failed calls as a share of all calls, 0..=1 (0 without calls).
+    pub fn error_rate(&self) -> f64 {
+        if self.requests == 0 { 0.0 } else { self.failed() as f64 / self.requests as f64 }
+    }
+
+    /// Mean duration in milliseconds.
+    pub fn mean_duration_ms(&self) -> Option<i64> {
+        (self.requests > 0).then(|| self.duration_ms_sum / self.requests)
+    }
+
+    /// Mean time to first output in milliseconds, over the calls that had one.
+    pub fn mean_first_output_ms(&self) -> Option<i64> {
+        (self.first_output_count > 0).then(|| self.first_output_ms_sum / self.first_output_count)
+    }
+
+    pub fn add(&mut self, o: &UsageTotals) {
+        self.requests += o.requests;
+        self.succeeded += o.succeeded;
+        self.incomplete += o.incomplete;
+        self.errors += o.errors;
+        self.cancelled += o.cancelled;
+        self.rejected += o.rejected;
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cached_tokens += o.cached_tokens;
+        self.duration_ms_sum += o.duration_ms_sum;
+        self.first_output_ms_sum += o.first_output_ms_sum;
+        self.first_output_count += o.first_output_count;
+    }
+}
+
+/// One day's usage; `day` is `YYYY-MM-DD` in the workspace time zone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageDay {
+    pub day: String,
+    pub totals: UsageTotals,
+}
+
+/// One model's usage over the period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageByModel {
+    pub model: String,
+    pub totals: UsageTotals,
+}
+
+/// One row of the Usage table and its CSV: a day and a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub day: String,
+    pub model: String,
+    pub totals: UsageTotals,
+}
+
+/// The Usage page (BEY-1): the period's days (every one, zero when quiet), its models, the rows
+/// of its table, and the filter choices.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// The IANA time zone the days follow.
+    pub zone: String,
+    pub days: u32,
+    /// Oldest first.
+    pub series: Vec<UsageDay>,
+    /// Most requests first.
+    pub by_model: Vec<UsageByModel>,
+    /// Newest day first, then by model.
+    pub rows: Vec<UsageRow>,
+    pub totals: UsageTotals,
+    pub choices: UsageChoices,
+}
+
+/// What the Usage filters offer: who and what appears in the kept summaries (members and
+/// accounts for admins only).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageChoices {
+    pub models: Vec<String>,
+    pub keys: Vec<KeyChoice>,
+    pub pools: Vec<PoolChoice>,
+    pub members: Vec<MemberChoice>,
+    pub accounts: Vec<AccountChoice>,
+}

@@ -30,6 +30,7 @@ pub mod scheduler;
 pub mod serve;
 #[cfg(test)]
 mod test_support;
+pub mod usage;
 pub mod validate;
 pub mod web;
 pub mod workspace_settings;

@@ -166,8 +166,12 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .env(Env::PROD)
         .build();
     let http = upstream_client().map_err(|e| StartError::Bootstrap(format!("HTTP client: {e}")))?;
-    let (records, writer) =
-        records::spawn_writer(db.clone(), Arc::clone(&clock), records::Retention::default());
+    let (records, writer) = records::spawn_writer(
+        db.clone(),
+        Arc::clone(&clock),
+        records::Retention::default(),
+        config.time_zone,
+    );
     let generation = Generation::default();
     let hard_stop = CancellationToken::new();
     let shutdown = CancellationToken::new();

@@ -11,6 +11,7 @@ mod pools;
 mod requests;
 mod session;
 mod settings;
+mod usage;
 
 use app::model::{ErrorBody, ErrorDetail};
 use axum::{
@@ -32,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .merge(requests::router())
         .merge(settings::router())
         .merge(budgets::router())
+        .merge(usage::router())
         .fallback(|| async { Error::NotFound("API route") })
         .method_not_allowed_fallback(|| async { MethodNotAllowed })
 }

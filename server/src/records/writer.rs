@@ -91,6 +91,7 @@ pub fn spawn_writer(
     db: SqlitePool,
     clock: SharedClock,
     retention: Retention,
+    zone: chrono_tz::Tz,
 ) -> (RecordSink, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<NewRecord>(QUEUE);
     let closed = Arc::new(CancellationToken::new());
@@ -122,7 +123,7 @@ pub fn spawn_writer(
                 }
             }
             let now_ms = clock.now().timestamp_millis();
-            if let Err(e) = write_batch(&db, &batch, now_ms, retention).await {
+            if let Err(e) = write_batch(&db, &batch, now_ms, retention, zone).await {
                 tracing::error!(error = %e, records = batch.len(), "writing request records failed");
             }
             batch.clear();
@@ -136,6 +137,7 @@ async fn write_batch(
     batch: &[NewRecord],
     now_ms: i64,
     retention: Retention,
+    zone: chrono_tz::Tz,
 ) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
     // One multi-row INSERT per chunk: SQLite statements run on sqlx's worker thread, so each
@@ -170,7 +172,9 @@ async fn write_batch(
     }
     touch_keys(&mut tx, batch).await?;
     crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
+    crate::usage::add(&mut tx, batch, zone).await?;
     prune(&mut tx, now_ms, retention).await?;
+    crate::usage::prune(&mut tx, now_ms, zone).await?;
     tx.commit().await
 }
 
@@ -263,7 +267,7 @@ mod tests {
         let now = clock.now().timestamp_millis();
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 3 };
 
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention);
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC);
         for n in 1..=5 {
             sink.send(record(n, now)).await;
         }
@@ -271,7 +275,7 @@ mod tests {
         task.await.unwrap();
         assert_eq!(ids(&db).await, vec![3, 4, 5], "the newest three remain, everything was written first");
 
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock), retention);
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock), retention, chrono_tz::UTC);
         sink.send(record(6, now)).await;
         drop(sink);
         task.await.unwrap();
@@ -285,7 +289,7 @@ mod tests {
         let start = clock.now().timestamp_millis();
         let retention = Retention::default();
 
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention);
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC);
         sink.send(record(1, start)).await;
         sink.send(record(2, start + 60_000)).await;
         drop(sink);
@@ -294,7 +298,7 @@ mod tests {
 
         // 7 days after the first start, only the second (a minute younger) survives the next write
         clock.advance(TimeDelta::days(7) + TimeDelta::milliseconds(1));
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention);
+        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC);
         sink.send(record(3, clock.now().timestamp_millis())).await;
         drop(sink);
         task.await.unwrap();

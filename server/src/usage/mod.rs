@@ -1,0 +1,395 @@
+//! Daily usage summaries (BEY-1): what each member, key, pool, account and model used per day,
+//! kept 90 days while the records they come from are pruned after 7.
+//!
+//! The record writer folds every batch into these rows inside the transaction that inserts the
+//! batch (`add`), so a summary always equals the records it counted, a crash included. Days are
+//! calendar days of the workspace time zone, the one budget windows follow.
+
+pub mod query;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use chrono_tz::Tz;
+
+use crate::records::{NewRecord, Outcome};
+
+/// How many days of summaries are kept, today included.
+pub const KEPT_DAYS: i64 = 90;
+/// Rows per upsert statement (18 parameters each).
+const UPSERT_ROWS: usize = 128;
+
+/// The calendar day of `at_ms` in `zone`.
+pub fn day_of(at_ms: i64, zone: Tz) -> NaiveDate {
+    DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default().with_timezone(&zone).date_naive()
+}
+
+/// The key of one summary row.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    day: NaiveDate,
+    member_id: i64,
+    key_id: i64,
+    pool_id: i64,
+    account_id: i64,
+    model: String,
+}
+
+/// What a set of records adds to one summary row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    requests: i64,
+    succeeded: i64,
+    incomplete: i64,
+    errors: i64,
+    cancelled: i64,
+    rejected: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    cached_tokens: i64,
+    duration_ms_sum: i64,
+    first_output_ms_sum: i64,
+    first_output_count: i64,
+}
+
+impl Counts {
+    fn add(&mut self, r: &NewRecord) {
+        self.requests += 1;
+        *match r.outcome {
+            Outcome::Success => &mut self.succeeded,
+            Outcome::Incomplete => &mut self.incomplete,
+            Outcome::Error => &mut self.errors,
+            Outcome::Cancelled => &mut self.cancelled,
+            Outcome::Rejected => &mut self.rejected,
+        } += 1;
+        self.input_tokens += r.usage.input.unwrap_or(0);
+        self.output_tokens += r.usage.output.unwrap_or(0);
+        self.cached_tokens += r.usage.cached.unwrap_or(0);
+        self.duration_ms_sum += r.duration_ms;
+        if let Some(ms) = r.first_output_ms {
+            self.first_output_ms_sum += ms;
+            self.first_output_count += 1;
+        }
+    }
+}
+
+/// Folds `batch` into the daily summaries, on the connection of the transaction that writes it:
+/// one row per day, member, key, pool, account and model, summed in memory first so a batch of
+/// hundreds of records costs a few upserts.
+pub async fn add(conn: &mut sqlx::SqliteConnection, batch: &[NewRecord], zone: Tz) -> sqlx::Result<()> {
+    let mut rows: BTreeMap<Key, Counts> = BTreeMap::new();
+    for r in batch {
+        let key = Key {
+            day: day_of(r.started_at_ms, zone),
+            member_id: r.member_id,
+            key_id: r.key_id.unwrap_or(0),
+            pool_id: r.pool_id.unwrap_or(0),
+            account_id: r.account_id.unwrap_or(0),
+            model: r.model.clone(),
+        };
+        rows.entry(key).or_default().add(r);
+    }
+    let rows: Vec<(Key, Counts)> = rows.into_iter().collect();
+    for chunk in rows.chunks(UPSERT_ROWS) {
+        let mut upsert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO usage_daily (day, member_id, key_id, pool_id, account_id, model, requests, succeeded,
+                incomplete, errors, cancelled, rejected, input_tokens, output_tokens, cached_tokens,
+                duration_ms_sum, first_output_ms_sum, first_output_count) ",
+        );
+        upsert.push_values(chunk, |mut row, (k, c)| {
+            row.push_bind(k.day.format("%Y-%m-%d").to_string())
+                .push_bind(k.member_id)
+                .push_bind(k.key_id)
+                .push_bind(k.pool_id)
+                .push_bind(k.account_id)
+                .push_bind(&k.model)
+                .push_bind(c.requests)
+                .push_bind(c.succeeded)
+                .push_bind(c.incomplete)
+                .push_bind(c.errors)
+                .push_bind(c.cancelled)
+                .push_bind(c.rejected)
+                .push_bind(c.input_tokens)
+                .push_bind(c.output_tokens)
+                .push_bind(c.cached_tokens)
+                .push_bind(c.duration_ms_sum)
+                .push_bind(c.first_output_ms_sum)
+                .push_bind(c.first_output_count);
+        });
+        // `excluded` is the row that did not go in; the same clause works on PostgreSQL.
+        upsert.push(
+            " ON CONFLICT (day, member_id, key_id, pool_id, account_id, model) DO UPDATE SET
+                requests = usage_daily.requests + excluded.requests,
+                succeeded = usage_daily.succeeded + excluded.succeeded,
+                incomplete = usage_daily.incomplete + excluded.incomplete,
+                errors = usage_daily.errors + excluded.errors,
+                cancelled = usage_daily.cancelled + excluded.cancelled,
+                rejected = usage_daily.rejected + excluded.rejected,
+                input_tokens = usage_daily.input_tokens + excluded.input_tokens,
+                output_tokens = usage_daily.output_tokens + excluded.output_tokens,
+                cached_tokens = usage_daily.cached_tokens + excluded.cached_tokens,
+                duration_ms_sum = usage_daily.duration_ms_sum + excluded.duration_ms_sum,
+                first_output_ms_sum = usage_daily.first_output_ms_sum + excluded.first_output_ms_sum,
+                first_output_count = usage_daily.first_output_count + excluded.first_output_count",
+        );
+        upsert.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// The first day still kept on `today`: [`KEPT_DAYS`] days, today included.
+pub fn first_kept_day(today: NaiveDate) -> NaiveDate {
+    today - Duration::days(KEPT_DAYS - 1)
+}
+
+/// Deletes the summaries of days before the 90 kept on the day of `now_ms`.
+pub async fn prune(conn: &mut sqlx::SqliteConnection, now_ms: i64, zone: Tz) -> sqlx::Result<u64> {
+    let first = first_kept_day(day_of(now_ms, zone));
+    let done = sqlx::query("DELETE FROM usage_daily WHERE day < ?")
+        .bind(first.format("%Y-%m-%d").to_string())
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeMap, sync::Arc};
+
+    use chrono::{DateTime, TimeDelta};
+    use proptest::prelude::*;
+    use sqlx::{Row as _, SqlitePool};
+
+    use super::*;
+    use crate::{
+        clock::{Clock, FakeClock},
+        records::{Retention, Usage, spawn_writer},
+    };
+
+    const SHANGHAI: Tz = chrono_tz::Asia::Shanghai;
+
+    async fn open() -> (tempfile::TempDir, SqlitePool, crate::db::ProcessLock) {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, lock) =
+            crate::db::open(&format!("sqlite://{}", dir.path().join("u.db").display())).await.unwrap();
+        (dir, db, lock)
+    }
+
+    fn record(n: usize, started_at_ms: i64) -> NewRecord {
+        NewRecord {
+            request_id: format!("req_{n:032}"),
+            member_id: 1,
+            key_id: Some(1),
+            pool_id: Some(1),
+            account_id: Some(1),
+            provider: Some("codex"),
+            model: "gpt-5.1-codex".into(),
+            operation: "responses",
+            started_at_ms,
+            duration_ms: 100,
+            first_output_ms: Some(40),
+            outcome: Outcome::Success,
+            error_code: None,
+            upstream_status: Some(200),
+            usage: Usage { input: Some(10), output: Some(3), cached: Some(4) },
+            routing: None,
+            charges: Vec::new(),
+        }
+    }
+
+    /// Writes `batches` through the real writer at `clock`'s time, and waits for it.
+    async fn write(db: &SqlitePool, clock: &FakeClock, batches: Vec<Vec<NewRecord>>) {
+        let retention = Retention { max_age_ms: 7 * 24 * 3_600_000, max_rows: 1_000_000 };
+        for batch in batches {
+            let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, SHANGHAI);
+            for r in batch {
+                sink.send(r).await;
+            }
+            drop(sink);
+            task.await.unwrap();
+        }
+    }
+
+    /// Day, member, key, pool, account and model.
+    type RowKey = (String, i64, i64, i64, i64, String);
+    type Row = (String, i64, i64, i64, i64, String, [i64; 12]);
+
+    async fn summaries(db: &SqlitePool) -> Vec<Row> {
+        let rows = sqlx::query(
+            "SELECT day, member_id, key_id, pool_id, account_id, model, requests, succeeded, incomplete,
+                    errors, cancelled, rejected, input_tokens, output_tokens, cached_tokens,
+                    duration_ms_sum, first_output_ms_sum, first_output_count
+             FROM usage_daily ORDER BY day, member_id, key_id, pool_id, account_id, model",
+        )
+        .fetch_all(db)
+        .await
+        .unwrap();
+        rows.iter()
+            .map(|r| {
+                let counts: [i64; 12] = std::array::from_fn(|i| r.get(6 + i));
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), counts)
+            })
+            .collect()
+    }
+
+    /// The same summaries, worked out here from the stored records themselves.
+    async fn from_records(db: &SqlitePool) -> Vec<Row> {
+        let records = sqlx::query(
+            "SELECT member_id, key_id, pool_id, account_id, model, started_at_ms, duration_ms,
+                    first_output_ms, outcome, input_tokens, output_tokens, cached_tokens
+             FROM request_records",
+        )
+        .fetch_all(db)
+        .await
+        .unwrap();
+        let mut sums: BTreeMap<RowKey, [i64; 12]> = BTreeMap::new();
+        for r in records {
+            let id = |i: usize| r.get::<Option<i64>, _>(i).unwrap_or(0);
+            let day = day_of(r.get(5), SHANGHAI).format("%Y-%m-%d").to_string();
+            let s = sums.entry((day, r.get(0), id(1), id(2), id(3), r.get(4))).or_default();
+            s[0] += 1;
+            let outcomes = ["success", "incomplete", "error", "cancelled", "rejected"];
+            let outcome: String = r.get(8);
+            s[1 + outcomes.iter().position(|o| *o == outcome).unwrap()] += 1;
+            s[6] += id(9);
+            s[7] += id(10);
+            s[8] += id(11);
+            s[9] += r.get::<i64, _>(6);
+            s[10] += id(7);
+            s[11] += i64::from(r.get::<Option<i64>, _>(7).is_some());
+        }
+        sums.into_iter().map(|((d, m, k, p, a, model), s)| (d, m, k, p, a, model, s)).collect()
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            Just(Outcome::Success),
+            Just(Outcome::Incomplete),
+            Just(Outcome::Error),
+            Just(Outcome::Cancelled),
+            Just(Outcome::Rejected)
+        ]
+    }
+
+    /// Random traffic over three days: who, which model, when (minutes across local midnights),
+    /// how it ended and what it used, absent ids and unknown usage included.
+    fn traffic() -> impl Strategy<Value = Vec<Vec<NewRecord>>> {
+        let one = (
+            (
+                1i64..4,
+                proptest::option::of(1i64..4),
+                proptest::option::of(1i64..3),
+                proptest::option::of(1i64..3),
+            ),
+            (0usize..3, 0i64..3 * 24 * 60, outcome(), 0i64..5_000, proptest::option::of(0i64..3_000)),
+            (
+                proptest::option::of(0i64..10_000),
+                proptest::option::of(0i64..10_000),
+                proptest::option::of(0i64..5_000),
+            ),
+        );
+        proptest::collection::vec(proptest::collection::vec(one, 0..40), 1..5).prop_map(|batches| {
+            let base = DateTime::parse_from_rfc3339("2026-11-27T00:00:00Z").unwrap().timestamp_millis();
+            let mut n = 0;
+            batches
+                .into_iter()
+                .map(|batch| {
+                    batch
+                        .into_iter()
+                        .map(
+                            |(
+                                (member, key, pool, account),
+                                (model, minute, outcome, duration, first),
+                                (i, o, c),
+                            )| {
+                                n += 1;
+                                NewRecord {
+                                    member_id: member,
+                                    key_id: key,
+                                    pool_id: pool,
+                                    account_id: account,
+                                    model: ["gpt-5.1-codex", "claude-sonnet-4-5", "gemini-3.1-pro"][model]
+                                        .into(),
+                                    outcome,
+                                    duration_ms: duration,
+                                    first_output_ms: first,
+                                    usage: Usage { input: i, output: o, cached: c },
+                                    ..record(n, base + minute * 60_000)
+                                }
+                            },
+                        )
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// BEY-1: whatever the traffic and however it is batched, the summaries equal the records.
+        #[test]
+        fn summaries_equal_the_records_they_came_from(batches in traffic()) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let (_dir, db, _lock) = open().await;
+                let clock = FakeClock::new(DateTime::from_timestamp_millis(
+                    DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").unwrap().timestamp_millis(),
+                ).unwrap());
+                write(&db, &clock, batches).await;
+                assert_eq!(summaries(&db).await, from_records(&db).await);
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn days_follow_the_workspace_time_zone() {
+        let (_dir, db, _lock) = open().await;
+        let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").unwrap().into());
+        // Shanghai is UTC+8: its 29 November ends at 16:00 UTC on the 29th.
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis();
+        let batch = vec![
+            record(1, at("2026-11-28T15:59:59.999Z")),
+            record(2, at("2026-11-28T16:00:00Z")),
+            record(3, at("2026-11-29T15:59:59.999Z")),
+            record(4, at("2026-11-29T16:00:00Z")),
+        ];
+        write(&db, &clock, vec![batch]).await;
+        let days: Vec<(String, i64)> = sqlx::query_as("SELECT day, requests FROM usage_daily ORDER BY day")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+        assert_eq!(days, vec![("2026-11-28".into(), 1), ("2026-11-29".into(), 2), ("2026-11-30".into(), 1)]);
+    }
+
+    #[tokio::test]
+    async fn summaries_outlive_records_and_are_kept_ninety_days() {
+        let (_dir, db, _lock) = open().await;
+        let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-09-01T04:00:00Z").unwrap().into());
+        let first = clock.now().timestamp_millis();
+        write(&db, &clock, vec![vec![record(1, first)]]).await;
+
+        // 10 days on, the record is pruned (7 days) and its summary is still there.
+        clock.advance(TimeDelta::days(10));
+        write(&db, &clock, vec![vec![record(2, clock.now().timestamp_millis())]]).await;
+        let records: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&db).await.unwrap();
+        assert_eq!(records, 1);
+        let days = || async {
+            sqlx::query_scalar::<_, String>("SELECT day FROM usage_daily ORDER BY day")
+                .fetch_all(&db)
+                .await
+                .unwrap()
+        };
+        assert_eq!(days().await, vec!["2026-09-01", "2026-09-11"]);
+
+        // On the 90th day (1 September counted as the first), it is still kept; on the 91st not.
+        let target: DateTime<Utc> = DateTime::parse_from_rfc3339("2026-11-29T15:59:00Z").unwrap().into();
+        clock.advance(target - clock.now());
+        write(&db, &clock, vec![vec![record(3, clock.now().timestamp_millis())]]).await;
+        assert_eq!(days().await, vec!["2026-09-01", "2026-09-11", "2026-11-29"]);
+        clock.advance(TimeDelta::minutes(1));
+        write(&db, &clock, vec![vec![record(4, clock.now().timestamp_millis())]]).await;
+        assert_eq!(days().await, vec!["2026-09-11", "2026-11-29", "2026-11-30"]);
+    }
+}
