@@ -76,6 +76,8 @@ pub struct Shared {
     pub breaker: Arc<crate::breaker::Breaker>,
     /// BUD-1..BUD-3: budget policies, their usage and the price table.
     pub budgets: Arc<crate::budgets::Budgets>,
+    /// OPS-4, BEY-4: counters and histograms for `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 tokio::task_local! {

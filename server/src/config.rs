@@ -180,6 +180,57 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub models: ModelSettings,
+    #[command(flatten)]
+    #[serde(default)]
+    pub observability: ObservabilitySettings,
+}
+
+/// Metrics, logs and traces (OPS-4, BEY-4, BEY-5).
+#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct ObservabilitySettings {
+    /// Serve Prometheus metrics at /metrics and count them on every call [env: SUBLANE_METRICS] [default: true]
+    #[arg(long, value_name = "BOOL")]
+    pub metrics: Option<bool>,
+    /// Bearer token /metrics requires; open to anyone who reaches it when unset [env: SUBLANE_METRICS_TOKEN]
+    #[arg(long, value_name = "TOKEN", value_parser = parse_secret)]
+    pub metrics_token: Option<SecretString>,
+    /// Log line format: `text` or `json` (one object per line) [env: SUBLANE_LOG_FORMAT] [default: text]
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// OpenTelemetry collector to export traces to over OTLP/HTTP, e.g. http://127.0.0.1:4318; no traces when unset [env: SUBLANE_OTLP_ENDPOINT]
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<url::Url>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("`{other}` is not a log format (text or json)")),
+        }
+    }
+}
+
+/// Resolved observability settings.
+#[derive(Debug, Clone, Default)]
+pub struct Observability {
+    pub metrics: bool,
+    pub metrics_token: Option<SecretString>,
+    pub log_format: LogFormat,
+    pub otlp_endpoint: Option<url::Url>,
 }
 
 /// The models each provider's accounts serve (RT-8, ID-4, PX-4), when an operator closes the
@@ -353,6 +404,8 @@ pub struct Config {
     pub time_zone: chrono_tz::Tz,
     /// BUD-1: the configured price table (the web app's prices override it).
     pub prices: crate::budgets::Prices,
+    /// OPS-4, BEY-5: metrics, log format and trace export.
+    pub observability: Observability,
 }
 
 /// Resolved upstream URLs.
@@ -458,6 +511,12 @@ impl Settings {
                 google_client_secret: var("SUBLANE_GOOGLE_CLIENT_SECRET").map(SecretString::from),
                 google_redirect_uri: var("SUBLANE_GOOGLE_REDIRECT_URI"),
             },
+            observability: ObservabilitySettings {
+                metrics: parsed("SUBLANE_METRICS", var("SUBLANE_METRICS").map(|v| v.to_ascii_lowercase()))?,
+                metrics_token: var("SUBLANE_METRICS_TOKEN").map(SecretString::from),
+                log_format: parsed("SUBLANE_LOG_FORMAT", var("SUBLANE_LOG_FORMAT"))?,
+                otlp_endpoint: parse("SUBLANE_OTLP_ENDPOINT")?,
+            },
         })
     }
 
@@ -473,6 +532,7 @@ impl Settings {
         let o = over.upstream;
         let (a, b) = (self.oauth, over.oauth);
         let (ma, mb) = (self.models, over.models);
+        let (va, vb) = (self.observability, over.observability);
         Settings {
             models: ModelSettings {
                 codex_models: mb.codex_models.or(ma.codex_models),
@@ -526,6 +586,12 @@ impl Settings {
                 google_client_id: b.google_client_id.or(a.google_client_id),
                 google_client_secret: b.google_client_secret.or(a.google_client_secret),
                 google_redirect_uri: b.google_redirect_uri.or(a.google_redirect_uri),
+            },
+            observability: ObservabilitySettings {
+                metrics: vb.metrics.or(va.metrics),
+                metrics_token: vb.metrics_token.or(va.metrics_token),
+                log_format: vb.log_format.or(va.log_format),
+                otlp_endpoint: vb.otlp_endpoint.or(va.otlp_endpoint),
             },
         }
     }
@@ -613,6 +679,12 @@ impl Settings {
             models,
             configured,
             time_zone: self.time_zone.unwrap_or(crate::budgets::window::DEFAULT_ZONE),
+            observability: Observability {
+                metrics: self.observability.metrics.unwrap_or(true),
+                metrics_token: self.observability.metrics_token,
+                log_format: self.observability.log_format.unwrap_or_default(),
+                otlp_endpoint: self.observability.otlp_endpoint,
+            },
             prices,
             upstream: UpstreamUrls {
                 codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,

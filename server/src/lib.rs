@@ -20,6 +20,7 @@ pub mod directory;
 pub mod error;
 pub mod keys;
 pub mod members;
+pub mod metrics;
 pub mod mock_upstream;
 pub mod pools;
 pub mod providers;
@@ -28,6 +29,7 @@ pub mod quota;
 pub mod records;
 pub mod scheduler;
 pub mod serve;
+pub mod telemetry;
 #[cfg(test)]
 mod test_support;
 pub mod usage;

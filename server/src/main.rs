@@ -7,7 +7,7 @@ use sublane::{
     clock::SystemClock,
     config::{Cli, Config},
     members::Bootstrap,
-    serve,
+    serve, telemetry,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -18,10 +18,6 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .init();
-
     let config = match Config::load(Cli::parse(), |k| std::env::var(k).ok()) {
         Ok(c) => c,
         Err(e) => {
@@ -29,6 +25,26 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let telemetry = match telemetry::subscriber(&config.observability, filter, std::io::stderr) {
+        Ok((subscriber, telemetry)) => {
+            if tracing::subscriber::set_global_default(subscriber).is_err() {
+                eprintln!("sublane: a log subscriber was already installed");
+            }
+            telemetry
+        }
+        Err(e) => {
+            eprintln!("sublane: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = run(config).await;
+    // Spans still buffered go to the collector before the process ends.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
+}
+
+async fn run(config: Config) -> ExitCode {
     let server = match serve::start(config, Arc::new(SystemClock)).await {
         Ok(s) => s,
         Err(e) => {

@@ -166,11 +166,13 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .env(Env::PROD)
         .build();
     let http = upstream_client().map_err(|e| StartError::Bootstrap(format!("HTTP client: {e}")))?;
+    let metrics = Arc::new(crate::metrics::Metrics::new(config.observability.metrics));
     let (records, writer) = records::spawn_writer(
         db.clone(),
         Arc::clone(&clock),
         records::Retention::default(),
         config.time_zone,
+        Arc::clone(&metrics),
     );
     let generation = Generation::default();
     let hard_stop = CancellationToken::new();
@@ -204,6 +206,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         Arc::clone(&sealer),
         Arc::clone(&clock),
         Arc::clone(&scheduler),
+        Arc::clone(&metrics),
     ));
     let onboarding = Arc::new(Onboarding::new(
         http.clone(),
@@ -220,6 +223,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
             config.upstream.clone(),
             Arc::clone(&tokens),
             Arc::clone(&admission),
+            Arc::clone(&metrics),
         ),
     ));
     quota.load().await.map_err(|e| StartError::Bootstrap(format!("quota observations: {e}")))?;
@@ -253,6 +257,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         logins: Arc::new(LoginThrottle::default()),
         breaker,
         budgets,
+        metrics,
     });
     crate::workspace_settings::load(&state)
         .await
@@ -317,6 +322,7 @@ pub fn router(state: AppState) -> Router {
         .layer(RequestBodyLimitLayer::new(API_BODY_BYTES));
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(crate::metrics::endpoint::scrape))
         .merge(crate::proxy::router())
         .merge(people)
         .layer(middleware::from_fn_with_state(Arc::clone(&state.lifecycle), front_door))

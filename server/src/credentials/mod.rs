@@ -167,6 +167,8 @@ pub struct Tokens {
     sealer: Arc<Sealer>,
     clock: SharedClock,
     scheduler: Arc<Scheduler>,
+    /// Token endpoint calls are counted (OPS-4).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Tokens {
@@ -179,8 +181,9 @@ impl Tokens {
         sealer: Arc<Sealer>,
         clock: SharedClock,
         scheduler: Arc<Scheduler>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
-        Tokens { cells: Mutex::default(), http, urls, clients, db, sealer, clock, scheduler }
+        Tokens { cells: Mutex::default(), http, urls, clients, db, sealer, clock, scheduler, metrics }
     }
 
     fn now_ms(&self) -> i64 {
@@ -327,6 +330,7 @@ impl Tokens {
         let now = self.clock.now();
         let answer =
             refresh::refresh(&self.http, &self.urls, &self.clients, cell.provider, &refresh_token, now).await;
+        self.metrics.token_refresh(cell.provider.as_str(), matches!(answer, Answer::Fresh(_)));
         match answer {
             Answer::Fresh(fresh) => self.store_fresh(cell, &sealed, fresh).await,
             Answer::Terminal(reason) => {

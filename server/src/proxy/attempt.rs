@@ -8,11 +8,18 @@
 //! request) is still recorded, as `cancelled`; only [`Attempt::discard`] (WebSocket warm-ups,
 //! which REC-1 leaves unrecorded) ends one without a record.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use app::model::Provider;
 use axum::response::Response;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::error::{GatewayError, Protocol};
 use crate::{
@@ -35,6 +42,47 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
 pub fn new_request_id(now_ms: i64) -> String {
     let ms = u64::try_from(now_ms).unwrap_or(0) & 0xffff_ffff_ffff;
     format!("req_{ms:012x}{:020x}", rand::random::<u128>() >> 48)
+}
+
+/// Where a call's time went (BEY-4): in a pool's queue and on its upstream, the rest being the
+/// gateway's own. Shared by the handler, which reports it in the answer's headers, and the
+/// attempt, whose scheduling and upstream calls add to it.
+#[derive(Debug, Default)]
+pub struct Stopwatch {
+    queue_us: AtomicU64,
+    upstream_us: AtomicU64,
+}
+
+impl Stopwatch {
+    pub fn queued(&self, waited: Duration) {
+        self.queue_us.fetch_add(micros(waited), Ordering::Relaxed);
+    }
+
+    pub fn upstream(&self, waited: Duration) {
+        self.upstream_us.fetch_add(micros(waited), Ordering::Relaxed);
+    }
+
+    /// Time spent waiting in queues so far.
+    pub fn queue(&self) -> Duration {
+        Duration::from_micros(self.queue_us.load(Ordering::Relaxed))
+    }
+
+    /// Time spent waiting on upstreams so far.
+    pub fn upstream_total(&self) -> Duration {
+        Duration::from_micros(self.upstream_us.load(Ordering::Relaxed))
+    }
+
+    /// Times `f` as upstream time.
+    pub async fn on_upstream<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = f.await;
+        self.upstream(start.elapsed());
+        out
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// ADM-3: a slot of the member's concurrency (0 = unlimited), and the call counted against
@@ -78,6 +126,9 @@ pub(super) struct Attempt {
     pub slots: Option<(WorkspaceSlot, MemberSlot)>,
     /// The scheduler's explanation (EXP-1); none when rejected before routing.
     pub routing: Option<RoutingDecision>,
+    /// Queue and upstream time (BEY-4).
+    pub stopwatch: Arc<Stopwatch>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Where a finished attempt is charged (BUD-2).
     budgets: std::sync::Arc<crate::budgets::Budgets>,
     clock: crate::clock::SharedClock,
@@ -137,6 +188,8 @@ impl Attempt {
             lease: None,
             slots: None,
             routing: None,
+            stopwatch: Arc::default(),
+            metrics: Arc::clone(&s.metrics),
             budgets: std::sync::Arc::clone(&s.budgets),
             clock: std::sync::Arc::clone(&s.clock),
             lifecycle: std::sync::Arc::clone(&s.lifecycle),
@@ -150,6 +203,22 @@ impl Attempt {
     fn record(&mut self, end: Ending) -> NewRecord {
         if let Some(lease) = self.lease.as_mut() {
             lease.settle(end.verdict);
+        }
+        let duration = self.started.elapsed();
+        let provider = self.account.map(|a| a.1.as_str());
+        tracing::debug!(
+            request_id = %self.request_id,
+            operation = self.operation,
+            outcome = end.outcome.as_str(),
+            status = end.upstream_status,
+            account_id = self.account.map(|a| a.0),
+            duration_ms = duration.as_millis() as u64,
+            "call finished"
+        );
+        self.metrics.call(self.operation, end.outcome.as_str(), provider, duration, end.first_output);
+        let upstream = self.stopwatch.upstream_total();
+        if let Some(provider) = provider.filter(|_| !upstream.is_zero()) {
+            self.metrics.upstream_time(provider, upstream);
         }
         let p = &self.principal;
         // Counting tokens is not a model call: it uses no request of a budget.
@@ -169,11 +238,11 @@ impl Attempt {
             key_id: Some(self.principal.key_id),
             pool_id: Some(self.principal.pool_id),
             account_id: self.account.map(|a| a.0),
-            provider: self.account.map(|a| a.1.as_str()),
+            provider,
             model: bounded_model(&self.model),
             operation: self.operation,
             started_at_ms: self.started_at_ms,
-            duration_ms: self.started.elapsed().as_millis() as i64,
+            duration_ms: duration.as_millis() as i64,
             first_output_ms: end.first_output.map(|d| d.as_millis() as i64),
             outcome: end.outcome,
             error_code: end.error_code,
@@ -187,7 +256,8 @@ impl Attempt {
     pub(super) async fn finish(mut self, end: Ending) {
         self.pending = Some(self.record(end));
         // If this is cut short while the queue is full, the drop queues the pending record.
-        self.records.send_from(&mut self.pending).await;
+        // (The writer commits records in batches; this span is the call's part: the hand-over.)
+        self.records.send_from(&mut self.pending).instrument(tracing::debug_span!("record_write")).await;
         self.done = true;
         // The slots are released only now (when `self` drops), after the record is queued (ADM-8).
     }
@@ -216,6 +286,9 @@ impl Attempt {
         verdict: Verdict,
     ) -> Response {
         let resp = err.render(self.protocol, Some(&self.request_id));
+        if outcome == Outcome::Rejected {
+            self.metrics.refused(err.code);
+        }
         self.finish(Ending {
             outcome,
             error_code: Some(err.code.to_owned()),

@@ -17,6 +17,7 @@ use axum::{
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::{directory::Account, quota};
 
@@ -57,19 +58,37 @@ pub const MAX_UPSTREAM_JSON_BYTES: usize = 64 * 1024 * 1024;
 pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<String>) -> Response {
     let started = Instant::now();
     let request_id = new_request_id(s.clock.now().timestamp_millis());
+    // Every log line about this call, and its trace (BEY-5), carries the request id.
+    let span = tracing::info_span!("call", request_id = %request_id, operation = spec.op.record_name());
+    handle_call(s, spec, req, path_model, started, request_id).instrument(span).await
+}
+
+async fn handle_call(
+    s: AppState,
+    spec: Spec,
+    req: Request,
+    path_model: Option<String>,
+    started: Instant,
+    request_id: String,
+) -> Response {
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     let query = parts.uri.query();
     let stop = &s.lifecycle.hard_stop;
     let principal = match authenticate_request(&s, &headers).await {
         Ok(p) => p,
-        Err(e) => return with_request_id(e.render(spec.protocol, Some(&request_id)), &request_id),
+        Err(e) => {
+            s.metrics.refused(e.code);
+            return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, started, None);
+        }
     };
     // BUD-4: a blocked or banned key is refused first, neither recorded nor counted.
     let key_id = principal.key_id;
     if let Err(e) = s.breaker.check(key_id, s.clock.now().timestamp_millis()) {
-        return with_request_id(e.render(spec.protocol, Some(&request_id)), &request_id);
+        s.metrics.refused(e.code);
+        return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, started, None);
     }
+    let mut stopwatch = None;
     let admitted = tokio::select! {
         admitted = admit(&s, spec, principal, &headers, path_model, body) => admitted,
         () = stop.cancelled() => Err(Refused::Silently(GatewayError::shutting_down())),
@@ -85,9 +104,11 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
             let mut attempt =
                 Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model);
             attempt.slots = Some(slots);
+            stopwatch = Some(std::sync::Arc::clone(&attempt.stopwatch));
             if let Some(e) = refused {
                 attempt.fail(e, Outcome::Rejected, None).await
             } else {
+                s.metrics.admitted();
                 // The hard stop cuts a call still waiting on its upstream (the dropped attempt
                 // records itself); a stream already relaying ends in its relay.
                 tokio::select! {
@@ -96,7 +117,10 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
                 }
             }
         }
-        Err(Refused::Silently(e)) => e.render(spec.protocol, Some(&request_id)),
+        Err(Refused::Silently(e)) => {
+            s.metrics.refused(e.code);
+            e.render(spec.protocol, Some(&request_id))
+        }
         Err(Refused::Recorded(e, principal, model)) => {
             let operation = spec.op.record_name();
             Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model)
@@ -109,7 +133,31 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
         checked.add_headers(resp.headers_mut());
     }
     count_for_breaker(&s, key_id, resp.status().as_u16() >= 400).await;
-    with_request_id(resp, &request_id)
+    answered(&s, resp, &request_id, started, stopwatch.as_deref())
+}
+
+/// The answer's request id and, BEY-4, the time the gateway itself spent on it (everything but
+/// the queue and the upstream) and any queue wait, as headers and in the metrics.
+fn answered(
+    s: &AppState,
+    mut resp: Response,
+    request_id: &str,
+    started: Instant,
+    stopwatch: Option<&super::attempt::Stopwatch>,
+) -> Response {
+    let (queue, upstream) = stopwatch.map_or_else(Default::default, |w| (w.queue(), w.upstream_total()));
+    let overhead = started.elapsed().saturating_sub(queue + upstream);
+    s.metrics.overhead(overhead);
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&crate::metrics::millis(overhead)) {
+        h.insert("x-sublane-overhead-ms", v);
+    }
+    if !queue.is_zero()
+        && let Ok(v) = HeaderValue::from_str(&crate::metrics::millis(queue))
+    {
+        h.insert("x-sublane-queue-ms", v);
+    }
+    with_request_id(resp, request_id)
 }
 
 /// BUD-2, again before dispatch when a call waited for an account (see `schedule`): calls that
@@ -328,8 +376,16 @@ async fn dispatch(
             break (upstream, account, force_stream, rewrite);
         }
         let policy = &s.scheduler.settings().failure;
-        let failure =
-            UpstreamFailure::read(upstream, account.provider, &upstream_model, s.clock.now(), policy).await;
+        let failure = attempt
+            .stopwatch
+            .on_upstream(UpstreamFailure::read(
+                upstream,
+                account.provider,
+                &upstream_model,
+                s.clock.now(),
+                policy,
+            ))
+            .await;
         if quota::observed(account.provider) {
             let at = s.clock.now().timestamp_millis();
             s.quota.observe(&account, failure.quota_observation(account.provider, at));
@@ -376,25 +432,26 @@ async fn dispatch(
         let upstream_status = status.as_u16();
         let mut stream = upstream.bytes_stream();
         // Wait for the first event so it leaves together with the headers (one write, not two).
-        let first = match tokio::time::timeout(HEADER_TIMEOUT, stream.next()).await {
-            Ok(Some(Ok(bytes))) => Some(bytes),
-            Ok(None) => None,
-            Ok(Some(Err(_))) => {
-                return attempt
-                    .fail_with(
-                        GatewayError::upstream_unavailable(),
-                        Outcome::Error,
-                        Some(upstream_status),
-                        Verdict::ModelFailure,
-                    )
-                    .await;
-            }
-            Err(_) => {
-                return attempt
-                    .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(upstream_status))
-                    .await;
-            }
-        };
+        let first =
+            match attempt.stopwatch.on_upstream(tokio::time::timeout(HEADER_TIMEOUT, stream.next())).await {
+                Ok(Some(Ok(bytes))) => Some(bytes),
+                Ok(None) => None,
+                Ok(Some(Err(_))) => {
+                    return attempt
+                        .fail_with(
+                            GatewayError::upstream_unavailable(),
+                            Outcome::Error,
+                            Some(upstream_status),
+                            Verdict::ModelFailure,
+                        )
+                        .await;
+                }
+                Err(_) => {
+                    return attempt
+                        .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(upstream_status))
+                        .await;
+                }
+            };
         let (body, relaying) = relay::relay(
             stream,
             first,
@@ -418,7 +475,7 @@ async fn dispatch(
                     .await;
             },
         );
-        s.lifecycle.tasks.spawn(relaying);
+        s.lifecycle.tasks.spawn(relaying.instrument(tracing::Span::current()));
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
@@ -427,15 +484,16 @@ async fn dispatch(
     // A plain JSON answer: pass the bytes through, read usage from them.
     let mut passed = HeaderMap::new();
     copy_headers(upstream.headers(), &mut passed);
-    let mut bytes = match tokio::time::timeout_at(deadline, read_capped(upstream)).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => return attempt.fail(e, Outcome::Error, Some(status.as_u16())).await,
-        Err(_) => {
-            return attempt
-                .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(status.as_u16()))
-                .await;
-        }
-    };
+    let mut bytes =
+        match attempt.stopwatch.on_upstream(tokio::time::timeout_at(deadline, read_capped(upstream))).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return attempt.fail(e, Outcome::Error, Some(status.as_u16())).await,
+            Err(_) => {
+                return attempt
+                    .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(status.as_u16()))
+                    .await;
+            }
+        };
     // An answer passed through as it came needs only what the record reads from it: those
     // fields, without building the whole document.
     if rewrite.is_none() && chat_upstream.is_none() {
@@ -567,7 +625,9 @@ async fn send_to(
 ) -> Result<Sent, Unsent> {
     let mut retried = false;
     loop {
-        let credentials = s.tokens.usable(&account.tokens).await.map_err(Unsent::NoToken)?;
+        let watch = &attempt.stopwatch;
+        let credentials =
+            watch.on_upstream(s.tokens.usable(&account.tokens)).await.map_err(Unsent::NoToken)?;
         let (target, body, force_stream) = prepare(s, r, attempt, account, &credentials, upstream_model)?;
         let rewrite = match (&target.envelope, &r.chat) {
             (_, Some(chat)) if r.client_streams => {
@@ -578,12 +638,20 @@ async fn send_to(
             (Some(_), None) => Some(relay::Rewrite::Envelope),
             (None, None) => None,
         };
-        let response =
+        let sending =
             upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)
-                .await
-                .map_err(|(e, outcome)| Unsent::Refused(e, outcome))?;
+                .instrument(tracing::debug_span!(
+                    "upstream",
+                    provider = account.provider.as_str(),
+                    account_id = account.id
+                ));
+        let response =
+            watch.on_upstream(sending).await.map_err(|(e, outcome)| Unsent::Refused(e, outcome))?;
         if response.status() == StatusCode::UNAUTHORIZED && account.provider.uses_oauth() {
-            s.tokens.refused(&account.tokens, &credentials, retried).await.map_err(Unsent::NoToken)?;
+            watch
+                .on_upstream(s.tokens.refused(&account.tokens, &credentials, retried))
+                .await
+                .map_err(Unsent::NoToken)?;
             retried = true;
             continue;
         }
@@ -713,22 +781,26 @@ async fn collect_stream(
     // The Codex backend sends `response.completed` with an empty `output` when nothing is stored;
     // the answer's items come one by one in `response.output_item.done`, in order.
     let mut items: Vec<Value> = Vec::new();
-    let read = tokio::time::timeout_at(deadline, async {
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|_| ())?;
-            let at = attempt.started.elapsed();
-            splitter.feed(&chunk, |ev| {
-                observer.event(ev.name, &ev.data, at);
-                if ev.name == Some("response.output_item.done")
-                    && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
-                {
-                    items.push(v["item"].take());
-                }
-            });
-        }
-        Ok::<(), ()>(())
-    })
-    .await;
+    // Reading the stream is waiting on the upstream; folding its events is quick beside it.
+    let started = attempt.started;
+    let read = attempt
+        .stopwatch
+        .on_upstream(tokio::time::timeout_at(deadline, async {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|_| ())?;
+                let at = started.elapsed();
+                splitter.feed(&chunk, |ev| {
+                    observer.event(ev.name, &ev.data, at);
+                    if ev.name == Some("response.output_item.done")
+                        && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
+                    {
+                        items.push(v["item"].take());
+                    }
+                });
+            }
+            Ok::<(), ()>(())
+        }))
+        .await;
     let o = observer.seen;
     let failure = match (&read, &o.final_response) {
         (Err(_), _) => Some((GatewayError::upstream_timeout(), Verdict::Neutral)),

@@ -3,6 +3,7 @@
 //! into verdicts about the account (CD-1..CD-5).
 
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use app::model::Provider;
 use axum::http::{HeaderMap, StatusCode};
@@ -130,7 +131,14 @@ pub(super) async fn schedule(
             .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
         // Waiting again keeps the same place: the old ticket no longer owns it.
         let waiting = ticket.insert(waiting);
-        match waiting.wait(until, &s.lifecycle.shutdown).await {
+        let queued = tokio::time::Instant::now();
+        let waited = waiting
+            .wait(until, &s.lifecycle.shutdown)
+            .instrument(tracing::debug_span!("queue_wait", pool_id = attempt.principal.pool_id))
+            .await;
+        attempt.stopwatch.queued(queued.elapsed());
+        s.metrics.queue_wait(attempt.principal.pool_id, queued.elapsed());
+        match waited {
             Ok(r) => reserved = r,
             Err(r) => return Err((refusal(r, &attempt.model), Outcome::Rejected)),
         }

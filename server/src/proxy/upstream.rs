@@ -54,6 +54,7 @@ pub(super) async fn send_with_retries(
             Ok(Err(_)) => return Err((GatewayError::upstream_unavailable(), Outcome::Error)),
             Ok(Ok(r)) => r,
         };
+        s.metrics.upstream_answer(account.provider.as_str(), upstream.status().as_u16());
         if upstream.status().is_redirection() {
             tracing::warn!(
                 account_id = account.id,

@@ -48,6 +48,8 @@ pub struct Reads {
     urls: UpstreamUrls,
     tokens: Arc<Tokens>,
     admission: Arc<Admission>,
+    /// Reads are counted (OPS-4).
+    metrics: Arc<crate::metrics::Metrics>,
     permits: Arc<Semaphore>,
     state: Mutex<ReadState>,
     running: AtomicUsize,
@@ -86,12 +88,14 @@ impl Reads {
         urls: UpstreamUrls,
         tokens: Arc<Tokens>,
         admission: Arc<Admission>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         Reads {
             http,
             urls,
             tokens,
             admission,
+            metrics,
             permits: Arc::new(Semaphore::new(MAX_READS)),
             state: Mutex::default(),
             running: AtomicUsize::new(0),
@@ -120,9 +124,12 @@ impl Reads {
 
     /// One read, its token refresh included, within [`READ_TIMEOUT`].
     async fn fetch(&self, account: &Account, at: i64) -> Result<Observation, ReadError> {
-        tokio::time::timeout(READ_TIMEOUT, self.fetch_unbounded(account, at))
+        let read = tokio::time::timeout(READ_TIMEOUT, self.fetch_unbounded(account, at))
             .await
-            .map_err(|_| ReadError::Upstream("timed out".into()))?
+            .map_err(|_| ReadError::Upstream("timed out".into()))
+            .and_then(|r| r);
+        self.metrics.quota_read(account.provider.as_str(), read.is_ok());
+        read
     }
 
     async fn fetch_unbounded(&self, account: &Account, at: i64) -> Result<Observation, ReadError> {

@@ -277,8 +277,13 @@ mod tests {
         let clock = FakeClock::new(start);
         let t0 = start.timestamp_millis();
         // 120 records, one second apart, alternating between keys 1 and 2
-        let (sink, task) =
-            spawn_writer(db.clone(), Arc::new(clock.clone()), Default::default(), chrono_tz::UTC);
+        let (sink, task) = spawn_writer(
+            db.clone(),
+            Arc::new(clock.clone()),
+            Default::default(),
+            chrono_tz::UTC,
+            Default::default(),
+        );
         for n in 0..120 {
             sink.send(record(n, 1 + n % 2, t0 + n * 1000)).await;
         }

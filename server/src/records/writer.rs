@@ -26,6 +26,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 pub struct RecordSink {
     tx: mpsc::Sender<NewRecord>,
     closed: Arc<CancellationToken>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl RecordSink {
@@ -49,6 +50,7 @@ impl RecordSink {
             Err(_) => {
                 slot.take();
                 tracing::error!("record writer stopped; a request record was dropped");
+                self.metrics.records_dropped(1);
             }
         }
     }
@@ -61,6 +63,7 @@ impl RecordSink {
             Err(mpsc::error::TrySendError::Full(record)) => Some(record),
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 tracing::error!("record writer stopped; a request record was dropped");
+                self.metrics.records_dropped(1);
                 None
             }
         }
@@ -92,10 +95,12 @@ pub fn spawn_writer(
     clock: SharedClock,
     retention: Retention,
     zone: chrono_tz::Tz,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> (RecordSink, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<NewRecord>(QUEUE);
     let closed = Arc::new(CancellationToken::new());
     let close = Arc::clone(&closed);
+    let sink_metrics = Arc::clone(&metrics);
     let task = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
         loop {
@@ -123,13 +128,17 @@ pub fn spawn_writer(
                 }
             }
             let now_ms = clock.now().timestamp_millis();
-            if let Err(e) = write_batch(&db, &batch, now_ms, retention, zone).await {
-                tracing::error!(error = %e, records = batch.len(), "writing request records failed");
+            match write_batch(&db, &batch, now_ms, retention, zone).await {
+                Ok(()) => metrics.records_written(batch.len()),
+                Err(e) => {
+                    tracing::error!(error = %e, records = batch.len(), "writing request records failed");
+                    metrics.records_dropped(batch.len());
+                }
             }
             batch.clear();
         }
     });
-    (RecordSink { tx, closed }, task)
+    (RecordSink { tx, closed, metrics: sink_metrics }, task)
 }
 
 async fn write_batch(
@@ -267,7 +276,8 @@ mod tests {
         let now = clock.now().timestamp_millis();
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 3 };
 
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC);
+        let (sink, task) =
+            spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC, Default::default());
         for n in 1..=5 {
             sink.send(record(n, now)).await;
         }
@@ -275,7 +285,8 @@ mod tests {
         task.await.unwrap();
         assert_eq!(ids(&db).await, vec![3, 4, 5], "the newest three remain, everything was written first");
 
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock), retention, chrono_tz::UTC);
+        let (sink, task) =
+            spawn_writer(db.clone(), Arc::new(clock), retention, chrono_tz::UTC, Default::default());
         sink.send(record(6, now)).await;
         drop(sink);
         task.await.unwrap();
@@ -289,7 +300,8 @@ mod tests {
         let start = clock.now().timestamp_millis();
         let retention = Retention::default();
 
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC);
+        let (sink, task) =
+            spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC, Default::default());
         sink.send(record(1, start)).await;
         sink.send(record(2, start + 60_000)).await;
         drop(sink);
@@ -298,7 +310,8 @@ mod tests {
 
         // 7 days after the first start, only the second (a minute younger) survives the next write
         clock.advance(TimeDelta::days(7) + TimeDelta::milliseconds(1));
-        let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC);
+        let (sink, task) =
+            spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC, Default::default());
         sink.send(record(3, clock.now().timestamp_millis())).await;
         drop(sink);
         task.await.unwrap();

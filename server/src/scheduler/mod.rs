@@ -451,6 +451,8 @@ impl Scheduler {
                 max_concurrency: rt.limit,
                 queue_depth: rt.cold.pools.iter().map(|p| depth.get(p).copied().unwrap_or(0)).sum(),
                 limited_models: rt.cold.state.limited_models(now),
+                credentials_until: rt.credentials_until,
+                quota_until: rt.cold.quota_until,
                 state: rt.cold.state.clone(),
                 requests: rt.cold.requests.clone(),
             })
@@ -496,6 +498,10 @@ pub struct RuntimeView {
     pub max_concurrency: u32,
     pub queue_depth: usize,
     pub limited_models: usize,
+    /// CRED-3: no usable token until then (unix ms; 0 when it has one).
+    pub credentials_until: i64,
+    /// QT-3: the subscription quota is spent until then (unix ms).
+    pub quota_until: i64,
     pub state: AccountState,
     pub requests: HashMap<String, u64>,
 }

@@ -201,7 +201,8 @@ mod tests {
     async fn write(db: &SqlitePool, clock: &FakeClock, batches: Vec<Vec<NewRecord>>) {
         let retention = Retention { max_age_ms: 7 * 24 * 3_600_000, max_rows: 1_000_000 };
         for batch in batches {
-            let (sink, task) = spawn_writer(db.clone(), Arc::new(clock.clone()), retention, SHANGHAI);
+            let (sink, task) =
+                spawn_writer(db.clone(), Arc::new(clock.clone()), retention, SHANGHAI, Default::default());
             for r in batch {
                 sink.send(r).await;
             }
