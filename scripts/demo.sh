@@ -65,7 +65,9 @@ api -d '{"provider":"codex","name":"codex-plus-3","pool_ids":[1],"credentials":{
 # A Claude account whose access token has a minute left: the first Claude call refreshes it.
 SOON=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
 CLAUDE_ID=$(api -d "{\"provider\":\"claude\",\"name\":\"claude-max-1\",\"pool_ids\":[1],\"credentials\":{\"kind\":\"oauth\",\"access_token\":\"sk-ant-oat01-demo-claude\",\"refresh_token\":\"demo-claude\",\"expires_at\":\"$SOON\"}}" "$BASE/api/accounts" | sed -n 's/^{"id":\([0-9]*\).*/\1/p')
-KEY=$(api -d '{"name":"demo"}' "$BASE/api/me/keys" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
+MADE=$(api -d '{"name":"demo"}' "$BASE/api/me/keys")
+KEY=$(echo "$MADE" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
+KEY_ID=$(echo "$MADE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 
 # A little traffic.
 # The Accounts page (here its JSON) reads every Codex account's quota: codex-plus-3 is spent.
@@ -76,6 +78,42 @@ for i in 1 2 3; do
 done
 curl -s -o /dev/null -H "x-api-key: $KEY" -H 'Content-Type: application/json' \
   -d '{"model":"claude-opus-4-8","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}' "$BASE/v1/messages"
+
+# A few more calls today, of other models and one the upstream refuses, for the Usage page.
+for model in gpt-5.1 gpt-5.1-codex-mini; do
+  curl -s -o /dev/null -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$model\",\"input\":\"hello\"}" "$BASE/v1/responses"
+done
+curl -s -o /dev/null -X PUT -H 'Content-Type: application/json' -d '{"steps": [{"kind": "status", "status": 500}, {"kind": "status", "status": 500}, {"kind": "status", "status": 500}]}' "$MOCK/__mock/accounts/demo-codex-1"
+curl -s -o /dev/null -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  -d '{"model":"gpt-5.1-codex","input":"hello"}' "$BASE/v1/responses"
+
+# Usage history (BEY-1): the daily summaries of four weeks of made-up calls before today, so the
+# Usage page's charts have a shape. They go straight into the database, as the record writer
+# would have written them; today's numbers are the real calls above.
+python3 - "$DATA/sublane.db" "$KEY_ID" <<'PY'
+import random, sqlite3, sys
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+db, key = sqlite3.connect(sys.argv[1], timeout=10), int(sys.argv[2])
+today = datetime.now(ZoneInfo("Asia/Shanghai")).date()
+rng = random.Random(7)
+models = [("gpt-5.1-codex", 1, 120), ("gpt-5.1", 2, 40), ("claude-opus-4-8", 4, 25)]
+rows = []
+for back in range(1, 29):
+    day = (today - timedelta(days=back)).isoformat()
+    weekday = (today - timedelta(days=back)).weekday() < 5
+    for model, account, base in models:
+        n = int(base * (1.0 if weekday else 0.3) * rng.uniform(0.6, 1.3))
+        errors = int(n * rng.choice([0.0, 0.01, 0.02, 0.08]))
+        cancelled = int(n * 0.02)
+        inp = n * rng.randint(2500, 9000)
+        rows.append((day, 1, key, 1, account, model, n, n - errors - cancelled, 0, errors, cancelled, 0,
+                     inp, n * rng.randint(300, 1200), int(inp * rng.uniform(0.3, 0.7)),
+                     n * rng.randint(4000, 20000), n * rng.randint(400, 1500), n - errors))
+db.executemany("INSERT INTO usage_daily VALUES (" + ",".join("?" * 18) + ")", rows)
+db.commit()
+PY
 
 # The token refresh the Claude call made (CRED-1): the new expiry and the refresh time.
 TOKEN=$(api "$BASE/api/accounts/runtime" | python3 -c "import json,sys; a=[x for x in json.load(sys.stdin) if x['id']==$CLAUDE_ID][0]['token']; from datetime import datetime, timezone as tz; t=lambda s: datetime.fromtimestamp(s, tz.utc).strftime('%H:%M:%S UTC'); print(f\"refreshed at {t(a['refreshed_at'])}, the new token expires at {t(a['expires_at'])}\")")
@@ -105,6 +143,11 @@ SubLane demo is running (mock upstream on $MOCK, data in $DATA).
   pace, codex-plus-2 and claude-max-1 behind it, and codex-plus-3 is "quota exhausted", so new
   requests leave it out. Pace is shown while the observation is fresh (2 minutes); opening the
   page reads the Codex accounts again, the Claude one is observed from its answers.
+
+  Usage (General -> Usage, Admin -> Workspace usage): four weeks of sample history and
+  today's calls, as charts, a table and a CSV download.
+
+  Metrics: curl -s $BASE/metrics
 
   Scheduling state (codex-plus-2 cooled for 5 s after its scripted 429):
   curl -s -b $JAR $BASE/api/accounts/runtime

@@ -67,6 +67,13 @@ pub trait Backend: Send + Sync + 'static {
         request_id: &str,
         everyone: bool,
     ) -> Result<RequestRecord, AppError>;
+    /// Daily usage (BEY-1): the member's own, or with `everyone` (admins only) the workspace's.
+    async fn usage(
+        &self,
+        me: &MemberView,
+        filter: UsageFilter,
+        everyone: bool,
+    ) -> Result<UsageReport, AppError>;
     /// Every account's live scheduling state (API-1; admins only).
     async fn account_runtime(&self, me: &MemberView) -> Result<Vec<AccountRuntime>, AppError>;
     /// An ACC-3 action on an account (admins only).

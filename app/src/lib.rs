@@ -55,11 +55,13 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/login") view=pages::LoginPage ssr=SsrMode::Async />
                 <ParentRoute path=path!("") view=components::Shell ssr=SsrMode::Async>
                     <Route path=path!("") view=pages::RequestsPage />
+                    <Route path=path!("usage") view=pages::UsagePage />
                     <Route path=path!("keys") view=pages::KeysPage />
                     <Route path=path!("account") view=pages::AccountPage />
                     <Route path=path!("requests/:id") view=pages::RequestDetailPage />
                     <Route path=path!("admin/requests") view=pages::AdminRequestsPage />
                     <Route path=path!("admin/requests/:id") view=pages::AdminRequestDetailPage />
+                    <Route path=path!("admin/usage") view=pages::AdminUsagePage />
                     <Route path=path!("admin/accounts") view=pages::AccountsPage />
                     <Route path=path!("admin/members") view=pages::MembersPage />
                     <Route path=path!("admin/keys") view=pages::AdminKeysPage />

@@ -168,6 +168,15 @@ pub async fn list_requests(
     )
 }
 
+/// Daily usage (BEY-1): own, or with `everyone` (admins) the workspace's.
+#[server(prefix = "/rpc", endpoint = "usage")]
+pub async fn get_usage(
+    #[server(default)] filter: UsageFilter,
+    #[server(default)] everyone: bool,
+) -> Result<UsageReport, AppError> {
+    ssr::finish(async { ssr::backend()?.usage(&ssr::require_member().await?, filter, everyone).await }.await)
+}
+
 /// The request filters' choices (API-2): own records, or with `everyone` (admins) all.
 #[server(prefix = "/rpc", endpoint = "request_filters")]
 pub async fn request_filters(#[server(default)] everyone: bool) -> Result<RequestFilterChoices, AppError> {

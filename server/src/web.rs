@@ -107,6 +107,17 @@ impl Backend for ServerBackend {
         Ok(query::list(&self.state.db, &*self.state.clock, scope, &filter).await?)
     }
 
+    async fn usage(
+        &self,
+        me: &MemberView,
+        filter: UsageFilter,
+        everyone: bool,
+    ) -> Result<UsageReport, AppError> {
+        let s = &self.state;
+        let now = s.clock.now().timestamp_millis();
+        Ok(crate::usage::query::report(&s.db, s.config.time_zone, now, scope(me, everyone)?, &filter).await?)
+    }
+
     async fn request_filters(
         &self,
         me: &MemberView,

@@ -1,5 +1,6 @@
 //! Building blocks shared by the pages.
 
+pub mod chart;
 mod copy;
 mod shell;
 pub mod style;

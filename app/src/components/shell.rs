@@ -55,12 +55,14 @@ fn Frame(member: MemberView) -> impl IntoView {
                 <nav aria-label="Main" class="flex flex-wrap gap-x-6 gap-y-2 px-5 pb-4 md:block md:space-y-6">
                     <NavSection title="General">
                         <NavLink href="/" exact=true label="Requests" />
+                        <NavLink href="/usage" label="Usage" />
                         <NavLink href="/keys" label="API keys" />
                         <NavLink href="/account" label="Your account" />
                     </NavSection>
                     {is_admin.then(|| view! {
                         <NavSection title="Admin">
                             <NavLink href="/admin/requests" label="All requests" />
+                            <NavLink href="/admin/usage" label="Workspace usage" />
                             <NavLink href="/admin/accounts" label="Accounts" />
                             <NavLink href="/admin/members" label="Members" />
                             <NavLink href="/admin/keys" label="All keys" />

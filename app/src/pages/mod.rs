@@ -13,6 +13,7 @@ mod pools;
 mod quota_rows;
 mod requests;
 mod settings;
+mod usage;
 
 pub use account::AccountPage;
 pub use accounts::AccountsPage;
@@ -25,3 +26,4 @@ pub use placeholders::NotFound;
 pub use pools::PoolsPage;
 pub use requests::{AdminRequestDetailPage, AdminRequestsPage, RequestDetailPage, RequestsPage};
 pub use settings::SettingsPage;
+pub use usage::{AdminUsagePage, UsagePage};

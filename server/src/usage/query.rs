@@ -5,15 +5,19 @@
 use std::collections::BTreeMap;
 
 use app::model::{
-    AccountChoice, KeyChoice, MemberChoice, PoolChoice, UsageByModel, UsageChoices, UsageDay, UsageFilter,
-    UsageReport, UsageRow, UsageTotals,
+    AccountChoice, KeyChoice, MemberChoice, PoolChoice, USAGE_PERIODS, UsageByModel, UsageChoices, UsageDay,
+    UsageFilter, UsageReport, UsageRow, UsageTotals,
 };
 use chrono::{Duration, NaiveDate};
 use chrono_tz::Tz;
 use sqlx::{FromRow, SqlitePool};
 
 use super::{day_of, first_kept_day};
-use crate::{error::Result, records::query::Scope, validate};
+use crate::{
+    error::{Error, Result},
+    records::query::Scope,
+    validate,
+};
 
 /// Most table rows (days × models) one report holds; beyond, the oldest are left out.
 pub const MAX_ROWS: i64 = 10_000;
@@ -65,7 +69,8 @@ fn text(day: NaiveDate) -> String {
     day.format("%Y-%m-%d").to_string()
 }
 
-/// The report of `filter`'s period, ending on the day of `now_ms` in `zone`.
+/// The report of `filter`'s period, ending on the day of `now_ms` in `zone`. A period other than
+/// 7, 30 or 90 days is refused by name.
 pub async fn report(
     db: &SqlitePool,
     zone: Tz,
@@ -73,6 +78,9 @@ pub async fn report(
     scope: Scope,
     filter: &UsageFilter,
 ) -> Result<UsageReport> {
+    if let Some(days) = filter.days.filter(|d| !USAGE_PERIODS.contains(d)) {
+        return Err(Error::BadRequest(format!("days must be 7, 30 or 90, not {days}")));
+    }
     let days = filter.period();
     let today = day_of(now_ms, zone);
     let first = today - Duration::days(i64::from(days) - 1);
