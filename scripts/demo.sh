@@ -67,7 +67,7 @@ SOON=$(date -u -d '+60 seconds' +%Y-%m-%dT%H:%M:%SZ)
 CLAUDE_ID=$(api -d "{\"provider\":\"claude\",\"name\":\"claude-max-1\",\"pool_ids\":[1],\"credentials\":{\"kind\":\"oauth\",\"access_token\":\"sk-ant-oat01-demo-claude\",\"refresh_token\":\"demo-claude\",\"expires_at\":\"$SOON\"}}" "$BASE/api/accounts" | sed -n 's/^{"id":\([0-9]*\).*/\1/p')
 MADE=$(api -d '{"name":"demo"}' "$BASE/api/me/keys")
 KEY=$(echo "$MADE" | sed -n 's/.*"secret":"\([^"]*\)".*/\1/p')
-KEY_ID=$(echo "$MADE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+KEY_ID=$(echo "$MADE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"]["id"])')
 
 # A little traffic.
 # The Accounts page (here its JSON) reads every Codex account's quota: codex-plus-3 is spent.

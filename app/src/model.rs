@@ -1229,6 +1229,22 @@ impl UsageTotals {
         (self.first_output_count > 0).then(|| self.first_output_ms_sum / self.first_output_count)
     }
 
+    /// What is left of these totals without `o` (a part of them).
+    pub fn subtract(&mut self, o: &UsageTotals) {
+        self.requests -= o.requests;
+        self.succeeded -= o.succeeded;
+        self.incomplete -= o.incomplete;
+        self.errors -= o.errors;
+        self.cancelled -= o.cancelled;
+        self.rejected -= o.rejected;
+        self.input_tokens -= o.input_tokens;
+        self.output_tokens -= o.output_tokens;
+        self.cached_tokens -= o.cached_tokens;
+        self.duration_ms_sum -= o.duration_ms_sum;
+        self.first_output_ms_sum -= o.first_output_ms_sum;
+        self.first_output_count -= o.first_output_count;
+    }
+
     pub fn add(&mut self, o: &UsageTotals) {
         self.requests += o.requests;
         self.succeeded += o.succeeded;
@@ -1280,6 +1296,9 @@ pub struct UsageReport {
     pub by_model: Vec<UsageByModel>,
     /// Newest day first, then by model.
     pub rows: Vec<UsageRow>,
+    /// The rows stop at a limit (the days, models and totals still count everything).
+    #[serde(default)]
+    pub truncated: bool,
     pub totals: UsageTotals,
     pub choices: UsageChoices,
 }

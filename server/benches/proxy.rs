@@ -7,6 +7,7 @@
 //! - throughput at concurrency 64 for both paths, and SubLane's share of direct;
 //! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
 //!   member's, the workspace's) against the same SubLane without, in alternating rounds;
+//! - the cost of metrics (OPS-4): the same figures against a second SubLane with metrics off;
 //! - at a fixed, open-loop 5,000 req/s (performance goal 5), the mean latency of both paths and
 //!   SubLane's added mean;
 //! - Chat Completions (BEY-3): the translation's added cost per call against Responses through
@@ -59,19 +60,7 @@ async fn main() {
         .await
         .unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let vars = [
-        ("SUBLANE_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
-        ("SUBLANE_DATA_DIR".to_owned(), dir.path().display().to_string()),
-        ("SUBLANE_ADMIN_PASSWORD".to_owned(), "bench-password".to_owned()),
-        ("SUBLANE_OPENAI_BASE_URL".to_owned(), format!("{mock_url}/v1")),
-    ];
-    let cli = <Cli as clap::Parser>::try_parse_from(["sublane"]).unwrap();
-    let config =
-        sublane::config::Config::load(cli, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
-            .unwrap();
-    let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
-    let base = format!("http://{}", server.addr);
+    let (server, base, _dir) = start(&mock_url, true).await;
     let Admin { key: gateway_key, key_id, cookie } = setup(&http, &base).await;
 
     let direct =
@@ -140,6 +129,33 @@ async fn main() {
     );
     println!("  no budgets    {without:>8.0} req/s");
     println!("  three budgets {with:>8.0} req/s   = {:.1} % of no budgets", 100.0 * with / without);
+    // OPS-4: what counting metrics costs, against a second SubLane on the same mock with metrics
+    // switched off (SUBLANE_METRICS=false), in alternating rounds.
+    let (quiet, quiet_base, _quiet_dir) = start(&mock_url, false).await;
+    let quiet_key = setup(&http, &quiet_base).await.key;
+    let off = Path { url: format!("{quiet_base}/v1/responses"), key: quiet_key, chat: false, whole: false };
+    let (on_p50, off_p50) = {
+        let (on, off_lat) = latencies(&http, &sublane, &off, false).await;
+        (pct(&on, 0.5), pct(&off_lat, 0.5))
+    };
+    let (mut on_rps, mut off_rps) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        on_rps.push(throughput(&http, &sublane).await);
+        off_rps.push(throughput(&http, &off).await);
+    }
+    let (on_rps, off_rps) = (best(&on_rps), best(&off_rps));
+    println!("metrics on against metrics off (two SubLanes, same mock, alternating rounds):");
+    println!(
+        "  c=1 JSON p50      on {:>7.1} us  off {:>7.1} us   = {:.3}x",
+        us(on_p50),
+        us(off_p50),
+        us(on_p50) / us(off_p50)
+    );
+    println!(
+        "  c={CONCURRENCY} throughput  on {on_rps:>8.0} req/s  off {off_rps:>8.0} req/s   = {:.1} % of off",
+        100.0 * on_rps / off_rps
+    );
+    quiet.shutdown().await.unwrap();
     // Performance goal 5: a fixed, open-loop rate, the mean latency of both paths (two
     // alternating rounds each).
     let (mut d, mut s) = (Vec::new(), Vec::new());
@@ -237,6 +253,25 @@ fn per_chunk() {
         }
         println!("  {label}  pass-through {pass:>6.0} ns  chat {chat:>6.0} ns  ({:.2}x)", chat / pass);
     }
+}
+
+/// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off.
+async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let vars = [
+        ("SUBLANE_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
+        ("SUBLANE_DATA_DIR".to_owned(), dir.path().display().to_string()),
+        ("SUBLANE_ADMIN_PASSWORD".to_owned(), "bench-password".to_owned()),
+        ("SUBLANE_OPENAI_BASE_URL".to_owned(), format!("{mock_url}/v1")),
+        ("SUBLANE_METRICS".to_owned(), metrics.to_string()),
+    ];
+    let cli = <Cli as clap::Parser>::try_parse_from(["sublane"]).unwrap();
+    let config =
+        sublane::config::Config::load(cli, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+            .unwrap();
+    let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
+    let base = format!("http://{}", server.addr);
+    (server, base, dir)
 }
 
 /// The admin's session and gateway key.

@@ -9,7 +9,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use app::model::Provider;
 use clap::Parser;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret as _, SecretString};
 use serde::Deserialize;
 
 /// Listen address for the proxy, the JSON API and the web app.
@@ -598,6 +598,12 @@ impl Settings {
 
     /// Fills every unset field with its default.
     pub fn resolve(self) -> Result<Config, ConfigError> {
+        // An empty token would let a request with no token in: refused rather than read as "open".
+        if self.observability.metrics_token.as_ref().is_some_and(|t| t.expose_secret().trim().is_empty()) {
+            return Err(ConfigError::Invalid(
+                "metrics_token must not be empty (leave it unset for an open /metrics)".into(),
+            ));
+        }
         let configured = crate::workspace_settings::configured(&self);
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
         let database_url = self

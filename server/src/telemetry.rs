@@ -77,7 +77,7 @@ where
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(true)
-            .with_span_list(false)
+            .with_span_list(true)
             .with_writer(writer)
             .boxed(),
     }

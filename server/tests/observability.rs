@@ -235,8 +235,68 @@ async fn usage_reports_follow_traffic_and_match_their_csv() {
         assert_eq!(cells[2], row["totals"]["requests"].to_string());
     }
 
+    // Another member sees only their own usage, and none of the workspace's.
+    let (mut member, _) = rig.t.member(&rig.admin, "usage-bob").await;
+    let (status, theirs) = member.call(Method::GET, "/api/me/usage?days=90", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(theirs["totals"]["requests"], 0);
+    assert!(theirs["choices"]["models"].as_array().unwrap().is_empty(), "no one else's models as choices");
+    for path in ["/api/usage", "/api/usage.csv"] {
+        let resp = member.request(Method::GET, path).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    // A member's filter for someone else is ignored: the scope is theirs.
+    let (_, still) = member.call(Method::GET, "/api/me/usage?user_id=1", None).await;
+    assert_eq!(still["totals"]["requests"], 0);
+
     // Signed out, neither report is there.
     let anonymous = rig.t.client();
     let resp = anonymous.request(Method::GET, "/api/me/usage.csv").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// A WebSocket turn is a call like any other: admitted, its upstream handshake answered, its
+/// duration and its day's usage counted.
+#[tokio::test]
+async fn websocket_turns_are_counted() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+
+    let mut rig = Rig::start(&[("tok-ws", 1)], &[("SUBLANE_TIME_ZONE", "UTC")]).await;
+    let before = metrics(&rig).await;
+    let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    for _ in 0..2 {
+        let frame = json!({"type": "response.create", "model": MODEL, "input": [], "store": false});
+        socket.send(tungstenite::Message::text(frame.to_string())).await.unwrap();
+        loop {
+            let msg =
+                tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap().unwrap().unwrap();
+            if let tungstenite::Message::Text(t) = msg
+                && t.as_str().contains("\"response.completed\"")
+            {
+                break;
+            }
+        }
+    }
+    socket.close(None).await.unwrap();
+    rig.t.records(2).await;
+    let after = metrics(&rig).await;
+    let moved =
+        |name: &str, labels: &[(&str, &str)]| value(&after, name, labels) - value(&before, name, labels);
+    assert_eq!(moved("sublane_admissions_total", &[("outcome", "admitted")]), 2.0);
+    assert_eq!(moved("sublane_upstream_responses_total", &[("provider", "codex"), ("status", "101")]), 1.0);
+    assert_eq!(
+        moved(
+            "sublane_request_duration_seconds_count",
+            &[("operation", "responses_ws"), ("outcome", "success")]
+        ),
+        2.0
+    );
+    assert_eq!(moved("sublane_upstream_duration_seconds_count", &[("provider", "codex")]), 2.0);
+    let (status, usage) = rig.admin.call(Method::GET, "/api/me/usage", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(usage["totals"]["requests"], 2);
 }

@@ -169,6 +169,25 @@ async fn traces_export_one_span_per_call_with_its_children() {
     let request_id = second.headers()["x-request-id"].to_str().unwrap().to_owned();
     second.bytes().await.unwrap();
     first.await.unwrap().unwrap().bytes().await.unwrap();
+    rig.script("tok-trace", json!({})).await;
+    // A WebSocket turn is a call too.
+    {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+        let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
+        let (mut socket, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        let frame = json!({"type": "response.create", "model": MODEL, "input": [], "store": false});
+        socket.send(tungstenite::Message::text(frame.to_string())).await.unwrap();
+        while let Some(Ok(msg)) = socket.next().await {
+            if msg.to_text().unwrap_or_default().contains("\"response.completed\"") {
+                break;
+            }
+        }
+        socket.close(None).await.unwrap();
+    }
+    rig.t.records(3).await;
 
     let t = Arc::new(t);
     let mut spans = Vec::new();
@@ -183,7 +202,7 @@ async fn traces_export_one_span_per_call_with_its_children() {
             .flat_map(|r| &r.scope_spans)
             .flat_map(|s| s.spans.clone())
             .collect::<Vec<_>>();
-        if spans.iter().filter(|s| s.name == "call").count() >= 2 {
+        if spans.iter().filter(|s| s.name == "call").count() >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -209,4 +228,13 @@ async fn traces_export_one_span_per_call_with_its_children() {
     }
     let upstream = spans.iter().find(|s| s.name == "upstream" && s.parent_span_id == call.span_id).unwrap();
     assert!(attr(upstream, "provider").is_some_and(|v| v.contains("codex")));
+    let turn = spans
+        .iter()
+        .find(|s| s.name == "call" && attr(s, "operation").is_some_and(|v| v.contains("responses_ws")))
+        .expect("a WebSocket turn's call span");
+    assert!(attr(turn, "request_id").is_some_and(|v| v.contains("req_")));
+    assert!(
+        spans.iter().any(|s| s.name == "record_write" && s.parent_span_id == turn.span_id),
+        "the turn's record hand-over is its child"
+    );
 }

@@ -150,12 +150,12 @@ pub fn StackedBars(
         .collect_view();
     let title_id = format!("{id}-title");
     let desc_id = format!("{id}-desc");
-    let labelled = format!("{title_id} {desc_id}");
+    let described_by = desc_id.clone();
     view! {
         <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
             <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
             <p class="mt-1 flex flex-wrap gap-3 text-xs text-slate-600">{legend}</p>
-            <svg role="group" aria-labelledby=labelled viewBox=format!("0 0 {WIDTH} {HEIGHT}")
+            <svg role="group" aria-labelledby=title_id.clone() aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {HEIGHT}")
                 class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
                 <desc id=desc_id>{summary}</desc>
                 {value_axis(top, format)}
@@ -218,11 +218,11 @@ pub fn RateLine(
         .collect_view();
     let title_id = format!("{id}-title");
     let desc_id = format!("{id}-desc");
-    let labelled = format!("{title_id} {desc_id}");
+    let described_by = desc_id.clone();
     view! {
         <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
             <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
-            <svg role="group" aria-labelledby=labelled viewBox=format!("0 0 {WIDTH} {HEIGHT}")
+            <svg role="group" aria-labelledby=title_id.clone() aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {HEIGHT}")
                 class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
                 <desc id=desc_id>{summary}</desc>
                 {value_axis(top, |v| format!("{:.0} %", v * 100.0))}
@@ -274,11 +274,11 @@ pub fn RankedBars(
         .collect_view();
     let title_id = format!("{id}-title");
     let desc_id = format!("{id}-desc");
-    let labelled = format!("{title_id} {desc_id}");
+    let described_by = desc_id.clone();
     view! {
         <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
             <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
-            <svg role="group" aria-labelledby=labelled viewBox=format!("0 0 {WIDTH} {height}")
+            <svg role="group" aria-labelledby=title_id.clone() aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {height}")
                 class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
                 <desc id=desc_id>{summary}</desc>
                 {marks}

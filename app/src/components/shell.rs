@@ -80,7 +80,7 @@ fn Frame(member: MemberView) -> impl IntoView {
                     </ActionForm>
                 </div>
             </aside>
-            <main id="main" class="flex-1 px-5 py-6 md:px-10 md:py-8">
+            <main id="main" class="min-w-0 flex-1 px-5 py-6 md:px-10 md:py-8">
                 <Outlet />
             </main>
         </div>

@@ -17,9 +17,6 @@ use crate::{
     rpc::get_usage,
 };
 
-/// The query parameters the filters set.
-const FILTER_KEYS: [&str; 6] = ["days", "user_id", "key_id", "pool_id", "account_id", "model"];
-
 const FIELD: &str = "mt-1 rounded-md border border-slate-300 bg-white px-2 py-1.5 text-sm focus:border-slate-900 focus:outline-none focus:ring-1 focus:ring-slate-900";
 
 #[component]
@@ -61,7 +58,7 @@ fn Usage(everyone: bool) -> impl IntoView {
         <Transition fallback=|| view! { <p class="text-sm text-slate-500">"Loading usage…"</p> }>
             {move || Suspend::new(async move {
                 match report.await {
-                    Ok(report) => Either::Left(view! { <Report report everyone /> }),
+                    Ok(report) => Either::Left(view! { <Report report filter=filter() everyone /> }),
                     Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
                 }
             })}
@@ -69,15 +66,22 @@ fn Usage(everyone: bool) -> impl IntoView {
     }
 }
 
-/// `?k=v&…` of the filters in force (for the CSV link).
-fn current_query(everyone: bool) -> String {
-    let q = use_query_map().read_untracked().clone();
-    let pairs: Vec<String> = FILTER_KEYS
-        .iter()
-        .filter(|k| everyone || !matches!(**k, "user_id" | "account_id"))
-        .filter_map(|k| q.get(k).filter(|v| !v.is_empty()).map(|v| format!("{k}={}", encode(&v))))
-        .collect();
-    if pairs.is_empty() { String::new() } else { format!("?{}", pairs.join("&")) }
+/// `?k=v&…` of the filters the page shows (for the CSV link: the same rows, whatever else the
+/// address holds).
+fn csv_query(f: &UsageFilter) -> String {
+    let id = |k: &str, v: Option<i64>| v.map(|v| format!("{k}={v}"));
+    let pairs: Vec<String> = [
+        Some(format!("days={}", f.period())),
+        id("user_id", f.user_id),
+        id("key_id", f.key_id),
+        id("pool_id", f.pool_id),
+        id("account_id", f.account_id),
+        f.model.as_ref().map(|m| format!("model={}", encode(m))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!("?{}", pairs.join("&"))
 }
 
 /// Percent-encodes a query value.
@@ -139,9 +143,9 @@ fn describe_tokens(day: &str, t: &UsageTotals) -> String {
 }
 
 #[component]
-fn Report(report: UsageReport, everyone: bool) -> impl IntoView {
-    let UsageReport { zone, days, series, by_model, rows, totals, choices } = report;
-    let csv = format!("/api/{}usage.csv{}", if everyone { "" } else { "me/" }, current_query(everyone));
+fn Report(report: UsageReport, filter: UsageFilter, everyone: bool) -> impl IntoView {
+    let UsageReport { zone, days, series, by_model, rows, truncated, totals, choices } = report;
+    let csv = format!("/api/{}usage.csv{}", if everyone { "" } else { "me/" }, csv_query(&filter));
     let first = series.first().map(|d| d.day.clone()).unwrap_or_default();
     let last = series.last().map(|d| d.day.clone()).unwrap_or_default();
     let busiest = series.iter().max_by_key(|d| d.totals.requests).filter(|d| d.totals.requests > 0);
@@ -257,7 +261,7 @@ fn Report(report: UsageReport, everyone: bool) -> impl IntoView {
                 bars=request_bars format=compact />
             <StackedBars id="usage-tokens" title="Tokens per day" summary=tokens_summary
                 series=vec![
-                    Series { name: "Input", fill: "fill-sky-700" },
+                    Series { name: "Input, not cached", fill: "fill-sky-700" },
                     Series { name: "Cached input", fill: "fill-sky-300" },
                     Series { name: "Output", fill: "fill-amber-500" },
                 ]
@@ -265,6 +269,11 @@ fn Report(report: UsageReport, everyone: bool) -> impl IntoView {
             <RateLine id="usage-errors" title="Error rate per day" summary=rate_summary points=rate_points />
             <RankedBars id="usage-models" title="Requests by model" summary=model_summary rows=model_rows />
         </div>
+        {truncated.then(|| view! {
+            <p class="mb-2 text-xs text-slate-600" role="note">
+                {format!("The table shows the newest {} rows of days and models; the charts and totals count every call. Narrow the filters to see the rest.", rows.len())}
+            </p>
+        })}
         <UsageTable rows />
     }
 }

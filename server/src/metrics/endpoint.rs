@@ -50,7 +50,9 @@ pub async fn scrape(State(s): State<AppState>, headers: HeaderMap) -> Response {
 async fn state(s: &AppState) -> sqlx::Result<super::State> {
     let now = s.clock.now().timestamp_millis();
     let pools: Vec<(i64, String)> =
-        sqlx::query_as("SELECT id, name FROM pools ORDER BY id").fetch_all(&s.db).await?;
+        sqlx::query_as("SELECT id, name FROM pools WHERE deleted_at IS NULL ORDER BY id")
+            .fetch_all(&s.db)
+            .await?;
     let accounts: Vec<(i64, String, String)> =
         sqlx::query_as("SELECT id, name, provider FROM accounts WHERE deleted_at IS NULL ORDER BY id")
             .fetch_all(&s.db)

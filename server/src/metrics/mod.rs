@@ -23,6 +23,29 @@ use prometheus_client::{
     registry::Registry,
 };
 
+/// Every metric family `/metrics` serves, by the name in its `# TYPE` line.
+/// (Samples add `_bucket`, `_sum`, `_count` or `_total` to these names.)
+pub const FAMILIES: [&str; 18] = [
+    "sublane_admissions",
+    "sublane_upstream_responses",
+    "sublane_request_duration_seconds",
+    "sublane_upstream_duration_seconds",
+    "sublane_first_output_seconds",
+    "sublane_gateway_overhead_seconds",
+    "sublane_queue_wait_seconds",
+    "sublane_records_written",
+    "sublane_records_dropped",
+    "sublane_quota_reads",
+    "sublane_token_refreshes",
+    "sublane_pool_info",
+    "sublane_queue_depth",
+    "sublane_account_info",
+    "sublane_account_in_flight",
+    "sublane_account_concurrency_limit",
+    "sublane_account_models_limited",
+    "sublane_account_blocked",
+];
+
 /// The media type of what [`Metrics::render`] writes (OpenMetrics text, which Prometheus asks
 /// for first and which every Prometheus-format parser reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -163,6 +186,18 @@ impl Metrics {
             "OAuth token endpoint calls, by provider and outcome",
             token_refreshes.clone(),
         );
+        // Series with closed label sets start at 0, so a rate over them is defined from the first
+        // scrape on (Prometheus's advice: a series that appears only when it first moves hides
+        // that first move).
+        admissions.get_or_create(&Admission { outcome: "admitted", code: "" }).inc_by(0);
+        for outcome in ["ok", "error"] {
+            for provider in ["codex", "claude", "antigravity"] {
+                token_refreshes.get_or_create(&EndpointCall { provider, outcome }).inc_by(0);
+            }
+            for provider in ["codex", "antigravity"] {
+                quota_reads.get_or_create(&EndpointCall { provider, outcome }).inc_by(0);
+            }
+        }
         Metrics(Some(Box::new(Live {
             registry,
             admissions,
@@ -395,5 +430,91 @@ impl Default for Metrics {
     /// Switched off (tests that do not look at metrics).
     fn default() -> Self {
         Metrics::new(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family, each moved once, with one pool and one account in the state.
+    fn rendered() -> String {
+        let m = Metrics::new(true);
+        m.admitted();
+        m.refused("invalid_api_key");
+        m.upstream_answer("codex", 200);
+        m.call(
+            "responses",
+            "success",
+            Some("codex"),
+            Duration::from_millis(20),
+            Some(Duration::from_millis(5)),
+        );
+        m.upstream_time("codex", Duration::from_millis(15));
+        m.overhead(Duration::from_micros(40));
+        m.queue_wait(1, Duration::from_millis(3));
+        m.records_written(1);
+        m.records_dropped(0);
+        m.quota_read("codex", true);
+        m.token_refresh("claude", false);
+        let state = State {
+            pools: vec![PoolState { id: 1, name: "default".into(), queue_depth: 2 }],
+            accounts: vec![AccountStateView {
+                id: 7,
+                name: "team \"one\"".into(),
+                provider: "codex",
+                in_flight: 1,
+                limit: 3,
+                models_limited: 0,
+                blocks: BLOCK_REASONS.map(|r| (r, r == "overloaded")),
+            }],
+        };
+        m.render(&state).unwrap()
+    }
+
+    #[test]
+    fn every_family_is_served_and_listed() {
+        let text = rendered();
+        let served: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let mut listed = FAMILIES.to_vec();
+        listed.sort_unstable();
+        let mut sorted = served.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, listed, "FAMILIES names what /metrics serves");
+        assert!(
+            text.contains(r#"sublane_account_info{account_id="7",name="team \"one\"",provider="codex"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"sublane_account_blocked{account_id="7",reason="overloaded"} 1"#));
+        assert!(text.ends_with("# EOF\n"));
+        assert!(Metrics::new(false).render(&State::default()).is_none(), "off: nothing to serve");
+    }
+
+    /// The Grafana dashboard shipped in `ops/grafana` asks only for families SubLane serves.
+    #[test]
+    fn the_grafana_dashboard_reads_served_metrics() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../ops/grafana/sublane-dashboard.json");
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut asked = 0;
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                let words = expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+                for name in words.filter(|w| w.starts_with("sublane_")) {
+                    let family = ["_bucket", "_count", "_sum", "_total"]
+                        .iter()
+                        .find_map(|s| name.strip_suffix(s))
+                        .unwrap_or(name);
+                    assert!(FAMILIES.contains(&family), "{} asks for {name}", panel["title"]);
+                    asked += 1;
+                }
+            }
+        }
+        assert!(asked >= 12, "the dashboard's panels were read");
     }
 }

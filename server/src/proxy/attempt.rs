@@ -128,6 +128,10 @@ pub(super) struct Attempt {
     pub routing: Option<RoutingDecision>,
     /// Queue and upstream time (BEY-4).
     pub stopwatch: Arc<Stopwatch>,
+    /// The gateway's refusal of this call, if it refused it (the admissions metric).
+    pub refused: Option<&'static str>,
+    /// The call's span (BEY-5): the record's hand-over is traced inside it wherever that happens.
+    pub span: tracing::Span,
     metrics: Arc<crate::metrics::Metrics>,
     /// Where a finished attempt is charged (BUD-2).
     budgets: std::sync::Arc<crate::budgets::Budgets>,
@@ -189,6 +193,8 @@ impl Attempt {
             slots: None,
             routing: None,
             stopwatch: Arc::default(),
+            refused: None,
+            span: tracing::Span::current(),
             metrics: Arc::clone(&s.metrics),
             budgets: std::sync::Arc::clone(&s.budgets),
             clock: std::sync::Arc::clone(&s.clock),
@@ -215,10 +221,19 @@ impl Attempt {
             duration_ms = duration.as_millis() as u64,
             "call finished"
         );
+        // Each call is counted once: recorded exactly once, it was refused by the gateway or not.
+        match self.refused {
+            Some(code) => self.metrics.refused(code),
+            None => self.metrics.admitted(),
+        }
         self.metrics.call(self.operation, end.outcome.as_str(), provider, duration, end.first_output);
         let upstream = self.stopwatch.upstream_total();
         if let Some(provider) = provider.filter(|_| !upstream.is_zero()) {
             self.metrics.upstream_time(provider, upstream);
+        }
+        let queued = self.stopwatch.queue();
+        if !queued.is_zero() {
+            self.metrics.queue_wait(self.principal.pool_id, queued);
         }
         let p = &self.principal;
         // Counting tokens is not a model call: it uses no request of a budget.
@@ -257,7 +272,8 @@ impl Attempt {
         self.pending = Some(self.record(end));
         // If this is cut short while the queue is full, the drop queues the pending record.
         // (The writer commits records in batches; this span is the call's part: the hand-over.)
-        self.records.send_from(&mut self.pending).instrument(tracing::debug_span!("record_write")).await;
+        let span = tracing::debug_span!(parent: &self.span, "record_write");
+        self.records.send_from(&mut self.pending).instrument(span).await;
         self.done = true;
         // The slots are released only now (when `self` drops), after the record is queued (ADM-8).
     }
@@ -279,7 +295,7 @@ impl Attempt {
 
     /// Answers with a gateway error, records it, and settles the account with `verdict`.
     pub(super) async fn fail_with(
-        self,
+        mut self,
         err: GatewayError,
         outcome: Outcome,
         upstream_status: Option<u16>,
@@ -287,7 +303,7 @@ impl Attempt {
     ) -> Response {
         let resp = err.render(self.protocol, Some(&self.request_id));
         if outcome == Outcome::Rejected {
-            self.metrics.refused(err.code);
+            self.refused = Some(err.code);
         }
         self.finish(Ending {
             outcome,

@@ -59,7 +59,9 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
     let started = Instant::now();
     let request_id = new_request_id(s.clock.now().timestamp_millis());
     // Every log line about this call, and its trace (BEY-5), carries the request id.
-    let span = tracing::info_span!("call", request_id = %request_id, operation = spec.op.record_name());
+    // An error-level span is on whenever any line is written, so even a `RUST_LOG=warn` line
+    // about the call names it.
+    let span = tracing::error_span!("call", request_id = %request_id, operation = spec.op.record_name());
     handle_call(s, spec, req, path_model, started, request_id).instrument(span).await
 }
 
@@ -108,7 +110,6 @@ async fn handle_call(
             if let Some(e) = refused {
                 attempt.fail(e, Outcome::Rejected, None).await
             } else {
-                s.metrics.admitted();
                 // The hard stop cuts a call still waiting on its upstream (the dropped attempt
                 // records itself); a stream already relaying ends in its relay.
                 tokio::select! {

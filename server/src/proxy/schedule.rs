@@ -137,7 +137,6 @@ pub(super) async fn schedule(
             .instrument(tracing::debug_span!("queue_wait", pool_id = attempt.principal.pool_id))
             .await;
         attempt.stopwatch.queued(queued.elapsed());
-        s.metrics.queue_wait(attempt.principal.pool_id, queued.elapsed());
         match waited {
             Ok(r) => reserved = r,
             Err(r) => return Err((refusal(r, &attempt.model), Outcome::Rejected)),

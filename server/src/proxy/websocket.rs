@@ -15,6 +15,7 @@
 //! (1001), and the hard stop ends even that. Messages and frames are capped both ways.
 
 use std::{sync::Arc, time::Duration};
+use tracing::Instrument as _;
 
 use app::model::{CredentialInput, Provider};
 use axum::{
@@ -124,10 +125,13 @@ async fn session(
         };
         let request_id = new_request_id(s.clock.now().timestamp_millis());
         let started = Instant::now();
+        // Each turn is a call: its log lines and trace carry its request id (BEY-5).
+        let span = tracing::error_span!("call", request_id = %request_id, operation = OPERATION);
         // ADM-7 per turn: a key revoked, a member disabled or taken off the pool ends the socket.
-        principal = match turn_principal(&s, &headers, &principal).await {
+        principal = match turn_principal(&s, &headers, &principal).instrument(span.clone()).await {
             Ok(p) => p,
             Err((e, end_session)) => {
+                s.metrics.refused(e.code);
                 let _ = send_error(&limits, &mut client, &e, &request_id).await;
                 if end_session {
                     let reason = "the API key is no longer valid";
@@ -141,6 +145,7 @@ async fn session(
             Ok(v) => v,
             Err(_) => {
                 let e = GatewayError::bad_request("frames must be JSON");
+                s.metrics.refused(e.code);
                 // Refusals before a turn exists count for the breaker as an HTTP 400 would.
                 super::call::count_for_breaker(&s, principal.key_id, true).await;
                 if send_error(&limits, &mut client, &e, &request_id).await.is_err() {
@@ -152,6 +157,7 @@ async fn session(
         let model = match turn_model(&frame) {
             Ok(m) => m,
             Err(e) => {
+                s.metrics.refused(e.code);
                 super::call::count_for_breaker(&s, principal.key_id, true).await;
                 if send_error(&limits, &mut client, &e, &request_id).await.is_err() {
                     break;
@@ -162,6 +168,7 @@ async fn session(
         let warmup = frame["generate"].as_bool() == Some(false);
         // A turn holds workspace and member slots while it runs; an idle socket holds none (ADM-4).
         let Some(workspace) = s.admission.workspace() else {
+            s.metrics.refused(GatewayError::workspace_busy().code);
             super::call::count_for_breaker(&s, principal.key_id, true).await;
             if send_error(&limits, &mut client, &GatewayError::workspace_busy(), &request_id).await.is_err() {
                 break;
@@ -178,6 +185,7 @@ async fn session(
             principal.clone(),
             model.clone(),
         );
+        attempt.span = span.clone();
         match member {
             Ok(member) => attempt.slots = Some((workspace, member)),
             Err(e) => {
@@ -198,7 +206,7 @@ async fn session(
         // Policy is checked every turn; the account is chosen once per connection, and every
         // turn takes one of its slots (ADM-4).
         let fields = RoutingFields::parse(text.as_bytes()).unwrap_or_default();
-        let routing = route(&s, &mut attempt, only, &headers, &fields, &mut bound);
+        let routing = route(&s, &mut attempt, only, &headers, &fields, &mut bound).instrument(span.clone());
         let routed = watch(routing, &limits, &mut client, &request_id).await;
         let upstream_model = match routed {
             Ok(Ok(m)) => m,
@@ -253,7 +261,10 @@ async fn session(
             started,
             lease: attempt.lease.as_mut(),
         };
-        let turn = relay_turn(&s, &limits, &mut client, &mut binding.upstream, answering).await;
+        // The answer is the upstream's time; the relay's own work is small beside it.
+        let meter = std::sync::Arc::clone(&attempt.stopwatch);
+        let relaying = relay_turn(&s, &limits, &mut client, &mut binding.upstream, answering);
+        let turn = meter.on_upstream(relaying.instrument(span.clone())).await;
         if turn.upstream_gone {
             bound = None;
         }
@@ -282,6 +293,10 @@ async fn fail_turn(
     e: &GatewayError,
     outcome: Outcome,
 ) -> bool {
+    let mut attempt = attempt;
+    if outcome == Outcome::Rejected {
+        attempt.refused = Some(e.code);
+    }
     let sent = send_error(limits, client, e, &attempt.request_id).await;
     end_turn(s, attempt, warmup, Ending::failed(e.code, outcome)).await;
     sent.is_ok()
@@ -542,6 +557,7 @@ async fn handshake(
     let at = s.clock.now().timestamp_millis();
     match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
         Ok(Ok((socket, resp))) => {
+            s.metrics.upstream_answer(account.provider.as_str(), resp.status().as_u16());
             // QT-2: the handshake's quota headers, as on an HTTP answer (accepted: 2xx-like).
             s.quota.observe(account, quota::parse::headers(account.provider, 200, resp.headers(), at));
             Ok(socket)
@@ -551,6 +567,7 @@ async fn handshake(
             let body =
                 resp.body().as_deref().and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
             let code = status.as_u16();
+            s.metrics.upstream_answer(account.provider.as_str(), code);
             s.quota.observe(account, quota::parse::headers(account.provider, code, resp.headers(), at));
             s.quota.observe(account, quota::parse::error_body(account.provider, code, &body, at));
             let hint = schedule::retry_after_header(resp.headers(), s.clock.now());

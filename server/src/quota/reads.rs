@@ -128,7 +128,10 @@ impl Reads {
             .await
             .map_err(|_| ReadError::Upstream("timed out".into()))
             .and_then(|r| r);
-        self.metrics.quota_read(account.provider.as_str(), read.is_ok());
+        // A read that found no usable token made no call.
+        if !matches!(read, Err(ReadError::NoToken)) {
+            self.metrics.quota_read(account.provider.as_str(), read.is_ok());
+        }
         read
     }
 

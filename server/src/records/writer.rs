@@ -7,6 +7,7 @@ use std::sync::Arc;
 use sqlx::SqlitePool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{NewRecord, RETENTION_AGE, RETENTION_ROWS};
 use crate::clock::SharedClock;
@@ -128,7 +129,8 @@ pub fn spawn_writer(
                 }
             }
             let now_ms = clock.now().timestamp_millis();
-            match write_batch(&db, &batch, now_ms, retention, zone).await {
+            let span = tracing::debug_span!("write_records", records = batch.len());
+            match write_batch(&db, &batch, now_ms, retention, zone).instrument(span).await {
                 Ok(()) => metrics.records_written(batch.len()),
                 Err(e) => {
                     tracing::error!(error = %e, records = batch.len(), "writing request records failed");

@@ -35,6 +35,17 @@ struct Key {
     model: String,
 }
 
+/// The model a record is summed under. A call that never reached an account is summed under
+/// [`NOT_ROUTED`]: its model is only what the client claimed (possibly no model at all, or a new
+/// made-up one per call), and 90 days of rows per such name would let a client grow the table
+/// and drown the report.
+fn summed_model(r: &NewRecord) -> String {
+    if r.account_id.is_some() { r.model.clone() } else { NOT_ROUTED.to_owned() }
+}
+
+/// The model of the summaries of calls that reached no account.
+pub const NOT_ROUTED: &str = "(not routed)";
+
 /// What a set of records adds to one summary row.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Counts {
@@ -85,7 +96,7 @@ pub async fn add(conn: &mut sqlx::SqliteConnection, batch: &[NewRecord], zone: T
             key_id: r.key_id.unwrap_or(0),
             pool_id: r.pool_id.unwrap_or(0),
             account_id: r.account_id.unwrap_or(0),
-            model: r.model.clone(),
+            model: summed_model(r),
         };
         rows.entry(key).or_default().add(r);
     }
@@ -247,7 +258,8 @@ mod tests {
         for r in records {
             let id = |i: usize| r.get::<Option<i64>, _>(i).unwrap_or(0);
             let day = day_of(r.get(5), SHANGHAI).format("%Y-%m-%d").to_string();
-            let s = sums.entry((day, r.get(0), id(1), id(2), id(3), r.get(4))).or_default();
+            let model = if id(3) == 0 { NOT_ROUTED.to_owned() } else { r.get(4) };
+            let s = sums.entry((day, r.get(0), id(1), id(2), id(3), model)).or_default();
             s[0] += 1;
             let outcomes = ["success", "incomplete", "error", "cancelled", "rejected"];
             let outcome: String = r.get(8);

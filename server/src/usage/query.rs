@@ -10,7 +10,7 @@ use app::model::{
 };
 use chrono::{Duration, NaiveDate};
 use chrono_tz::Tz;
-use sqlx::{FromRow, SqlitePool};
+use sqlx::{FromRow, QueryBuilder, Sqlite, SqlitePool};
 
 use super::{day_of, first_kept_day};
 use crate::{
@@ -19,7 +19,8 @@ use crate::{
     validate,
 };
 
-/// Most table rows (days × models) one report holds; beyond, the oldest are left out.
+/// Most table rows (days × models) one report holds; beyond, the oldest are left out (and the
+/// report says so).
 pub const MAX_ROWS: i64 = 10_000;
 /// Most entries in one filter list.
 const MAX_CHOICES: i64 = 200;
@@ -28,9 +29,12 @@ pub const CHART_MODELS: usize = 12;
 /// The name of the sum of the models beyond [`CHART_MODELS`].
 pub const OTHER_MODELS: &str = "(other models)";
 
+/// One group of summed rows: its day and model when grouped by them.
 #[derive(FromRow)]
 struct Summed {
+    #[sqlx(default)]
     day: String,
+    #[sqlx(default)]
     model: String,
     requests: i64,
     succeeded: i64,
@@ -65,12 +69,61 @@ impl Summed {
     }
 }
 
+/// The sums of every counted column (`CAST`: PostgreSQL sums bigints to numeric).
+const SUMS: &str = "CAST(SUM(requests) AS BIGINT) AS requests, CAST(SUM(succeeded) AS BIGINT) AS succeeded,
+    CAST(SUM(incomplete) AS BIGINT) AS incomplete, CAST(SUM(errors) AS BIGINT) AS errors,
+    CAST(SUM(cancelled) AS BIGINT) AS cancelled, CAST(SUM(rejected) AS BIGINT) AS rejected,
+    CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, CAST(SUM(output_tokens) AS BIGINT) AS output_tokens,
+    CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens, CAST(SUM(duration_ms_sum) AS BIGINT) AS duration_ms_sum,
+    CAST(SUM(first_output_ms_sum) AS BIGINT) AS first_output_ms_sum,
+    CAST(SUM(first_output_count) AS BIGINT) AS first_output_count";
+
 fn text(day: NaiveDate) -> String {
     day.format("%Y-%m-%d").to_string()
 }
 
+/// The rows of a report: its period, and only the filters given (so SQLite can use the
+/// member's index; a personal view is always its member's).
+struct Selection {
+    first: String,
+    last: String,
+    member: Option<i64>,
+    key: Option<i64>,
+    pool: Option<i64>,
+    account: Option<i64>,
+    model: Option<String>,
+}
+
+impl Selection {
+    /// `SELECT <columns>, <sums> FROM usage_daily WHERE ... <tail>`.
+    fn query(&self, columns: &str, tail: &str) -> QueryBuilder<'_, Sqlite> {
+        let mut q = QueryBuilder::new(format!("SELECT {columns}{SUMS} FROM usage_daily WHERE day >= "));
+        q.push_bind(&self.first).push(" AND day <= ").push_bind(&self.last);
+        let ids = [
+            ("member_id", self.member),
+            ("key_id", self.key),
+            ("pool_id", self.pool),
+            ("account_id", self.account),
+        ];
+        for (column, id) in ids {
+            if let Some(id) = id {
+                q.push(format!(" AND {column} = ")).push_bind(id);
+            }
+        }
+        if let Some(model) = &self.model {
+            q.push(" AND model = ").push_bind(model);
+        }
+        q.push(" ");
+        q.push(tail);
+        q
+    }
+}
+
 /// The report of `filter`'s period, ending on the day of `now_ms` in `zone`. A period other than
 /// 7, 30 or 90 days is refused by name.
+///
+/// The days, the models and the totals are each summed by the database, so a table cut at
+/// [`MAX_ROWS`] (many models a day) never changes them.
 pub async fn report(
     db: &SqlitePool,
     zone: Tz,
@@ -88,71 +141,58 @@ pub async fn report(
         Scope::Member(id) => (Some(id), None),
         Scope::Admin => (filter.user_id, filter.account_id),
     };
-    // A NULL bind leaves its column unfiltered.
-    let rows: Vec<Summed> = sqlx::query_as(&format!(
-        "SELECT day, model, SUM(requests) AS requests, SUM(succeeded) AS succeeded,
-                SUM(incomplete) AS incomplete, SUM(errors) AS errors, SUM(cancelled) AS cancelled,
-                SUM(rejected) AS rejected, SUM(input_tokens) AS input_tokens,
-                SUM(output_tokens) AS output_tokens, SUM(cached_tokens) AS cached_tokens,
-                SUM(duration_ms_sum) AS duration_ms_sum, SUM(first_output_ms_sum) AS first_output_ms_sum,
-                SUM(first_output_count) AS first_output_count
-         FROM usage_daily
-         WHERE day >= ? AND day <= ?
-           AND member_id = COALESCE(?, member_id) AND key_id = COALESCE(?, key_id)
-           AND pool_id = COALESCE(?, pool_id) AND account_id = COALESCE(?, account_id)
-           AND model = COALESCE(?, model)
-         GROUP BY day, model
-         ORDER BY day DESC, model
-         LIMIT {MAX_ROWS}"
-    ))
-    .bind(text(first))
-    .bind(text(today))
-    .bind(member)
-    .bind(filter.key_id)
-    .bind(filter.pool_id)
-    .bind(account)
-    .bind(filter.model.as_deref())
-    .fetch_all(db)
-    .await?;
-
-    let mut by_day: BTreeMap<&str, UsageTotals> = BTreeMap::new();
-    let mut by_model: BTreeMap<&str, UsageTotals> = BTreeMap::new();
+    let sel = Selection {
+        first: text(first),
+        last: text(today),
+        member,
+        key: filter.key_id,
+        pool: filter.pool_id,
+        account,
+        model: filter.model.clone(),
+    };
+    let by_day: Vec<Summed> = sel.query("day, ", "GROUP BY day").build_query_as().fetch_all(db).await?;
+    let by_day: BTreeMap<String, UsageTotals> = by_day.iter().map(|r| (r.day.clone(), r.totals())).collect();
     let mut totals = UsageTotals::default();
-    for r in &rows {
-        let t = r.totals();
-        by_day.entry(&r.day).or_default().add(&t);
-        by_model.entry(&r.model).or_default().add(&t);
-        totals.add(&t);
+    for t in by_day.values() {
+        totals.add(t);
     }
     let series = (0..days)
         .map(|n| {
             let day = text(first + Duration::days(i64::from(n)));
-            let totals = by_day.get(day.as_str()).copied().unwrap_or_default();
+            let totals = by_day.get(&day).copied().unwrap_or_default();
             UsageDay { day, totals }
         })
         .collect();
-    let mut models: Vec<UsageByModel> = by_model
-        .into_iter()
-        .map(|(model, totals)| UsageByModel { model: model.to_owned(), totals })
-        .collect();
-    models.sort_by(|a, b| b.totals.requests.cmp(&a.totals.requests).then_with(|| a.model.cmp(&b.model)));
-    if models.len() > CHART_MODELS {
-        let mut other = UsageTotals::default();
-        for m in models.drain(CHART_MODELS - 1..) {
-            other.add(&m.totals);
+
+    // The most used models by name; the rest summed as one.
+    let tail = format!("GROUP BY model ORDER BY requests DESC, model LIMIT {}", CHART_MODELS + 1);
+    let top: Vec<Summed> = sel.query("model, ", &tail).build_query_as().fetch_all(db).await?;
+    let mut by_model: Vec<UsageByModel> =
+        top.iter().map(|r| UsageByModel { model: r.model.clone(), totals: r.totals() }).collect();
+    if by_model.len() > CHART_MODELS {
+        by_model.truncate(CHART_MODELS - 1);
+        let mut other = totals;
+        for m in &by_model {
+            other.subtract(&m.totals);
         }
-        models.push(UsageByModel { model: OTHER_MODELS.to_owned(), totals: other });
+        by_model.push(UsageByModel { model: OTHER_MODELS.to_owned(), totals: other });
     }
+
+    let tail = format!("GROUP BY day, model ORDER BY day DESC, model LIMIT {}", MAX_ROWS + 1);
+    let mut rows: Vec<Summed> = sel.query("day, model, ", &tail).build_query_as().fetch_all(db).await?;
+    let truncated = rows.len() > MAX_ROWS as usize;
+    rows.truncate(MAX_ROWS as usize);
     let choices = choices(db, zone, now_ms, scope).await?;
     Ok(UsageReport {
         zone: zone.name().to_owned(),
         days,
         series,
-        by_model: models,
+        by_model,
         rows: rows
             .iter()
             .map(|r| UsageRow { day: r.day.clone(), model: r.model.clone(), totals: r.totals() })
             .collect(),
+        truncated,
         totals,
         choices,
     })
@@ -228,7 +268,10 @@ async fn choices(db: &SqlitePool, zone: Tz, now_ms: i64, scope: Scope) -> Result
             .into_iter()
             .map(|(id, name, revoked)| KeyChoice { id, name, revoked: revoked.is_some() })
             .collect(),
-        pools: pools.into_iter().map(|(id, name)| PoolChoice { id, name }).collect(),
+        pools: pools
+            .into_iter()
+            .map(|(id, name)| PoolChoice { id, name: validate::shown_name(name) })
+            .collect(),
         members,
         accounts,
     })
@@ -281,4 +324,29 @@ pub fn csv(report: &UsageReport) -> std::result::Result<Vec<u8>, csv::Error> {
 /// A cell that cannot start a spreadsheet formula.
 fn inert(cell: &str) -> String {
     if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{cell}") } else { cell.to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_cells_cannot_start_a_formula_and_are_quoted() {
+        let row = |model: &str| UsageRow {
+            day: "2026-11-30".into(),
+            model: model.into(),
+            totals: UsageTotals::default(),
+        };
+        let report = UsageReport {
+            rows: vec![row("=HYPERLINK(\"x\")"), row("-1+2"), row("@sum"), row("gpt-5.1, \"quoted\"")],
+            ..UsageReport::default()
+        };
+        let text = String::from_utf8(csv(&report).unwrap()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert!(lines[1].starts_with("2026-11-30,\"'=HYPERLINK(\"\"x\"\")\","), "{}", lines[1]);
+        assert!(lines[2].starts_with("2026-11-30,'-1+2,"));
+        assert!(lines[3].starts_with("2026-11-30,'@sum,"));
+        assert!(lines[4].starts_with("2026-11-30,\"gpt-5.1, \"\"quoted\"\"\","));
+    }
 }
