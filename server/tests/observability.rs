@@ -86,6 +86,14 @@ async fn metrics_parse_and_move_with_traffic() {
         assert!(resp.headers().get("x-sublane-queue-ms").is_none(), "no queue wait, no header");
         resp.bytes().await.unwrap();
     }
+    // A streamed answer says its overhead in its headers too, before the first event.
+    let started = Instant::now();
+    let streamed =
+        rig.responses(None, json!({"model": MODEL, "stream": true, "store": false, "input": "hi"}));
+    let streamed = streamed.send().await.unwrap();
+    let overhead = overhead_ms(&streamed);
+    streamed.bytes().await.unwrap();
+    assert!(overhead > 0.0 && overhead < started.elapsed().as_secs_f64() * 1000.0);
     let refused = rig
         .http
         .post(format!("{}/v1/responses", rig.t.base))
@@ -104,7 +112,7 @@ async fn metrics_parse_and_move_with_traffic() {
     let mut after = metrics(&rig).await;
     for _ in 0..100 {
         if value(&after, "sublane_records_written_total", &[])
-            >= value(&before, "sublane_records_written_total", &[]) + 3.0
+            >= value(&before, "sublane_records_written_total", &[]) + 4.0
         {
             break;
         }
@@ -113,22 +121,23 @@ async fn metrics_parse_and_move_with_traffic() {
     }
     let moved =
         |name: &str, labels: &[(&str, &str)]| value(&after, name, labels) - value(&before, name, labels);
-    assert_eq!(moved("sublane_admissions_total", &[("outcome", "admitted")]), 3.0);
+    assert_eq!(moved("sublane_admissions_total", &[("outcome", "admitted")]), 4.0);
     assert_eq!(
         moved("sublane_admissions_total", &[("outcome", "rejected"), ("code", "invalid_api_key")]),
         1.0
     );
-    assert_eq!(moved("sublane_upstream_responses_total", &[("provider", "codex"), ("status", "200")]), 3.0);
+    assert_eq!(moved("sublane_upstream_responses_total", &[("provider", "codex"), ("status", "200")]), 4.0);
     assert_eq!(
         moved(
             "sublane_request_duration_seconds_count",
             &[("operation", "responses"), ("outcome", "success")]
         ),
-        3.0
+        4.0
     );
-    assert_eq!(moved("sublane_upstream_duration_seconds_count", &[("provider", "codex")]), 3.0);
-    assert_eq!(moved("sublane_gateway_overhead_seconds_count", &[]), 4.0);
-    assert_eq!(moved("sublane_records_written_total", &[]), 3.0);
+    assert_eq!(moved("sublane_upstream_duration_seconds_count", &[("provider", "codex")]), 4.0);
+    assert_eq!(moved("sublane_first_output_seconds_count", &[("provider", "codex")]), 1.0);
+    assert_eq!(moved("sublane_gateway_overhead_seconds_count", &[]), 5.0);
+    assert_eq!(moved("sublane_records_written_total", &[]), 4.0);
     assert_eq!(value(&after, "sublane_records_dropped_total", &[]), 0.0);
 
     // A call that waits for the busy account carries its queue time, counted per pool.

@@ -166,42 +166,51 @@ pub fn StackedBars(
     }
 }
 
-/// A line over days of a share (0..=1), with a focusable point per day.
+/// A line over days of a share (0..=1), with a focusable point per day. A day without a share
+/// (no calls) breaks the line and has no point, rather than reading as 0 %.
 #[component]
 pub fn RateLine(
     id: &'static str,
     title: &'static str,
     summary: String,
-    /// Label, share, description.
-    points: Vec<(String, f64, String)>,
+    /// Label, share (none on a day without calls), description.
+    points: Vec<(String, Option<f64>, String)>,
 ) -> impl IntoView {
     let active = RwSignal::new(None::<String>);
-    let top = nice_ceiling(points.iter().map(|p| p.1).fold(0.05, f64::max)).min(1.0);
+    let top = nice_ceiling(points.iter().filter_map(|p| p.1).fold(0.05, f64::max)).min(1.0);
     let plot = HEIGHT - BOTTOM - TOP;
     let n = points.len();
     let step = (WIDTH - LEFT) / n.max(1) as f64;
     let at = move |i: usize, v: f64| (LEFT + step * (i as f64 + 0.5), TOP + plot * (1.0 - v / top));
-    let path = points
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let (x, y) = at(i, p.1);
-            format!("{x:.1},{y:.1}")
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+    // One polyline per run of days with calls.
+    let mut runs: Vec<Vec<String>> = vec![Vec::new()];
+    for (i, p) in points.iter().enumerate() {
+        match p.1 {
+            Some(v) => {
+                let (x, y) = at(i, v);
+                runs.last_mut().map(|r| r.push(format!("{x:.1},{y:.1}")));
+            }
+            None => runs.push(Vec::new()),
+        }
+    }
+    let lines = runs
+        .into_iter()
+        .filter(|r| r.len() > 1)
+        .map(|r| view! { <polyline points=r.join(" ") fill="none" class="stroke-rose-600" stroke-width="2" /> })
+        .collect_view();
     let every = label_every(n);
     let marks = points
         .into_iter()
         .enumerate()
         .map(|(i, (label, v, describe))| {
-            let (x, y) = at(i, v);
+            let (x, y) = at(i, v.unwrap_or(0.0));
             let show = describe.clone();
             let focus = describe.clone();
             let aria = describe.clone();
             let day = (i % every == 0 || i + 1 == n).then(|| {
                 view! { <text x=x y=HEIGHT - 6.0 text-anchor="middle" class="fill-slate-500 text-[11px]">{label}</text> }
             });
+            let point = v.is_some().then(|| view! { <circle cx=x cy=y r="3.5" class="fill-rose-600" stroke-width="2" /> });
             view! {
                 <g role="img" tabindex="0" aria-label=aria class="outline-none focus:[&>circle]:stroke-slate-900"
                     on:mouseenter=move |_| active.set(Some(show.clone()))
@@ -210,7 +219,7 @@ pub fn RateLine(
                     on:blur=move |_| active.set(None)>
                     <title>{describe}</title>
                     <rect class="fill-transparent" x=x - step / 2.0 y=TOP width=step height=plot />
-                    <circle cx=x cy=y r="3.5" class="fill-rose-600" stroke-width="2" />
+                    {point}
                 </g>
                 {day}
             }
@@ -226,7 +235,7 @@ pub fn RateLine(
                 class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
                 <desc id=desc_id>{summary}</desc>
                 {value_axis(top, |v| format!("{:.0} %", v * 100.0))}
-                <polyline points=path fill="none" class="stroke-rose-600" stroke-width="2" />
+                {lines}
                 {marks}
             </svg>
             <Readout active hint="Hover over or focus a day for its values.".to_owned() />

@@ -196,6 +196,9 @@ fn Report(report: UsageReport, filter: UsageFilter, everyone: bool) -> impl Into
         .iter()
         .map(|d| {
             let t = &d.totals;
+            if t.requests == 0 {
+                return (short_day(&d.day), None, format!("{}: no requests", d.day));
+            }
             let describe = format!(
                 "{}: {} failed of {} requests ({})",
                 d.day,
@@ -203,7 +206,7 @@ fn Report(report: UsageReport, filter: UsageFilter, everyone: bool) -> impl Into
                 number(t.requests),
                 percent(t.error_rate())
             );
-            (short_day(&d.day), t.error_rate(), describe)
+            (short_day(&d.day), Some(t.error_rate()), describe)
         })
         .collect();
     let model_summary = match by_model.first() {
