@@ -188,7 +188,9 @@ pub fn RateLine(
         match p.1 {
             Some(v) => {
                 let (x, y) = at(i, v);
-                runs.last_mut().map(|r| r.push(format!("{x:.1},{y:.1}")));
+                if let Some(run) = runs.last_mut() {
+                    run.push(format!("{x:.1},{y:.1}"));
+                }
             }
             None => runs.push(Vec::new()),
         }
