@@ -80,6 +80,74 @@ fn value_axis(top: f64, format: fn(f64) -> String) -> impl IntoView {
         .collect_view()
 }
 
+/// A chart's frame: its caption (the accessible name), its legend, the SVG with its one-line
+/// summary (the accessible description), and the readout of the mark in focus.
+#[component]
+fn Figure(
+    id: &'static str,
+    title: &'static str,
+    summary: String,
+    /// Height of the drawing in SVG units (the width is [`WIDTH`]).
+    height: f64,
+    legend: Vec<Series>,
+    hint: &'static str,
+    active: RwSignal<Option<String>>,
+    children: Children,
+) -> impl IntoView {
+    let title_id = format!("{id}-title");
+    let desc_id = format!("{id}-desc");
+    let described_by = desc_id.clone();
+    let legend = (!legend.is_empty()).then(|| {
+        let keys = legend
+            .into_iter()
+            .map(|s| {
+                view! {
+                    <span class="inline-flex items-center gap-1">
+                        <svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" class=s.fill /></svg>
+                        {s.name}
+                    </span>
+                }
+            })
+            .collect_view();
+        view! { <p class="mt-1 flex flex-wrap gap-3 text-xs text-slate-600">{keys}</p> }
+    });
+    view! {
+        <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
+            <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
+            {legend}
+            <svg role="group" aria-labelledby=title_id aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {height}")
+                class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
+                <desc id=desc_id>{summary}</desc>
+                {children()}
+            </svg>
+            <Readout active hint=hint.to_owned() />
+        </figure>
+    }
+}
+
+/// One mark of a chart: named for screen readers, with a `<title>` the browser shows on hover,
+/// focusable, and spelled out in the readout while pointed at or focused. `focus` is the
+/// Tailwind class that outlines its shape when focused.
+#[component]
+fn Mark(
+    describe: String,
+    active: RwSignal<Option<String>>,
+    focus: &'static str,
+    children: Children,
+) -> impl IntoView {
+    let (hovered, focused, named) = (describe.clone(), describe.clone(), describe.clone());
+    view! {
+        <g role="img" tabindex="0" aria-label=named class=format!("outline-none {focus}")
+            on:mouseenter=move |_| active.set(Some(hovered.clone()))
+            on:focus=move |_| active.set(Some(focused.clone()))
+            on:mouseleave=move |_| active.set(None)
+            on:blur=move |_| active.set(None)>
+            <title>{describe}</title>
+            {children()}
+        </g>
+    }
+}
+
 /// A bar per day (or any label), each stacked from its series' values.
 #[component]
 pub fn StackedBars(
@@ -116,53 +184,25 @@ pub fn StackedBars(
                     view! { <rect x=x y=base width=w height=h class=s.fill /> }
                 })
                 .collect_view();
-            let describe = bar.describe.clone();
-            let show = describe.clone();
             let label = (i % every == 0 || i + 1 == n).then(|| {
                 view! {
                     <text x=x + w / 2.0 y=HEIGHT - 6.0 text-anchor="middle" class="fill-slate-500 text-[11px]">{bar.label.clone()}</text>
                 }
             });
             view! {
-                <g role="img" tabindex="0" aria-label=describe.clone() class="outline-none focus:[&>rect.hit]:stroke-slate-900"
-                    on:mouseenter=move |_| active.set(Some(show.clone()))
-                    on:focus={let d = describe.clone(); move |_| active.set(Some(d.clone()))}
-                    on:mouseleave=move |_| active.set(None)
-                    on:blur=move |_| active.set(None)>
-                    <title>{describe.clone()}</title>
+                <Mark describe=bar.describe active focus="focus:[&>rect.hit]:stroke-slate-900">
                     <rect class="hit fill-transparent" stroke-width="2" x=LEFT + slot * i as f64 y=TOP width=slot height=plot />
                     {parts}
-                </g>
+                </Mark>
                 {label}
             }
         })
         .collect_view();
-    let legend = series
-        .iter()
-        .map(|s| {
-            view! {
-                <span class="inline-flex items-center gap-1">
-                    <svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" class=s.fill /></svg>
-                    {s.name}
-                </span>
-            }
-        })
-        .collect_view();
-    let title_id = format!("{id}-title");
-    let desc_id = format!("{id}-desc");
-    let described_by = desc_id.clone();
     view! {
-        <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
-            <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
-            <p class="mt-1 flex flex-wrap gap-3 text-xs text-slate-600">{legend}</p>
-            <svg role="group" aria-labelledby=title_id.clone() aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {HEIGHT}")
-                class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
-                <desc id=desc_id>{summary}</desc>
-                {value_axis(top, format)}
-                {marks}
-            </svg>
-            <Readout active hint="Hover over or focus a bar for its values.".to_owned() />
-        </figure>
+        <Figure id title summary height=HEIGHT legend=series hint="Hover over or focus a bar for its values." active>
+            {value_axis(top, format)}
+            {marks}
+        </Figure>
     }
 }
 
@@ -206,42 +246,25 @@ pub fn RateLine(
         .enumerate()
         .map(|(i, (label, v, describe))| {
             let (x, y) = at(i, v.unwrap_or(0.0));
-            let show = describe.clone();
-            let focus = describe.clone();
-            let aria = describe.clone();
             let day = (i % every == 0 || i + 1 == n).then(|| {
                 view! { <text x=x y=HEIGHT - 6.0 text-anchor="middle" class="fill-slate-500 text-[11px]">{label}</text> }
             });
             let point = v.is_some().then(|| view! { <circle cx=x cy=y r="3.5" class="fill-rose-600" stroke-width="2" /> });
             view! {
-                <g role="img" tabindex="0" aria-label=aria class="outline-none focus:[&>circle]:stroke-slate-900"
-                    on:mouseenter=move |_| active.set(Some(show.clone()))
-                    on:focus=move |_| active.set(Some(focus.clone()))
-                    on:mouseleave=move |_| active.set(None)
-                    on:blur=move |_| active.set(None)>
-                    <title>{describe}</title>
+                <Mark describe active focus="focus:[&>circle]:stroke-slate-900">
                     <rect class="fill-transparent" x=x - step / 2.0 y=TOP width=step height=plot />
                     {point}
-                </g>
+                </Mark>
                 {day}
             }
         })
         .collect_view();
-    let title_id = format!("{id}-title");
-    let desc_id = format!("{id}-desc");
-    let described_by = desc_id.clone();
     view! {
-        <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
-            <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
-            <svg role="group" aria-labelledby=title_id.clone() aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {HEIGHT}")
-                class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
-                <desc id=desc_id>{summary}</desc>
-                {value_axis(top, |v| format!("{:.0} %", v * 100.0))}
-                {lines}
-                {marks}
-            </svg>
-            <Readout active hint="Hover over or focus a day for its values.".to_owned() />
-        </figure>
+        <Figure id title summary height=HEIGHT legend=Vec::new() hint="Hover over or focus a day for its values." active>
+            {value_axis(top, |v| format!("{:.0} %", v * 100.0))}
+            {lines}
+            {marks}
+        </Figure>
     }
 }
 
@@ -266,36 +289,19 @@ pub fn RankedBars(
         .map(|(i, (label, v, written, describe))| {
             let y = row_h * i as f64;
             let w = (WIDTH - label_w - value_w) * v / top;
-            let show = describe.clone();
-            let focus = describe.clone();
-            let aria = describe.clone();
             view! {
-                <g role="img" tabindex="0" aria-label=aria class="outline-none focus:[&>rect.bar]:stroke-slate-900"
-                    on:mouseenter=move |_| active.set(Some(show.clone()))
-                    on:focus=move |_| active.set(Some(focus.clone()))
-                    on:mouseleave=move |_| active.set(None)
-                    on:blur=move |_| active.set(None)>
-                    <title>{describe}</title>
+                <Mark describe active focus="focus:[&>rect.bar]:stroke-slate-900">
                     <text x=label_w - 8.0 y=y + 17.0 text-anchor="end" class="fill-slate-700 text-[12px]">{label}</text>
                     <rect class="bar fill-slate-700" stroke-width="2" x=label_w y=y + 5.0 width=w.max(1.0) height=row_h - 10.0 />
                     <text x=label_w + w + 6.0 y=y + 17.0 class="fill-slate-600 text-[12px]">{written}</text>
-                </g>
+                </Mark>
             }
         })
         .collect_view();
-    let title_id = format!("{id}-title");
-    let desc_id = format!("{id}-desc");
-    let described_by = desc_id.clone();
     view! {
-        <figure class="rounded-lg border border-slate-200 bg-white p-4" data-chart=id>
-            <figcaption id=title_id.clone() class="text-sm font-medium text-slate-800">{title}</figcaption>
-            <svg role="group" aria-labelledby=title_id.clone() aria-describedby=described_by viewBox=format!("0 0 {WIDTH} {height}")
-                class="mt-2 h-auto w-full" preserveAspectRatio="xMidYMid meet">
-                <desc id=desc_id>{summary}</desc>
-                {marks}
-            </svg>
-            <Readout active hint="Hover over or focus a model for its values.".to_owned() />
-        </figure>
+        <Figure id title summary height legend=Vec::new() hint="Hover over or focus a model for its values." active>
+            {marks}
+        </Figure>
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod chart;
 mod copy;
+pub mod format;
 mod shell;
 pub mod style;
 mod time;

@@ -11,7 +11,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::{
-    components::{CopyButton, ErrorNote, LocalDateTimeInput, PageHeader, Timestamp},
+    components::{
+        CopyButton, ErrorNote, LocalDateTimeInput, PageHeader, Timestamp,
+        format::{millis, query_value},
+    },
     model::{RequestFilter, RequestFilterChoices, RequestRecord},
     rpc::{list_requests, request_detail, request_filters},
 };
@@ -105,7 +108,7 @@ fn RequestHistory(everyone: bool) -> impl IntoView {
                             let mut href = format!("?cursor={c}");
                             for k in FILTER_KEYS {
                                 if let Some(v) = q.get(k).filter(|v| !v.is_empty()) {
-                                    href.push_str(&format!("&{k}={}", encode(&v)));
+                                    href.push_str(&format!("&{k}={}", query_value(&v)));
                                 }
                             }
                             href
@@ -118,18 +121,6 @@ fn RequestHistory(everyone: bool) -> impl IntoView {
             })}
         </Transition>
     }
-}
-
-/// Percent-encodes a query value.
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[component]
@@ -293,18 +284,10 @@ fn count(v: Option<i64>) -> String {
     v.map(|n| n.to_string()).unwrap_or_else(|| "\u{2014}".into())
 }
 
-fn millis(v: Option<i64>) -> String {
-    match v {
-        None => "\u{2014}".into(),
-        Some(ms) if ms >= 1000 => format!("{:.1} s", ms as f64 / 1000.0),
-        Some(ms) => format!("{ms} ms"),
-    }
-}
-
 /// Where a record's detail page is.
 fn detail_href(request_id: &str, everyone: bool) -> String {
     let base = if everyone { "/admin/requests" } else { "/requests" };
-    format!("{base}/{}", encode(request_id))
+    format!("{base}/{}", query_value(request_id))
 }
 
 #[component]

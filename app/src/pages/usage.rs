@@ -12,6 +12,7 @@ use crate::{
     components::{
         ErrorNote, PageHeader,
         chart::{Bar, RankedBars, RateLine, Series, StackedBars, compact},
+        format::{millis, query_value},
     },
     model::{USAGE_PERIODS, UsageChoices, UsageFilter, UsageReport, UsageTotals},
     rpc::get_usage,
@@ -76,22 +77,12 @@ fn csv_query(f: &UsageFilter) -> String {
         id("key_id", f.key_id),
         id("pool_id", f.pool_id),
         id("account_id", f.account_id),
-        f.model.as_ref().map(|m| format!("model={}", encode(m))),
+        f.model.as_ref().map(|m| format!("model={}", query_value(m))),
     ]
     .into_iter()
     .flatten()
     .collect();
     format!("?{}", pairs.join("&"))
-}
-
-/// Percent-encodes a query value.
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn number(n: i64) -> String {
@@ -108,14 +99,6 @@ fn number(n: i64) -> String {
 
 fn percent(share: f64) -> String {
     format!("{:.1} %", share * 100.0)
-}
-
-fn millis(v: Option<i64>) -> String {
-    match v {
-        None => "\u{2014}".into(),
-        Some(ms) if ms >= 1000 => format!("{:.1} s", ms as f64 / 1000.0),
-        Some(ms) => format!("{ms} ms"),
-    }
 }
 
 /// Day labels on the axis: `MM-DD`.

@@ -191,19 +191,7 @@ pub async fn choices(db: &SqlitePool, clock: &dyn Clock, scope: Scope) -> Result
         ))
         .fetch_all(&mut *tx)
         .await?;
-        (
-            members
-                .into_iter()
-                .map(|(id, username)| MemberChoice { id, username: validate::shown_name(username) })
-                .collect(),
-            accounts
-                .into_iter()
-                .map(|(id, name, deleted)| AccountChoice {
-                    id,
-                    name: if deleted.is_some() { format!("deleted (#{id})") } else { name },
-                })
-                .collect(),
-        )
+        (member_choices(members), account_choices(accounts))
     } else {
         (Vec::new(), Vec::new())
     };
@@ -211,13 +199,32 @@ pub async fn choices(db: &SqlitePool, clock: &dyn Clock, scope: Scope) -> Result
     Ok(RequestFilterChoices {
         outcomes: OUTCOMES.iter().map(|o| (*o).to_owned()).collect(),
         models,
-        keys: keys
-            .into_iter()
-            .map(|(id, name, revoked)| KeyChoice { id, name, revoked: revoked.is_some() })
-            .collect(),
+        keys: key_choices(keys),
         members,
         accounts,
     })
+}
+
+/// Filter choices from `(id, username)` rows: a deleted member as "name (deleted)".
+pub(crate) fn member_choices(rows: Vec<(i64, String)>) -> Vec<MemberChoice> {
+    rows.into_iter()
+        .map(|(id, username)| MemberChoice { id, username: validate::shown_name(username) })
+        .collect()
+}
+
+/// Filter choices from `(id, name, deleted_at)` rows: a deleted account as "deleted (#id)".
+pub(crate) fn account_choices(rows: Vec<(i64, String, Option<i64>)>) -> Vec<AccountChoice> {
+    rows.into_iter()
+        .map(|(id, name, deleted)| AccountChoice {
+            id,
+            name: if deleted.is_some() { format!("deleted (#{id})") } else { name },
+        })
+        .collect()
+}
+
+/// Filter choices from `(id, name, revoked_at)` rows.
+pub(crate) fn key_choices(rows: Vec<(i64, String, Option<i64>)>) -> Vec<KeyChoice> {
+    rows.into_iter().map(|(id, name, revoked)| KeyChoice { id, name, revoked: revoked.is_some() }).collect()
 }
 
 /// API-3: one record by its request id, if `scope` may read it.

@@ -104,6 +104,7 @@ pub fn spawn_writer(
     let sink_metrics = Arc::clone(&metrics);
     let task = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
+        let mut names = crate::usage::Names::default();
         loop {
             let received = tokio::select! {
                 biased;
@@ -130,7 +131,7 @@ pub fn spawn_writer(
             }
             let now_ms = clock.now().timestamp_millis();
             let span = tracing::debug_span!("write_records", records = batch.len());
-            match write_batch(&db, &batch, now_ms, retention, zone).instrument(span).await {
+            match write_batch(&db, &batch, now_ms, retention, zone, &mut names).instrument(span).await {
                 Ok(()) => metrics.records_written(batch.len()),
                 Err(e) => {
                     tracing::error!(error = %e, records = batch.len(), "writing request records failed");
@@ -149,6 +150,7 @@ async fn write_batch(
     now_ms: i64,
     retention: Retention,
     zone: chrono_tz::Tz,
+    names: &mut crate::usage::Names,
 ) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
     // One multi-row INSERT per chunk: SQLite statements run on sqlx's worker thread, so each
@@ -183,7 +185,7 @@ async fn write_batch(
     }
     touch_keys(&mut tx, batch).await?;
     crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
-    crate::usage::add(&mut tx, batch, zone).await?;
+    crate::usage::add(&mut tx, batch, zone, names).await?;
     prune(&mut tx, now_ms, retention).await?;
     crate::usage::prune(&mut tx, now_ms, zone).await?;
     tx.commit().await
@@ -235,45 +237,16 @@ mod tests {
     use super::*;
     use crate::{
         clock::{Clock, FakeClock},
-        records::{Outcome, Usage},
+        test_support::{open_db, record},
     };
-
-    fn record(n: i64, started_at_ms: i64) -> NewRecord {
-        NewRecord {
-            request_id: format!("req_{n}"),
-            member_id: 1,
-            key_id: Some(1),
-            pool_id: Some(1),
-            account_id: Some(1),
-            provider: Some("codex"),
-            model: "gpt-5.1-codex".into(),
-            operation: "responses",
-            started_at_ms,
-            duration_ms: 10,
-            first_output_ms: Some(5),
-            outcome: Outcome::Success,
-            error_code: None,
-            upstream_status: Some(200),
-            usage: Usage { input: Some(10), output: Some(2), cached: Some(4) },
-            routing: None,
-            charges: Vec::new(),
-        }
-    }
 
     async fn ids(db: &SqlitePool) -> Vec<i64> {
         sqlx::query_scalar("SELECT id FROM request_records ORDER BY id").fetch_all(db).await.unwrap()
     }
 
-    async fn open() -> (tempfile::TempDir, SqlitePool, crate::db::ProcessLock) {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, lock) =
-            crate::db::open(&format!("sqlite://{}", dir.path().join("r.db").display())).await.unwrap();
-        (dir, db, lock)
-    }
-
     #[tokio::test]
     async fn keeps_at_most_max_rows_and_never_reuses_ids() {
-        let (_dir, db, _lock) = open().await;
+        let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let now = clock.now().timestamp_millis();
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 3 };
@@ -297,7 +270,7 @@ mod tests {
 
     #[tokio::test]
     async fn prunes_by_age_using_the_injected_clock() {
-        let (_dir, db, _lock) = open().await;
+        let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let start = clock.now().timestamp_millis();
         let retention = Retention::default();

@@ -9,6 +9,7 @@ pub mod query;
 
 use std::collections::BTreeMap;
 
+use app::model::UsageTotals;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use chrono_tz::Tz;
 
@@ -45,62 +46,101 @@ fn summed_model(r: &NewRecord) -> String {
 
 /// The model of the summaries of calls that reached no account.
 pub const NOT_ROUTED: &str = "(not routed)";
+/// Most model names summed by name in one day; calls of further names that day are summed as
+/// [`OTHER_MODELS`]. A routed call's model is still the client's text (an upstream may refuse
+/// it), so this keeps a day's rows bounded whatever clients send.
+pub const MODELS_PER_DAY: usize = 500;
+/// The model of the summaries beyond [`MODELS_PER_DAY`].
+pub const OTHER_MODELS: &str = "(other models)";
 
-/// What a set of records adds to one summary row.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Counts {
-    requests: i64,
-    succeeded: i64,
-    incomplete: i64,
-    errors: i64,
-    cancelled: i64,
-    rejected: i64,
-    input_tokens: i64,
-    output_tokens: i64,
-    cached_tokens: i64,
-    duration_ms_sum: i64,
-    first_output_ms_sum: i64,
-    first_output_count: i64,
+/// The model names each recent day already has rows for, as the record writer knows them (read
+/// from the table the first time a day comes up, so a restart keeps the count).
+#[derive(Debug, Default)]
+pub struct Names {
+    days: BTreeMap<NaiveDate, std::collections::HashSet<String>>,
 }
 
-impl Counts {
-    fn add(&mut self, r: &NewRecord) {
-        self.requests += 1;
-        *match r.outcome {
-            Outcome::Success => &mut self.succeeded,
-            Outcome::Incomplete => &mut self.incomplete,
-            Outcome::Error => &mut self.errors,
-            Outcome::Cancelled => &mut self.cancelled,
-            Outcome::Rejected => &mut self.rejected,
-        } += 1;
-        self.input_tokens += r.usage.input.unwrap_or(0);
-        self.output_tokens += r.usage.output.unwrap_or(0);
-        self.cached_tokens += r.usage.cached.unwrap_or(0);
-        self.duration_ms_sum += r.duration_ms;
-        if let Some(ms) = r.first_output_ms {
-            self.first_output_ms_sum += ms;
-            self.first_output_count += 1;
+impl Names {
+    /// The name `model` is summed under on `day`.
+    async fn name(
+        &mut self,
+        conn: &mut sqlx::SqliteConnection,
+        day: NaiveDate,
+        model: String,
+    ) -> sqlx::Result<String> {
+        if model == NOT_ROUTED {
+            return Ok(model);
         }
+        // Records arrive for today and, around midnight, yesterday: older days are done (and
+        // read again should one come back).
+        if self.days.len() >= 2 && !self.days.contains_key(&day) {
+            self.days.pop_first();
+        }
+        let names = match self.days.entry(day) {
+            std::collections::btree_map::Entry::Occupied(known) => known.into_mut(),
+            std::collections::btree_map::Entry::Vacant(new) => {
+                let known: Vec<String> =
+                    sqlx::query_scalar("SELECT DISTINCT model FROM usage_daily WHERE day = ?")
+                        .bind(day.format("%Y-%m-%d").to_string())
+                        .fetch_all(&mut *conn)
+                        .await?;
+                new.insert(known.into_iter().collect())
+            }
+        };
+        if names.contains(&model) {
+            return Ok(model);
+        }
+        if names.len() >= MODELS_PER_DAY {
+            return Ok(OTHER_MODELS.to_owned());
+        }
+        names.insert(model.clone());
+        Ok(model)
+    }
+}
+
+/// Adds one record to a summary row's counts.
+fn count(c: &mut UsageTotals, r: &NewRecord) {
+    c.requests += 1;
+    *match r.outcome {
+        Outcome::Success => &mut c.succeeded,
+        Outcome::Incomplete => &mut c.incomplete,
+        Outcome::Error => &mut c.errors,
+        Outcome::Cancelled => &mut c.cancelled,
+        Outcome::Rejected => &mut c.rejected,
+    } += 1;
+    c.input_tokens += r.usage.input.unwrap_or(0);
+    c.output_tokens += r.usage.output.unwrap_or(0);
+    c.cached_tokens += r.usage.cached.unwrap_or(0);
+    c.duration_ms_sum += r.duration_ms;
+    if let Some(ms) = r.first_output_ms {
+        c.first_output_ms_sum += ms;
+        c.first_output_count += 1;
     }
 }
 
 /// Folds `batch` into the daily summaries, on the connection of the transaction that writes it:
 /// one row per day, member, key, pool, account and model, summed in memory first so a batch of
 /// hundreds of records costs a few upserts.
-pub async fn add(conn: &mut sqlx::SqliteConnection, batch: &[NewRecord], zone: Tz) -> sqlx::Result<()> {
-    let mut rows: BTreeMap<Key, Counts> = BTreeMap::new();
+pub async fn add(
+    conn: &mut sqlx::SqliteConnection,
+    batch: &[NewRecord],
+    zone: Tz,
+    names: &mut Names,
+) -> sqlx::Result<()> {
+    let mut rows: BTreeMap<Key, UsageTotals> = BTreeMap::new();
     for r in batch {
+        let day = day_of(r.started_at_ms, zone);
         let key = Key {
-            day: day_of(r.started_at_ms, zone),
+            day,
             member_id: r.member_id,
             key_id: r.key_id.unwrap_or(0),
             pool_id: r.pool_id.unwrap_or(0),
             account_id: r.account_id.unwrap_or(0),
-            model: summed_model(r),
+            model: names.name(&mut *conn, day, summed_model(r)).await?,
         };
-        rows.entry(key).or_default().add(r);
+        count(rows.entry(key).or_default(), r);
     }
-    let rows: Vec<(Key, Counts)> = rows.into_iter().collect();
+    let rows: Vec<(Key, UsageTotals)> = rows.into_iter().collect();
     for chunk in rows.chunks(UPSERT_ROWS) {
         let mut upsert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO usage_daily (day, member_id, key_id, pool_id, account_id, model, requests, succeeded,
@@ -175,38 +215,10 @@ mod tests {
     use crate::{
         clock::{Clock, FakeClock},
         records::{Retention, Usage, spawn_writer},
+        test_support::{open_db, record},
     };
 
     const SHANGHAI: Tz = chrono_tz::Asia::Shanghai;
-
-    async fn open() -> (tempfile::TempDir, SqlitePool, crate::db::ProcessLock) {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, lock) =
-            crate::db::open(&format!("sqlite://{}", dir.path().join("u.db").display())).await.unwrap();
-        (dir, db, lock)
-    }
-
-    fn record(n: usize, started_at_ms: i64) -> NewRecord {
-        NewRecord {
-            request_id: format!("req_{n:032}"),
-            member_id: 1,
-            key_id: Some(1),
-            pool_id: Some(1),
-            account_id: Some(1),
-            provider: Some("codex"),
-            model: "gpt-5.1-codex".into(),
-            operation: "responses",
-            started_at_ms,
-            duration_ms: 100,
-            first_output_ms: Some(40),
-            outcome: Outcome::Success,
-            error_code: None,
-            upstream_status: Some(200),
-            usage: Usage { input: Some(10), output: Some(3), cached: Some(4) },
-            routing: None,
-            charges: Vec::new(),
-        }
-    }
 
     /// Writes `batches` through the real writer at `clock`'s time, and waits for it.
     async fn write(db: &SqlitePool, clock: &FakeClock, batches: Vec<Vec<NewRecord>>) {
@@ -327,7 +339,7 @@ mod tests {
                                     duration_ms: duration,
                                     first_output_ms: first,
                                     usage: Usage { input: i, output: o, cached: c },
-                                    ..record(n, base + minute * 60_000)
+                                    ..record(n as i64, base + minute * 60_000)
                                 }
                             },
                         )
@@ -345,7 +357,7 @@ mod tests {
         fn summaries_equal_the_records_they_came_from(batches in traffic()) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let (_dir, db, _lock) = open().await;
+                let (_dir, db, _lock) = open_db().await;
                 let clock = FakeClock::new(DateTime::from_timestamp_millis(
                     DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").unwrap().timestamp_millis(),
                 ).unwrap());
@@ -355,9 +367,38 @@ mod tests {
         }
     }
 
+    /// A client naming a new model on every call cannot grow a day's rows without bound, across
+    /// writer restarts too; calls that reached no account are summed as one.
+    #[tokio::test]
+    async fn a_days_model_names_are_bounded() {
+        let (_dir, db, _lock) = open_db().await;
+        let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-11-30T04:00:00Z").unwrap().into());
+        let at = clock.now().timestamp_millis();
+        let named = |n: usize| NewRecord { model: format!("made-up-{n:04}"), ..record(n as i64, at) };
+        let first: Vec<NewRecord> = (0..MODELS_PER_DAY - 5).map(named).collect();
+        let second: Vec<NewRecord> = (MODELS_PER_DAY - 5..MODELS_PER_DAY + 10).map(named).collect();
+        let unrouted = vec![
+            NewRecord { account_id: None, model: "x".into(), ..record(9_001, at) },
+            NewRecord { account_id: None, model: "y".into(), ..record(9_002, at) },
+        ];
+        // three writers, as after restarts
+        write(&db, &clock, vec![first, second, unrouted]).await;
+        let models: Vec<(String, i64)> =
+            sqlx::query_as("SELECT model, SUM(requests) FROM usage_daily GROUP BY model")
+                .fetch_all(&db)
+                .await
+                .unwrap();
+        assert_eq!(models.len(), MODELS_PER_DAY + 2, "500 names, the others, and the unrouted");
+        let count = |m: &str| models.iter().find(|(n, _)| n == m).map(|(_, c)| *c);
+        assert_eq!(count(OTHER_MODELS), Some(10));
+        assert_eq!(count(NOT_ROUTED), Some(2));
+        assert_eq!(count("made-up-0499"), Some(1));
+        assert_eq!(count("made-up-0500"), None);
+    }
+
     #[tokio::test]
     async fn days_follow_the_workspace_time_zone() {
-        let (_dir, db, _lock) = open().await;
+        let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").unwrap().into());
         // Shanghai is UTC+8: its 29 November ends at 16:00 UTC on the 29th.
         let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis();
@@ -377,7 +418,7 @@ mod tests {
 
     #[tokio::test]
     async fn summaries_outlive_records_and_are_kept_ninety_days() {
-        let (_dir, db, _lock) = open().await;
+        let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-09-01T04:00:00Z").unwrap().into());
         let first = clock.now().timestamp_millis();
         write(&db, &clock, vec![vec![record(1, first)]]).await;

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use app::model::{
-    AccountChoice, KeyChoice, MemberChoice, PoolChoice, USAGE_PERIODS, UsageByModel, UsageChoices, UsageDay,
-    UsageFilter, UsageReport, UsageRow, UsageTotals,
+    PoolChoice, USAGE_PERIODS, UsageByModel, UsageChoices, UsageDay, UsageFilter, UsageReport, UsageRow,
+    UsageTotals,
 };
 use chrono::{Duration, NaiveDate};
 use chrono_tz::Tz;
@@ -15,7 +15,7 @@ use sqlx::{FromRow, QueryBuilder, Sqlite, SqlitePool};
 use super::{day_of, first_kept_day};
 use crate::{
     error::{Error, Result},
-    records::query::Scope,
+    records::query::{self as records, Scope},
     validate,
 };
 
@@ -26,8 +26,9 @@ pub const MAX_ROWS: i64 = 10_000;
 const MAX_CHOICES: i64 = 200;
 /// The Usage page shows this many models by name; the rest are summed as one.
 pub const CHART_MODELS: usize = 12;
-/// The name of the sum of the models beyond [`CHART_MODELS`].
-pub const OTHER_MODELS: &str = "(other models)";
+/// The name of the sum of the models beyond [`CHART_MODELS`] (the summaries' own name for the
+/// models beyond a day's limit).
+pub use super::OTHER_MODELS;
 
 /// One group of summed rows: its day and model when grouped by them.
 #[derive(FromRow)]
@@ -246,28 +247,13 @@ async fn choices(db: &SqlitePool, zone: Tz, now_ms: i64, scope: Scope) -> Result
         .bind(member)
         .fetch_all(db)
         .await?;
-        (
-            members
-                .into_iter()
-                .map(|(id, username)| MemberChoice { id, username: validate::shown_name(username) })
-                .collect(),
-            accounts
-                .into_iter()
-                .map(|(id, name, deleted)| AccountChoice {
-                    id,
-                    name: if deleted.is_some() { format!("deleted (#{id})") } else { name },
-                })
-                .collect(),
-        )
+        (records::member_choices(members), records::account_choices(accounts))
     } else {
         (Vec::new(), Vec::new())
     };
     Ok(UsageChoices {
         models,
-        keys: keys
-            .into_iter()
-            .map(|(id, name, revoked)| KeyChoice { id, name, revoked: revoked.is_some() })
-            .collect(),
+        keys: records::key_choices(keys),
         pools: pools
             .into_iter()
             .map(|(id, name)| PoolChoice { id, name: validate::shown_name(name) })
