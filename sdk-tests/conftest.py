@@ -1,6 +1,10 @@
 """Starts the mock upstream and SubLane (debug binaries from `target/debug`), seeds a Codex, a
 Claude and an Antigravity account in the default pool and a gateway key, and hands the tests a base
-URL and key."""
+URL and key.
+
+SubLane runs with debug logs in JSON for the whole session; when it ends, the logs are searched for
+every secret the session used (OPS-4: no key, token or password is ever logged) and must carry
+request ids."""
 
 import http.cookiejar
 import json
@@ -67,9 +71,12 @@ def gateway():
         "SUBLANE_DATA_DIR": data,
         "SUBLANE_ADMIN_PASSWORD": ADMIN_PASSWORD,
         **mock_env,
-        "RUST_LOG": "warn",
+        "RUST_LOG": "debug",
+        "SUBLANE_LOG_FORMAT": "json",
     }
-    sublane = subprocess.Popen([BIN / "sublane"], env=env, stdout=subprocess.PIPE, text=True)
+    log = open(pathlib.Path(data) / "sublane.log", "w+")
+    sublane = subprocess.Popen([BIN / "sublane"], env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    secrets = [ADMIN_PASSWORD, "sdk-codex", "sdk-claude", "sdk-antigravity"]
     try:
         base = _read_until(sublane, r"serving on (\S+)")
         api = _api(base)
@@ -84,8 +91,17 @@ def gateway():
         ):
             api("/api/accounts", account)
         key = api("/api/me/keys", {"name": "sdk"})["secret"]
+        secrets.append(key)
         yield types.SimpleNamespace(base=base, key=key, mock=mock_url)
     finally:
         for proc in (sublane, mock):
             proc.terminate()
             proc.wait(timeout=10)
+    log.seek(0)
+    lines = log.read().splitlines()
+    log.close()
+    for secret in secrets:
+        leaked = [line for line in lines if secret in line]
+        assert not leaked, f"a secret is in SubLane's logs: {leaked[0][:200]}"
+    calls = [json.loads(line) for line in lines if '"call finished"' in line]
+    assert calls and all(c["fields"]["request_id"].startswith("req_") for c in calls), "calls are logged with ids"
