@@ -110,6 +110,10 @@ pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
         .redirect(reqwest::redirect::Policy::none())
+        // SubLane retries upstream calls itself (CD-3) and speaks HTTP/1.1 upstream, where
+        // reqwest's default retries (HTTP/2 refusals) never apply; without a retry allowance it
+        // also stops copying every request's headers in case of one.
+        .retry(reqwest::retry::never().max_retries_per_request(0))
         .build()
 }
 
@@ -307,9 +311,9 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
-/// The whole application with its layer stack, outermost last: panic -> trace -> front door
-/// (503 while shutting down, `HEAD /` probe, in-flight tracking) -> routes. People's routes (the
-/// JSON API and the web app) add: body limit -> client address -> same-origin check -> change
+/// The whole application with its layer stack, outermost last: panic -> front door (503 while
+/// shutting down, `HEAD /` probe, in-flight tracking) -> routes. People's routes (the JSON API
+/// and the web app) add: trace -> body limit -> client address -> same-origin check -> change
 /// tracking. The model proxy reads its own bodies after authenticating the key (see
 /// `proxy::call`), so it has no body limit layer and stays lean.
 pub fn router(state: AppState) -> Router {
@@ -319,17 +323,19 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), track_changes))
         .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin))
         .layer(middleware::from_fn_with_state(state.clone(), client::attach))
-        .layer(RequestBodyLimitLayer::new(API_BODY_BYTES));
+        .layer(RequestBodyLimitLayer::new(API_BODY_BYTES))
+        // The API's and web app's lines name their route; model calls name their request id
+        // (see `proxy::call`) and skip this span, which cost 1 % of CPU at c=64.
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+            // Path only: query strings may carry keys (`?key=`), and headers carry secrets.
+            tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
+        }));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(crate::metrics::endpoint::scrape))
         .merge(crate::proxy::router())
         .merge(people)
         .layer(middleware::from_fn_with_state(Arc::clone(&state.lifecycle), front_door))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-            // Path only: query strings may carry keys (`?key=`), and headers carry secrets.
-            tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
-        }))
         .layer(CatchPanicLayer::custom(|_panic| {
             crate::error::Error::Internal("handler panicked".into()).into_response()
         }))

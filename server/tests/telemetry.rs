@@ -128,6 +128,36 @@ async fn a_full_runs_logs_carry_request_ids_and_no_secret_prompt_or_body() {
     }
 }
 
+/// At `RUST_LOG=warn` no call span is made (it is a debug span), yet a warning about a call
+/// still names it: SubLane's own lines carry the request id as a field.
+#[tokio::test(flavor = "current_thread")]
+async fn a_warning_about_a_call_names_it_at_the_warn_level() {
+    let logs = Captured::default();
+    let o = Observability { log_format: LogFormat::Json, ..Observability::default() };
+    let writer = logs.clone();
+    let (subscriber, _t) = telemetry::subscriber(&o, EnvFilter::new("warn"), move || writer.clone()).unwrap();
+    let _installed = tracing::subscriber::set_default(subscriber);
+
+    let rig = Rig::start(&[("tok-warn", 1)], &[]).await;
+    rig.script(
+        "tok-warn",
+        json!({"steps": [{"kind": "redirect", "location": "http://127.0.0.1:9/elsewhere"}]}),
+    )
+    .await;
+    let resp =
+        rig.responses(None, json!({"model": MODEL, "store": false, "input": "hi"})).send().await.unwrap();
+    let id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    resp.bytes().await.unwrap();
+    let text = logs.text();
+    let warning = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("redirect")))
+        .unwrap_or_else(|| panic!("the redirect warning: {text}"));
+    assert_eq!(warning["level"], "WARN");
+    assert_eq!(warning["fields"]["request_id"], id.as_str());
+}
+
 /// An OTLP/HTTP collector that keeps what it is sent.
 async fn collector() -> (String, Arc<Mutex<Vec<ExportTraceServiceRequest>>>) {
     let got: Arc<Mutex<Vec<ExportTraceServiceRequest>>> = Arc::default();

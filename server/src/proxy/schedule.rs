@@ -151,7 +151,7 @@ async fn pool_policy(
     attempt: &Attempt,
 ) -> Result<(Arc<Snapshot>, String), (GatewayError, Outcome)> {
     let snapshot = s.directory.snapshot(&s.db, &s.sealer).await.map_err(|e| {
-        tracing::error!(error = %e, "account directory could not be loaded");
+        tracing::error!(request_id = %attempt.request_id, error = %e, "account directory could not be loaded");
         (GatewayError::internal(), Outcome::Error)
     })?;
     let model = &attempt.model;

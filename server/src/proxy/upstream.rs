@@ -57,6 +57,7 @@ pub(super) async fn send_with_retries(
         s.metrics.upstream_answer(account.provider.as_str(), upstream.status().as_u16());
         if upstream.status().is_redirection() {
             tracing::warn!(
+                request_id = %attempt.request_id,
                 account_id = account.id,
                 status = upstream.status().as_u16(),
                 "upstream answered a redirect; not followed (check the upstream base URL)"

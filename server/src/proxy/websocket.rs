@@ -126,7 +126,7 @@ async fn session(
         let request_id = new_request_id(s.clock.now().timestamp_millis());
         let started = Instant::now();
         // Each turn is a call: its log lines and trace carry its request id (BEY-5).
-        let span = tracing::error_span!("call", request_id = %request_id, operation = OPERATION);
+        let span = tracing::debug_span!("call", request_id = %request_id, operation = OPERATION);
         // ADM-7 per turn: a key revoked, a member disabled or taken off the pool ends the socket.
         principal = match turn_principal(&s, &headers, &principal).instrument(span.clone()).await {
             Ok(p) => p,
