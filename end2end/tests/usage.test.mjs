@@ -66,8 +66,18 @@ test('hydrated, a focused bar says its values; the CSV holds the table', async (
   await waitForHydration(page);
   const days = page.locator('[data-chart="usage-requests"] svg g[role="img"]');
   assert.equal(await days.count(), 30);
+  // a chart is one Tab stop, on its latest day; the arrow keys move along the days
+  assert.equal(await page.locator('[data-chart="usage-requests"] [tabindex="0"]').count(), 1);
+  assert.equal(await days.last().getAttribute('tabindex'), '0');
   await days.last().focus();
-  await page.locator('[data-chart="usage-requests"] [aria-live="polite"]').getByText(/3 requests, 3 succeeded/).waitFor();
+  const readout = page.locator('[data-chart="usage-requests"] [aria-live="polite"]');
+  await readout.getByText(/3 requests, 3 succeeded/).waitFor();
+  await page.keyboard.press('ArrowLeft');
+  await readout.getByText(/: 0 requests/).waitFor();
+  assert.equal(await days.nth(28).evaluate((e) => e === document.activeElement), true);
+  assert.equal(await days.nth(28).getAttribute('tabindex'), '0');
+  await page.keyboard.press('End');
+  await readout.getByText(/3 requests, 3 succeeded/).waitFor();
   await page.locator('[data-chart="usage-models"] g[role="img"]').first().hover();
   await page.locator('[data-chart="usage-models"] [aria-live="polite"]').getByText(/^gpt-5\.1-codex: 2 requests/).waitFor();
 

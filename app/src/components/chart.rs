@@ -1,7 +1,8 @@
 //! Charts drawn as SVG by the app itself (BEY-1), so they render on the server and read without
-//! JavaScript. Every mark is focusable and named (`aria-label`, and a `<title>` the browser shows
-//! on hover); once hydrated, the mark under the pointer or focus also has its values spelled out
-//! beside the chart. The numbers are in the page's table as well.
+//! JavaScript. Every mark is named (`aria-label`, and a `<title>` the browser shows on hover).
+//! A chart is one stop of the Tab key, on its latest mark; once hydrated, the arrow keys (and Home
+//! and End) move among its marks, and the mark under the pointer or focus has its values spelled
+//! out beside the chart. The numbers are in the page's table as well.
 
 use leptos::prelude::*;
 
@@ -125,26 +126,65 @@ fn Figure(
     }
 }
 
-/// One mark of a chart: named for screen readers, with a `<title>` the browser shows on hover,
-/// focusable, and spelled out in the readout while pointed at or focused. `focus` is the
+/// Mark `index` of `count`: named for screen readers, with a `<title>` the browser shows on hover,
+/// and spelled out in the readout while pointed at or focused. Only the chart's current mark
+/// (`current`, the latest at first) takes Tab focus; the arrow keys move it. `focus` is the
 /// Tailwind class that outlines its shape when focused.
 #[component]
 fn Mark(
     describe: String,
+    index: usize,
+    count: usize,
+    current: RwSignal<usize>,
     active: RwSignal<Option<String>>,
     focus: &'static str,
     children: Children,
 ) -> impl IntoView {
     let (hovered, focused, named) = (describe.clone(), describe.clone(), describe.clone());
+    let keys = move |ev: leptos::ev::KeyboardEvent| {
+        let to = match ev.key().as_str() {
+            "ArrowRight" | "ArrowDown" => (index + 1).min(count.saturating_sub(1)),
+            "ArrowLeft" | "ArrowUp" => index.saturating_sub(1),
+            "Home" => 0,
+            "End" => count.saturating_sub(1),
+            _ => return,
+        };
+        ev.prevent_default();
+        current.set(to);
+        focus_mark(&ev, to);
+    };
     view! {
-        <g role="img" tabindex="0" aria-label=named class=format!("outline-none {focus}")
+        <g role="img" tabindex=move || if current.get() == index { "0" } else { "-1" } data-mark=index
+            aria-label=named class=format!("outline-none {focus}")
             on:mouseenter=move |_| active.set(Some(hovered.clone()))
-            on:focus=move |_| active.set(Some(focused.clone()))
+            on:focus=move |_| {
+                current.set(index);
+                active.set(Some(focused.clone()));
+            }
+            on:keydown=keys
             on:mouseleave=move |_| active.set(None)
             on:blur=move |_| active.set(None)>
             <title>{describe}</title>
             {children()}
         </g>
+    }
+}
+
+/// Moves the keyboard focus to the chart's mark `index` (a sibling of the event's mark).
+#[allow(unused_variables)]
+fn focus_mark(ev: &leptos::ev::KeyboardEvent, index: usize) {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        let sibling = ev
+            .current_target()
+            .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+            .and_then(|mark| mark.parent_element())
+            .and_then(|chart| chart.query_selector(&format!("[data-mark=\"{index}\"]")).ok().flatten())
+            .and_then(|m| m.dyn_into::<web_sys::SvgElement>().ok());
+        if let Some(mark) = sibling {
+            let _ = mark.focus();
+        }
     }
 }
 
@@ -162,6 +202,7 @@ pub fn StackedBars(
     format: fn(f64) -> String,
 ) -> impl IntoView {
     let active = RwSignal::new(None::<String>);
+    let current = RwSignal::new(bars.len().saturating_sub(1));
     let top = nice_ceiling(bars.iter().map(|b| b.values.iter().sum::<f64>()).fold(0.0, f64::max));
     let plot = HEIGHT - BOTTOM - TOP;
     let slot = (WIDTH - LEFT) / bars.len().max(1) as f64;
@@ -190,7 +231,7 @@ pub fn StackedBars(
                 }
             });
             view! {
-                <Mark describe=bar.describe active focus="focus:[&>rect.hit]:stroke-slate-900">
+                <Mark describe=bar.describe index=i count=n current active focus="focus:[&>rect.hit]:stroke-slate-900">
                     <rect class="hit fill-transparent" stroke-width="2" x=LEFT + slot * i as f64 y=TOP width=slot height=plot />
                     {parts}
                 </Mark>
@@ -217,6 +258,7 @@ pub fn RateLine(
     points: Vec<(String, Option<f64>, String)>,
 ) -> impl IntoView {
     let active = RwSignal::new(None::<String>);
+    let current = RwSignal::new(points.len().saturating_sub(1));
     let top = nice_ceiling(points.iter().filter_map(|p| p.1).fold(0.05, f64::max)).min(1.0);
     let plot = HEIGHT - BOTTOM - TOP;
     let n = points.len();
@@ -251,7 +293,7 @@ pub fn RateLine(
             });
             let point = v.is_some().then(|| view! { <circle cx=x cy=y r="3.5" class="fill-rose-600" stroke-width="2" /> });
             view! {
-                <Mark describe active focus="focus:[&>circle]:stroke-slate-900">
+                <Mark describe index=i count=n current active focus="focus:[&>circle]:stroke-slate-900">
                     <rect class="fill-transparent" x=x - step / 2.0 y=TOP width=step height=plot />
                     {point}
                 </Mark>
@@ -278,6 +320,8 @@ pub fn RankedBars(
     rows: Vec<(String, f64, String, String)>,
 ) -> impl IntoView {
     let active = RwSignal::new(None::<String>);
+    let current = RwSignal::new(0);
+    let count = rows.len();
     let top = rows.iter().map(|r| r.1).fold(0.0, f64::max).max(1.0);
     let row_h = 26.0;
     let label_w = 210.0;
@@ -290,7 +334,7 @@ pub fn RankedBars(
             let y = row_h * i as f64;
             let w = (WIDTH - label_w - value_w) * v / top;
             view! {
-                <Mark describe active focus="focus:[&>rect.bar]:stroke-slate-900">
+                <Mark describe index=i count current active focus="focus:[&>rect.bar]:stroke-slate-900">
                     <text x=label_w - 8.0 y=y + 17.0 text-anchor="end" class="fill-slate-700 text-[12px]">{label}</text>
                     <rect class="bar fill-slate-700" stroke-width="2" x=label_w y=y + 5.0 width=w.max(1.0) height=row_h - 10.0 />
                     <text x=label_w + w + 6.0 y=y + 17.0 class="fill-slate-600 text-[12px]">{written}</text>
