@@ -29,12 +29,16 @@ pub fn Timestamp(at: DateTime<Utc>) -> impl IntoView {
             on_cleanup(move || handle.clear());
         }
     }
+    // The "ago" span is always there and only its text changes: the effect may run while the
+    // page around it is still hydrating, and a node that appears then is a hydration mismatch.
     view! {
         <time datetime=iso title=utc_text>{move || text.get()}</time>
-        {move || {
-            let words = ago.get();
-            (!words.is_empty()).then(|| view! { <span class="ml-1 text-xs text-slate-500">{format!("· {words}")}</span> })
-        }}
+        <span class="ml-1 text-xs text-slate-500">
+            {move || {
+                let words = ago.get();
+                if words.is_empty() { String::new() } else { format!("· {words}") }
+            }}
+        </span>
     }
 }
 
