@@ -207,41 +207,45 @@ async fn choices(db: &SqlitePool, zone: Tz, now_ms: i64, scope: Scope) -> Result
         Scope::Member(id) => Some(id),
         Scope::Admin => None,
     };
-    let kept = "FROM usage_daily u WHERE u.day >= ? AND u.member_id = COALESCE(?, u.member_id)";
-    let models: Vec<String> =
-        sqlx::query_scalar(&format!("SELECT DISTINCT u.model {kept} ORDER BY u.model LIMIT {MAX_CHOICES}"))
+    // The rows of `table` whose id appears in the kept summaries (the member's own, or all).
+    let kept = |select: &str, column: &str, order: &str| {
+        format!(
+            "{select} WHERE t.id IN (SELECT DISTINCT u.{column} FROM usage_daily u
+               WHERE u.day >= ? AND u.member_id = COALESCE(?, u.member_id))
+             ORDER BY {order} LIMIT {MAX_CHOICES}"
+        )
+    };
+    let models: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT DISTINCT u.model FROM usage_daily u WHERE u.day >= ? AND u.member_id = COALESCE(?, u.member_id)
+         ORDER BY u.model LIMIT {MAX_CHOICES}"
+    ))
+    .bind(&first)
+    .bind(member)
+    .fetch_all(db)
+    .await?;
+    let keys: Vec<(i64, String, Option<i64>)> =
+        sqlx::query_as(&kept("SELECT t.id, t.name, t.revoked_at FROM api_keys t", "key_id", "t.name, t.id"))
             .bind(&first)
             .bind(member)
             .fetch_all(db)
             .await?;
-    let keys: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&format!(
-        "SELECT k.id, k.name, k.revoked_at FROM api_keys k
-         WHERE k.id IN (SELECT DISTINCT u.key_id {kept}) ORDER BY k.name, k.id LIMIT {MAX_CHOICES}"
-    ))
-    .bind(&first)
-    .bind(member)
-    .fetch_all(db)
-    .await?;
-    let pools: Vec<(i64, String)> = sqlx::query_as(&format!(
-        "SELECT p.id, p.name FROM pools p
-         WHERE p.id IN (SELECT DISTINCT u.pool_id {kept}) ORDER BY p.name, p.id LIMIT {MAX_CHOICES}"
-    ))
-    .bind(&first)
-    .bind(member)
-    .fetch_all(db)
-    .await?;
+    let pools: Vec<(i64, String)> =
+        sqlx::query_as(&kept("SELECT t.id, t.name FROM pools t", "pool_id", "t.name, t.id"))
+            .bind(&first)
+            .bind(member)
+            .fetch_all(db)
+            .await?;
     let (members, accounts) = if matches!(scope, Scope::Admin) {
-        let members: Vec<(i64, String)> = sqlx::query_as(&format!(
-            "SELECT m.id, m.username FROM members m
-             WHERE m.id IN (SELECT DISTINCT u.member_id {kept}) ORDER BY m.username LIMIT {MAX_CHOICES}"
-        ))
-        .bind(&first)
-        .bind(member)
-        .fetch_all(db)
-        .await?;
-        let accounts: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&format!(
-            "SELECT a.id, a.name, a.deleted_at FROM accounts a
-             WHERE a.id IN (SELECT DISTINCT u.account_id {kept}) ORDER BY a.name, a.id LIMIT {MAX_CHOICES}"
+        let members: Vec<(i64, String)> =
+            sqlx::query_as(&kept("SELECT t.id, t.username FROM members t", "member_id", "t.username"))
+                .bind(&first)
+                .bind(member)
+                .fetch_all(db)
+                .await?;
+        let accounts: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&kept(
+            "SELECT t.id, t.name, t.deleted_at FROM accounts t",
+            "account_id",
+            "t.name, t.id",
         ))
         .bind(&first)
         .bind(member)
