@@ -78,6 +78,8 @@ pub struct Entry {
 /// A pool's routing view.
 pub struct PoolRoutes {
     pub policy: ModelPolicy,
+    /// Unique to this view in the process (the scheduler keeps its eligibility index by it).
+    key: u64,
     accounts: Vec<Arc<Account>>,
     entries: Vec<Entry>,
     /// Account id -> position in `accounts`.
@@ -147,6 +149,11 @@ impl PoolRoutes {
         &self.entries
     }
 
+    /// What tells this view apart from every other (of this pool or another) in the process.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
     /// Where account `id` is in `accounts()`.
     pub fn position(&self, id: i64) -> Option<usize> {
         self.index.get(&id).copied()
@@ -167,8 +174,10 @@ impl PoolRoutes {
             .collect();
         let index = accounts.iter().enumerate().map(|(i, a)| (a.id, i)).collect();
         let quota_readable = accounts.iter().any(|a| crate::quota::reads::Reads::readable(a.provider));
+        static KEYS: AtomicU64 = AtomicU64::new(1);
         PoolRoutes {
             policy,
+            key: KEYS.fetch_add(1, Ordering::Relaxed),
             accounts,
             entries,
             index,

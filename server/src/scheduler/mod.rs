@@ -13,6 +13,7 @@
 
 pub mod admission;
 mod bindings;
+mod pool_index;
 mod queue;
 mod runtime;
 mod select;
@@ -175,12 +176,16 @@ pub type BindingKey = (i64, i64, ConversationKey);
 
 #[derive(Default)]
 struct Inner {
-    runtimes: Vec<Runtime>,
+    runtimes: pool_index::Runtimes,
+    /// Per pool view, which of its accounts a rotation must look at one by one.
+    indexes: Vec<pool_index::PoolIndex>,
+    /// Rotation decisions taken (the indexes' clock for eviction).
+    decisions: u64,
     slots: HashMap<i64, usize>,
     queues: HashMap<i64, VecDeque<Waiter>>,
     bindings: bindings::Bindings,
     next_waiter: u64,
-    /// Reused by the eligibility scan (positions in the pool's account list).
+    /// Reused by the weighted pick (positions in the pool's account list).
     scratch: Vec<u32>,
     /// Writes a decision produced, sent after the lock is released.
     pending_writes: Vec<store::Write>,

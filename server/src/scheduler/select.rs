@@ -8,6 +8,7 @@ use app::model::Provider;
 
 use super::{
     Ask, Excluded, Inner, Lease, Refusal, Reservation, RoutingDecision, Rule, Scheduler, Step, Want,
+    pool_index,
     state::{AccountState, Block},
 };
 use crate::directory::{Account, Entry, PoolRoutes};
@@ -21,8 +22,10 @@ impl Scheduler {
         ask: &Ask<'_>,
         reserved: Option<Reservation>,
     ) -> (Step, RoutingDecision) {
-        let now = self.now();
         let mut inner = self.lock();
+        // Read under the lock, so decisions see time in the order they are taken (the pool
+        // indexes' bits hold from the time they were worked out onwards).
+        let now = self.now();
         let reserved_slot = reserved.as_ref().map(|r| r.slot);
         let (step, decision) = self.decide_locked(&mut inner, pool, ask, reserved_slot, now);
         // The reservation was used (its slot is now the lease's) or must be handed on.
@@ -152,87 +155,45 @@ impl Scheduler {
         }
 
         // RT-5/RT-8: rotation among eligible accounts with room, highest priority tier first.
-        let mut excluded = Excluded::default();
-        let mut eligible = std::mem::take(&mut inner.scratch);
-        eligible.clear();
         let mut blocked = Blocked::default();
-        // Accounts whose model list lacks the model: when that is every account of the request's
-        // protocol, the model is unknown to the pool (ID-4).
-        let mut unlisted = 0u32;
-        for (i, e) in entries.iter().enumerate() {
-            if !ask.supported.contains(&e.provider) {
-                excluded.model_support += 1;
-                continue;
-            }
-            if ask.only.is_some_and(|p| p != e.provider) {
-                excluded.policy += 1;
-                continue;
-            }
-            // An account this request already tried (the account itself is touched only when it
-            // tried some: the scan otherwise reads the packed entries alone).
-            if !ask.avoid.is_empty() && ask.avoid.contains(&accounts[i].id) {
-                excluded.unavailable += 1;
-                continue;
-            }
-            if inner.runtimes[e.slot].stale(e) {
-                sync(inner, i);
-            }
-            let rt = &inner.runtimes[e.slot];
-            // RT-8: an operator's list for the provider decides; then the account's own.
-            let by_config = listed[e.provider as usize];
-            if by_config == Some(false) {
-                excluded.model_support += 1;
-                unlisted += 1;
-                continue;
-            }
-            // Only an account with a block or per-model state (limits, quota, a model list) needs
-            // more than its load looked at.
-            if rt.blocked_until > now || rt.has_models {
-                if by_config.is_none() && !rt.supports(ask.model) {
-                    excluded.model_support += 1;
-                    unlisted += 1;
-                    continue;
-                }
-                if let Some(b) = rt.block(ask.model, now) {
-                    if b.quota() {
-                        excluded.quota += 1;
-                    } else if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
-                        excluded.unavailable += 1;
-                    } else {
-                        excluded.cooldown += 1;
-                    }
-                    blocked.add(b, now);
-                    continue;
-                }
-            }
-            if !(reserved == Some(e.slot) || rt.in_flight < rt.limit) {
-                excluded.capacity += 1;
-                continue;
-            }
-            eligible.push(i as u32);
+        inner.decisions += 1;
+        let Inner { runtimes, indexes, decisions, scratch, .. } = inner;
+        let at = pool_index::find_or_make(indexes, pool, *decisions);
+        pool_index::follow(indexes, runtimes, now);
+        let index = &mut indexes[at];
+        let scan = index.scan(runtimes, pool, ask, &listed, reserved, now, |b| blocked.add(b, now));
+        #[cfg(debug_assertions)]
+        {
+            let (excluded, unlisted, eligible) =
+                pool_index::reference_scan(runtimes, pool, ask, &listed, reserved, now);
+            let mut indexed = Vec::new();
+            index.eligible_in(0, entries.len(), &mut indexed);
+            assert_eq!((scan.excluded, scan.unlisted, indexed), (excluded, unlisted, eligible));
         }
-        let step = match eligible.first() {
-            Some(&first) => {
-                let top = entries[first as usize].priority;
-                let tier = eligible.iter().take_while(|&&i| entries[i as usize].priority == top).count();
+        let excluded = scan.excluded;
+        let step = match index.top_tier() {
+            Some((start, end, tier)) => {
                 // RT-5: one rotation position per pool and set of providers, so traffic of one
                 // protocol never decides which account serves the other's.
                 let turn = pool.next_turn(provider_set(ask));
                 let mut decision = RoutingDecision::rotation(tier as u32, excluded);
                 let weighted = if self.settings().quota_weighted {
-                    weighted_pick(inner, entries, &eligible[..tier], ask.model, turn, now)
+                    index.eligible_in(start, end, scratch);
+                    weighted_pick(runtimes, entries, scratch, ask.model, turn, now)
                 } else {
                     None
                 };
                 let pick = match weighted {
                     Some(i) => {
                         decision.rule = Rule::QuotaWeightedRotation;
-                        i
+                        Some(i)
                     }
-                    None => eligible[turn % tier] as usize,
+                    None => index.nth_eligible(start, end, turn % tier),
                 };
-                inner.scratch = eligible;
-                return (Step::Go(self.lease(inner, &accounts[pick], ask, reserved, now)), decision);
+                if let Some(pick) = pick {
+                    return (Step::Go(self.lease(inner, &accounts[pick], ask, reserved, now)), decision);
+                }
+                Step::Refuse(Refusal::NoAccount)
             }
             None if excluded.capacity > 0 => {
                 let avoid =
@@ -241,12 +202,11 @@ impl Scheduler {
                     Want::Any { supported: self.wanted_providers(ask), model: ask.model.to_owned(), avoid };
                 self.enqueue(inner, ask, want, blocked.soonest_end())
             }
-            None if unlisted > 0 && unlisted == speaking(entries, ask) => {
+            None if scan.unlisted > 0 && scan.unlisted == scan.speaking => {
                 Step::Refuse(Refusal::ModelNotFound)
             }
             None => Step::Refuse(blocked.refusal(now)),
         };
-        inner.scratch = eligible;
         (step, RoutingDecision::rotation(0, excluded))
     }
 
@@ -359,7 +319,7 @@ pub(super) fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusa
 /// The pick is the rotation turn spread by the golden ratio over the weights' sum: an
 /// equidistributed sequence, so shares follow the weights closely with no state to keep.
 fn weighted_pick(
-    inner: &Inner,
+    runtimes: &pool_index::Runtimes,
     entries: &[Entry],
     tier: &[u32],
     model: &str,
@@ -378,7 +338,7 @@ fn weighted_pick(
         if e.provider != provider {
             return None;
         }
-        let quota = inner.runtimes[e.slot].cold.quota.as_ref()?;
+        let quota = runtimes[e.slot].cold.quota.as_ref()?;
         let (left, until) = match per_model {
             Some(m) => *quota.model_remaining.get(crate::quota::observation::base_model(m))?,
             None => quota.remaining?,
@@ -406,15 +366,6 @@ fn weighted_pick(
         x -= w;
     }
     last
-}
-
-/// How many of the pool's accounts speak the request's protocol (and pass its provider prefix).
-fn speaking(entries: &[Entry], ask: &Ask<'_>) -> u32 {
-    let n = entries
-        .iter()
-        .filter(|e| ask.supported.contains(&e.provider) && ask.only.is_none_or(|p| p == e.provider))
-        .count();
-    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The providers a request may use, as a bit set (its rotation position's key).

@@ -870,3 +870,176 @@ async fn spent_quota_is_a_quota_exclusion_and_a_bound_conversation_hears_quota_e
     b.scheduler.set_quota(bound, 1, Some(quota(now, Some(100.0), &[])));
     assert!(matches!(b.scheduler.decide(&b.pool, &ask(Some("c")), None).0, Step::Go(_)));
 }
+
+mod indexed_rotation {
+    //! The pool index against the full scan it stands in for: random traffic over pools that
+    //! span several bit words, with every kind of state change. Every decision of a debug build
+    //! compares the index's exclusions and candidates with the full scan's, so any drift fails
+    //! here (the assertion is in `decide`).
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::quota::QuotaLive;
+
+    const IDS: i64 = 150;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A decision over pool 0 or 1, with `avoid` ids tried before and a set of providers.
+        Decide {
+            pool: usize,
+            avoid: Vec<i64>,
+            providers: usize,
+            only: bool,
+            model: usize,
+        },
+        /// The lease at this index (modulo) ends with this verdict (0: success ...).
+        End {
+            lease: usize,
+            verdict: u8,
+        },
+        Limit {
+            id: i64,
+            limit: u32,
+        },
+        Credentials {
+            id: i64,
+            blocked_for: Option<i64>,
+        },
+        Quota {
+            id: i64,
+            exhausted_for: i64,
+            listed: bool,
+        },
+        /// The clock moves by this many ms (backwards too).
+        Clock {
+            ms: i64,
+        },
+        /// A new snapshot of pool 0: new limits and lifecycle revisions for some accounts.
+        Reload {
+            bump: Vec<i64>,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let id = 1..=IDS;
+        prop_oneof![
+            6 => (0..2usize, proptest::collection::vec(1..=IDS, 0..3), 0..3usize, any::<bool>(), 0..3usize)
+                .prop_map(|(pool, avoid, providers, only, model)| Op::Decide { pool, avoid, providers, only, model }),
+            4 => (any::<usize>(), 0..6u8).prop_map(|(lease, verdict)| Op::End { lease, verdict }),
+            1 => (id.clone(), 0..3u32).prop_map(|(id, limit)| Op::Limit { id, limit }),
+            1 => (id.clone(), proptest::option::of(-5_000..60_000i64))
+                .prop_map(|(id, blocked_for)| Op::Credentials { id, blocked_for }),
+            1 => (id.clone(), -5_000..60_000i64, any::<bool>())
+                .prop_map(|(id, exhausted_for, listed)| Op::Quota { id, exhausted_for, listed }),
+            2 => (-2_000..90_000i64).prop_map(|ms| Op::Clock { ms }),
+            1 => proptest::collection::vec(1..=IDS, 0..20).prop_map(|bump| Op::Reload { bump }),
+        ]
+    }
+
+    fn account(scheduler: &Scheduler, id: i64, limit: u32, revision: i64, generation: u64) -> Arc<Account> {
+        // Three priority tiers; one account in five speaks the plain API.
+        let provider = if id % 5 == 0 { Provider::OpenaiApi } else { Provider::Codex };
+        Arc::new(Account {
+            id,
+            provider,
+            priority: id % 3,
+            max_concurrency: limit,
+            revision,
+            quota_revision: 0,
+            pools: vec![1],
+            slot: scheduler.register(id),
+            generation,
+            tokens: TokenCell::fixed(id, provider, CredentialInput::ApiKey { api_key: "k".into() }),
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn the_index_decides_as_the_full_scan_does(ops in proptest::collection::vec(op(), 1..250)) {
+            let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+            let scheduler = Scheduler::new(Settings::default(), Arc::new(clock.clone()), store::Writer::discard());
+            // The operator lists the plain API's models: "other" is unknown to those accounts.
+            scheduler.set_catalogues(crate::catalogue::Catalogues::new([(
+                Provider::OpenaiApi,
+                vec!["m".to_owned(), "listed".to_owned()],
+            )]));
+            let mut limits: HashMap<i64, (u32, i64)> = (1..=IDS).map(|id| (id, (1 + (id % 2) as u32, 1))).collect();
+            let mut generation = 1;
+            let snapshot = |limits: &HashMap<i64, (u32, i64)>, generation: u64, ids: &mut dyn Iterator<Item = i64>| {
+                let accounts = ids.map(|id| account(&scheduler, id, limits[&id].0, limits[&id].1, generation)).collect();
+                PoolRoutes::new(ModelPolicy::default(), accounts)
+            };
+            let mut pools = [snapshot(&limits, generation, &mut (1..=IDS)), snapshot(&limits, generation, &mut (40..=IDS).step_by(2))];
+            let mut leases: Vec<Lease> = Vec::new();
+            for op in ops {
+                let now = scheduler.now();
+                match op {
+                    Op::Decide { pool, avoid, providers, only, model } => {
+                        let supported: &[Provider] = match providers {
+                            0 => &[Provider::Codex],
+                            1 => &[Provider::Codex, Provider::OpenaiApi],
+                            _ => &[Provider::OpenaiApi],
+                        };
+                        let model = ["m", "listed", "other"][model];
+                        let a = Ask {
+                            avoid: &avoid,
+                            supported,
+                            only: only.then_some(supported[0]),
+                            model,
+                            ..ask(None)
+                        };
+                        if let (Step::Go(l), decision) = scheduler.decide(&pools[pool], &a, None) {
+                            prop_assert!(decision.candidates >= 1);
+                            prop_assert!(!avoid.contains(&l.account().id));
+                            leases.push(l);
+                        }
+                    }
+                    Op::End { lease, verdict } if !leases.is_empty() => {
+                        let mut l = leases.swap_remove(lease % leases.len());
+                        l.settle(match verdict {
+                            0 => Verdict::Success,
+                            1 => Verdict::RateLimited(Some(Duration::from_secs(20))),
+                            2 => Verdict::Overloaded(None),
+                            3 => Verdict::ModelFailure,
+                            4 => Verdict::CredentialsRejected(401),
+                            _ => Verdict::Neutral,
+                        });
+                    }
+                    Op::End { .. } => {}
+                    Op::Limit { id, limit } => {
+                        generation += 1;
+                        limits.get_mut(&id).unwrap().0 = limit;
+                        scheduler.set_limit(id, limit, generation);
+                    }
+                    Op::Credentials { id, blocked_for } => {
+                        scheduler.set_credential_block(id, blocked_for.map(|ms| now + ms));
+                    }
+                    Op::Quota { id, exhausted_for, listed } => {
+                        let live = QuotaLive {
+                            account_until: now + exhausted_for,
+                            catalogue: listed.then(|| ["listed".to_owned()].into_iter().collect()),
+                            ..QuotaLive::default()
+                        };
+                        scheduler.set_quota(id, 0, Some(live));
+                    }
+                    Op::Clock { ms } => clock.advance(chrono::TimeDelta::milliseconds(ms)),
+                    Op::Reload { bump } => {
+                        generation += 1;
+                        for id in bump {
+                            let l = limits.get_mut(&id).unwrap();
+                            *l = ((l.0 + 1) % 3, l.1 + 1);
+                        }
+                        pools[0] = snapshot(&limits, generation, &mut (1..=IDS));
+                        // Half the time the directory sync comes before the next decision.
+                        if generation % 2 == 0 {
+                            scheduler.sync_directory(pools[0].accounts().iter());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
