@@ -269,7 +269,9 @@ where
         // calling the stream cut short (which would count against the model, CD-2).
         end.unreadable |= splitter.overflowed();
         end.observation = observer.seen;
-        on_end(end).await;
+        // Boxed: the ending (the record and its hand-over) is larger than the whole relay loop,
+        // and an inline future would make every open stream carry its size.
+        Box::pin(on_end(end)).await;
     };
     let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|x| (x, rx))
