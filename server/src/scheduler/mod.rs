@@ -280,9 +280,9 @@ impl Scheduler {
             seen[slot] = true;
             changed |= inner.runtimes[slot].sync(account);
         }
-        for (slot, rt) in inner.runtimes.iter_mut().enumerate() {
-            if !seen.get(slot).copied().unwrap_or(false) && !rt.cold.pools.is_empty() {
-                rt.cold.pools.clear();
+        for slot in 0..inner.runtimes.len() {
+            if !seen.get(slot).copied().unwrap_or(false) && !inner.runtimes[slot].cold.pools.is_empty() {
+                inner.runtimes[slot].cold.pools.clear();
                 changed = true;
             }
         }

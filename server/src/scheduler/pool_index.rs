@@ -30,21 +30,13 @@ pub(super) struct Runtimes {
     /// Slots mutably borrowed since the indexes last followed (each once).
     changed: Vec<usize>,
     marked: Vec<bool>,
-    /// A bulk mutable pass happened: every index refreshes in full.
-    all_changed: bool,
     /// The latest time the indexes' bits were worked out at (unix ms).
     seen_now: i64,
 }
 
 impl Default for Runtimes {
     fn default() -> Self {
-        Runtimes {
-            all: Vec::new(),
-            changed: Vec::new(),
-            marked: Vec::new(),
-            all_changed: false,
-            seen_now: i64::MIN,
-        }
+        Runtimes { all: Vec::new(), changed: Vec::new(), marked: Vec::new(), seen_now: i64::MIN }
     }
 }
 
@@ -60,11 +52,6 @@ impl Runtimes {
 
     pub(super) fn iter(&self) -> std::slice::Iter<'_, Runtime> {
         self.all.iter()
-    }
-
-    pub(super) fn iter_mut(&mut self) -> std::slice::IterMut<'_, Runtime> {
-        self.all_changed = true;
-        self.all.iter_mut()
     }
 }
 
@@ -172,6 +159,8 @@ pub(super) struct PoolIndex {
     held_until: i64,
     /// The latest decision's candidates.
     pub(super) eligible: Bits,
+    /// The accounts the latest decision looked at one by one.
+    judged: Bits,
     /// Every bit must be worked out again (new index, bulk change, the clock went back).
     stale: bool,
 }
@@ -207,6 +196,7 @@ impl PoolIndex {
             held: std::array::from_fn(|_| vec![0; words]),
             held_until: i64::MAX,
             eligible: vec![0; words],
+            judged: vec![0; words],
             stale: true,
         }
     }
@@ -219,11 +209,7 @@ impl PoolIndex {
     fn update(&mut self, i: usize, rt: &Runtime, now: i64) {
         let e = &self.entries[i];
         let stale = rt.stale(e);
-        // Without per-model state, a block is the account's whatever the model.
-        let hold = (!stale && !rt.has_models && rt.blocked_until > now)
-            .then(|| rt.block("", now))
-            .flatten()
-            .and_then(|b| Some((hold_kind(&b), hold_end(&b)?)));
+        let hold = if !stale && !rt.has_models && rt.blocked_until > now { hold(rt, now) } else { None };
         for (k, bits) in self.held.iter_mut().enumerate() {
             set(bits, i, hold.is_some_and(|(kind, _)| kind == k));
         }
@@ -353,10 +339,13 @@ impl PoolIndex {
         excluded.quota = holds[0];
         excluded.unavailable += holds[1];
         excluded.cooldown = holds[2];
-        // Special accounts, one by one.
+        // Special accounts, one by one (those of a provider the operator's list rules out are
+        // only brought in step with their configuration: they were counted above).
+        let looked_at: Vec<usize> = (0..PROVIDERS).filter(|p| open[*p] || closed[*p]).collect();
         for w in 0..self.special.len() {
-            let speaks = open_providers.iter().fold(0, |m, p| m | self.by_provider[*p][w]);
+            let speaks = looked_at.iter().fold(0, |m, p| m | self.by_provider[*p][w]);
             let mut bits = speaks & self.special[w];
+            self.judged[w] = 0;
             while bits != 0 {
                 let i = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
@@ -368,6 +357,11 @@ impl PoolIndex {
                     let _ = runtimes[e.slot].sync(&accounts[i]);
                 }
                 let rt = &runtimes.all[e.slot];
+                if closed[e.provider as usize] {
+                    self.update(i, rt, now);
+                    continue;
+                }
+                set(&mut self.judged, i, true);
                 let has_room = reserved == Some(e.slot) || rt.in_flight < rt.limit;
                 match judge(rt, listed[e.provider as usize], ask.model, has_room, now) {
                     Verdict::Unlisted => {
@@ -389,7 +383,8 @@ impl PoolIndex {
         if self.eligible.iter().all(|w| *w == 0) {
             for w in 0..self.special.len() {
                 let speaks = open_providers.iter().fold(0, |m, p| m | self.by_provider[*p][w]);
-                let mut bits = self.held.iter().fold(0, |m, h| m | h[w]) & speaks;
+                // (an account judged above was handed over then)
+                let mut bits = self.held.iter().fold(0, |m, h| m | h[w]) & speaks & !self.judged[w];
                 while bits != 0 {
                     let i = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
@@ -457,12 +452,34 @@ fn hold_kind(b: &Block) -> usize {
     }
 }
 
-/// When a hold must be looked at again (`None`: a block with no end of its own, never held).
-fn hold_end(b: &Block) -> Option<i64> {
-    match b {
-        Block::Credentials { until } => Some(*until),
-        b => b.until(),
+/// An account without per-model state that every request finds blocked the same way until a
+/// time: the exclusion its block counts under, and the first time any of its blocks ends (then
+/// it is looked at again). `None`: not blocked, or not so simply.
+fn hold(rt: &Runtime, now: i64) -> Option<(usize, i64)> {
+    let b = rt.block("", now)?;
+    let s = &rt.cold.state;
+    let active = |until: Option<i64>| until.is_some_and(|u| u > now);
+    // Between a credential pause and a cooldown, the account reports the one with more whole
+    // seconds left, which can change as time passes: such an account is looked at one by one.
+    if rt.credentials_until <= now
+        && rt.cold.quota_until <= now
+        && active(s.temp_unschedulable_until)
+        && (active(s.rate_limit_reset_at) || active(s.overload_until))
+    {
+        return None;
     }
+    let end = [
+        Some(rt.credentials_until),
+        Some(rt.cold.quota_until),
+        s.rate_limit_reset_at,
+        s.overload_until,
+        s.temp_unschedulable_until,
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|u| *u > now)
+    .min()?;
+    Some((hold_kind(&b), end))
 }
 
 /// The exclusion reason a block counts under (EXP-1).
@@ -481,7 +498,7 @@ pub(super) fn follow(indexes: &mut [PoolIndex], runtimes: &mut Runtimes, now: i6
     // Every index is worked out again from `now`, which then is the time to compare with.
     let went_back = now < runtimes.seen_now;
     runtimes.seen_now = now;
-    if std::mem::take(&mut runtimes.all_changed) || went_back {
+    if went_back {
         for ix in indexes.iter_mut() {
             ix.stale = true;
         }
@@ -524,6 +541,28 @@ pub(super) fn find_or_make(indexes: &mut Vec<PoolIndex>, pool: &PoolRoutes, used
     };
     indexes[at].used = used;
     at
+}
+
+#[cfg(debug_assertions)]
+impl PoolIndex {
+    /// The index's own bits against the accounts as they are now: a plain or held account is
+    /// in step with its configuration, a plain one has no block or model state, a held one is
+    /// held as it reports now, and `full` is exact. Debug builds check it on every decision.
+    pub(super) fn assert_consistent(&self, runtimes: &Runtimes, now: i64) {
+        for (i, e) in self.entries.iter().enumerate() {
+            let rt = &runtimes.all[e.slot];
+            assert_eq!(bit(&self.full, i), rt.in_flight >= rt.limit, "full bit of position {i}");
+            if bit(&self.special, i) {
+                continue;
+            }
+            assert!(!rt.stale(e), "position {i} is out of step but not looked at");
+            let held = (0..HOLD_KINDS).find(|k| bit(&self.held[*k], i));
+            match held {
+                Some(k) => assert_eq!(hold(rt, now).map(|(kind, _)| kind), Some(k), "hold of position {i}"),
+                None => assert!(rt.blocked_until <= now && !rt.has_models, "position {i} is not plain"),
+            }
+        }
+    }
 }
 
 /// The full scan the index stands in for, without side effects: exclusions, unlisted count and

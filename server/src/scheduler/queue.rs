@@ -105,12 +105,13 @@ impl Scheduler {
 
     /// Hands the free slots of account slot `slot` to the oldest waiters that can use them.
     fn fill(inner: &mut Inner, slot: usize, now: i64) {
+        // The slot is counted once a waiter took it (the waiter runs after the lock is let go):
+        // an account nobody waits for is left untouched, so the pools' indexes need not look.
         while inner.runtimes[slot].in_flight < inner.runtimes[slot].limit {
-            inner.runtimes[slot].in_flight += 1;
             if !hand_to_oldest(inner, slot, now) {
-                inner.runtimes[slot].in_flight -= 1;
                 return;
             }
+            inner.runtimes[slot].in_flight += 1;
         }
     }
 

@@ -166,6 +166,7 @@ impl Scheduler {
         {
             let (excluded, unlisted, eligible) =
                 pool_index::reference_scan(runtimes, pool, ask, &listed, reserved, now);
+            index.assert_consistent(runtimes, now);
             let mut indexed = Vec::new();
             index.eligible_in(0, entries.len(), &mut indexed);
             assert_eq!((scan.excluded, scan.unlisted, indexed), (excluded, unlisted, eligible));

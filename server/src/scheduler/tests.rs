@@ -871,6 +871,33 @@ async fn spent_quota_is_a_quota_exclusion_and_a_bound_conversation_hears_quota_e
     assert!(matches!(b.scheduler.decide(&b.pool, &ask(Some("c")), None).0, Step::Go(_)));
 }
 
+/// A credential pause and a cooldown of about the same length on one account: which one the
+/// account reports turns on whole seconds left, so the reason it is excluded for can change
+/// while both last (EXP-1: unavailable, then cooldown or back). Every decision counts it as the
+/// full scan would (debug builds check each decision against it).
+#[test]
+fn an_account_with_two_blocks_is_counted_by_the_one_it_reports_now() {
+    let b = bed(&[(1, 1, 2), (2, 0, 10)], Settings::default());
+    let a = ask(None);
+    let mut first = b.lease(&a);
+    let mut second = b.lease(&a);
+    assert_eq!((first.account().id, second.account().id), (1, 1));
+    first.settle(Verdict::RateLimited(Some(Duration::from_secs(300))));
+    b.clock.advance(chrono::TimeDelta::milliseconds(500));
+    second.settle(Verdict::CredentialsRejected(401));
+    drop((first, second));
+    let mut reasons = Vec::new();
+    for _ in 0..4 {
+        b.clock.advance(chrono::TimeDelta::milliseconds(300));
+        let (step, decision) = b.scheduler.decide(&b.pool, &a, None);
+        assert!(matches!(step, Step::Go(ref l) if l.account().id == 2));
+        reasons.push((decision.excluded.cooldown, decision.excluded.unavailable));
+    }
+    // On a tie in whole seconds the rate limit (read first) is reported, otherwise the pause
+    // (half a second longer): 300/300, 299/300, 299/300, 299/299 seconds left.
+    assert_eq!(reasons, [(1, 0), (0, 1), (0, 1), (1, 0)]);
+}
+
 mod indexed_rotation {
     //! The pool index against the full scan it stands in for: random traffic over pools that
     //! span several bit words, with every kind of state change. Every decision of a debug build
@@ -927,13 +954,14 @@ mod indexed_rotation {
         prop_oneof![
             6 => (0..2usize, proptest::collection::vec(1..=IDS, 0..3), 0..3usize, any::<bool>(), 0..3usize)
                 .prop_map(|(pool, avoid, providers, only, model)| Op::Decide { pool, avoid, providers, only, model }),
-            4 => (any::<usize>(), 0..6u8).prop_map(|(lease, verdict)| Op::End { lease, verdict }),
+            4 => (any::<usize>(), 0..7u8).prop_map(|(lease, verdict)| Op::End { lease, verdict }),
             1 => (id.clone(), 0..3u32).prop_map(|(id, limit)| Op::Limit { id, limit }),
             1 => (id.clone(), proptest::option::of(-5_000..60_000i64))
                 .prop_map(|(id, blocked_for)| Op::Credentials { id, blocked_for }),
             1 => (id.clone(), -5_000..60_000i64, any::<bool>())
                 .prop_map(|(id, exhausted_for, listed)| Op::Quota { id, exhausted_for, listed }),
             2 => (-2_000..90_000i64).prop_map(|ms| Op::Clock { ms }),
+            2 => (0..1_500i64).prop_map(|ms| Op::Clock { ms }),
             1 => proptest::collection::vec(1..=IDS, 0..20).prop_map(|bump| Op::Reload { bump }),
         ]
     }
@@ -1005,6 +1033,9 @@ mod indexed_rotation {
                             2 => Verdict::Overloaded(None),
                             3 => Verdict::ModelFailure,
                             4 => Verdict::CredentialsRejected(401),
+                            // As long as a credential pause: which of the two is reported
+                            // depends on whole seconds left.
+                            5 => Verdict::RateLimited(Some(Duration::from_secs(300))),
                             _ => Verdict::Neutral,
                         });
                     }
