@@ -988,7 +988,9 @@ mod indexed_rotation {
         #[test]
         fn the_index_decides_as_the_full_scan_does(ops in proptest::collection::vec(op(), 1..250)) {
             let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
-            let scheduler = Scheduler::new(Settings::default(), Arc::new(clock.clone()), store::Writer::discard());
+            // RT-6 on: the weighted pick reads the index's copy of each account's quota.
+            let settings = Settings { quota_weighted: true, ..Settings::default() };
+            let scheduler = Scheduler::new(settings, Arc::new(clock.clone()), store::Writer::discard());
             // The operator lists the plain API's models: "other" is unknown to those accounts.
             scheduler.set_catalogues(crate::catalogue::Catalogues::new([(
                 Provider::OpenaiApi,
@@ -1052,6 +1054,7 @@ mod indexed_rotation {
                         let live = QuotaLive {
                             account_until: now + exhausted_for,
                             catalogue: listed.then(|| ["listed".to_owned()].into_iter().collect()),
+                            remaining: Some(((exhausted_for % 100) as f64, now + 30_000)),
                             ..QuotaLive::default()
                         };
                         scheduler.set_quota(id, 0, Some(live));
