@@ -64,8 +64,8 @@ pub struct Account {
     pub tokens: Arc<TokenCell>,
 }
 
-/// What the scheduler's eligibility scan reads of an account, packed next to its neighbours so
-/// a scan over a large pool stays in cache (the `Arc<Account>` is only touched when chosen).
+/// What the scheduler's pool index reads of an account, packed next to its neighbours (the
+/// `Arc<Account>` is only touched when chosen or brought in step).
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
     pub slot: usize,

@@ -11,9 +11,9 @@ use crate::{
     quota::{QuotaLive, observation::base_model},
 };
 
-/// Live state of one account (one entry per account ever seen, by dense slot). The fields the
-/// eligibility scan reads sit in one small struct; the rest is behind a box, so scanning a
-/// thousand accounts touches about one cache line each.
+/// Live state of one account (one entry per account ever seen, by dense slot). The fields a
+/// decision reads of an account it looks at sit in one small struct; the rest is behind a box.
+/// Changes reach the pools' indexes through [`super::pool_index::Runtimes`].
 pub(super) struct Runtime {
     pub(super) in_flight: u32,
     pub(super) limit: u32,
