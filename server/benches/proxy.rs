@@ -362,17 +362,20 @@ fn body(stream: bool, chat: bool) -> String {
         .to_string()
 }
 
-/// One call; returns the time to the whole JSON body, or to the first streamed byte.
-async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
-    let start = Instant::now();
-    let resp = http
-        .post(&path.url)
+/// Sends one model call on `path`.
+async fn send(http: &reqwest::Client, path: &Path, stream: bool) -> reqwest::Result<reqwest::Response> {
+    http.post(&path.url)
         .bearer_auth(&path.key)
         .header("content-type", "application/json")
         .body(body(stream, path.chat))
         .send()
         .await
-        .unwrap();
+}
+
+/// One call; returns the time to the whole JSON body, or to the first streamed byte.
+async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
+    let start = Instant::now();
+    let resp = send(http, path, stream).await.unwrap();
     if !resp.status().is_success() {
         panic!("{} {}: {}", path.url, resp.status(), resp.text().await.unwrap_or_default());
     }
@@ -451,14 +454,7 @@ async fn open_loop(http: &reqwest::Client, path: &Path) -> OpenLoop {
             }
             let (http, path, tx) = (http.clone(), Arc::clone(&path), tx.clone());
             handle.spawn(async move {
-                let ok = match http
-                    .post(&path.url)
-                    .bearer_auth(&path.key)
-                    .header("content-type", "application/json")
-                    .body(body(false, path.chat))
-                    .send()
-                    .await
-                {
+                let ok = match send(&http, &path, false).await {
                     Ok(resp) => resp.status().is_success() && resp.bytes().await.is_ok(),
                     Err(_) => false,
                 };
