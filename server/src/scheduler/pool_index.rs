@@ -201,6 +201,11 @@ impl PoolIndex {
         }
     }
 
+    /// Word `w` of the positions whose provider is one of `among`.
+    fn of_providers(&self, w: usize, among: &[bool; PROVIDERS]) -> u64 {
+        (0..PROVIDERS).filter(|p| among[*p]).fold(0, |m, p| m | self.by_provider[p][w])
+    }
+
     fn position_of(&self, slot: usize) -> Option<usize> {
         self.position.get(slot).filter(|p| **p != u32::MAX).map(|p| *p as usize)
     }
@@ -299,11 +304,10 @@ impl PoolIndex {
             }
         }
         // Plain and held accounts, by popcount.
-        let open_providers: Vec<usize> = (0..PROVIDERS).filter(|p| open[*p]).collect();
         let mut capacity = 0u32;
         let mut holds = [0u32; HOLD_KINDS];
         for w in 0..self.eligible.len() {
-            let speaks = open_providers.iter().fold(0, |m, p| m | self.by_provider[*p][w]);
+            let speaks = self.of_providers(w, &open);
             let mut plain = speaks & !self.special[w];
             for (k, held) in self.held.iter().enumerate() {
                 holds[k] += (speaks & held[w]).count_ones();
@@ -336,14 +340,14 @@ impl PoolIndex {
             set(&mut self.eligible, i, true);
         }
         excluded.capacity = capacity;
-        excluded.quota = holds[0];
-        excluded.unavailable += holds[1];
-        excluded.cooldown = holds[2];
+        for (kind, n) in holds.into_iter().enumerate() {
+            count_kind(&mut excluded, kind, n);
+        }
         // Special accounts, one by one (those of a provider the operator's list rules out are
         // only brought in step with their configuration: they were counted above).
-        let looked_at: Vec<usize> = (0..PROVIDERS).filter(|p| open[*p] || closed[*p]).collect();
+        let looked_at: [bool; PROVIDERS] = std::array::from_fn(|p| open[p] || closed[p]);
         for w in 0..self.special.len() {
-            let speaks = looked_at.iter().fold(0, |m, p| m | self.by_provider[*p][w]);
+            let speaks = self.of_providers(w, &looked_at);
             let mut bits = speaks & self.special[w];
             self.judged[w] = 0;
             while bits != 0 {
@@ -382,7 +386,7 @@ impl PoolIndex {
         // accounts' are handed over too.
         if self.eligible.iter().all(|w| *w == 0) {
             for w in 0..self.special.len() {
-                let speaks = open_providers.iter().fold(0, |m, p| m | self.by_provider[*p][w]);
+                let speaks = self.of_providers(w, &open);
                 // (an account judged above was handed over then)
                 let mut bits = self.held.iter().fold(0, |m, h| m | h[w]) & speaks & !self.judged[w];
                 while bits != 0 {
@@ -439,16 +443,19 @@ impl PoolIndex {
     }
 }
 
-/// Kinds of hold, by the exclusion they count under: quota, unavailable, cooldown.
+/// Kinds of hold, by the exclusion they count under (EXP-1).
+const QUOTA: usize = 0;
+const UNAVAILABLE: usize = 1;
+const COOLDOWN: usize = 2;
 const HOLD_KINDS: usize = 3;
 
 fn hold_kind(b: &Block) -> usize {
     if b.quota() {
-        0
+        QUOTA
     } else if matches!(b, Block::TempUnschedulable { .. } | Block::Credentials { .. }) {
-        1
+        UNAVAILABLE
     } else {
-        2
+        COOLDOWN
     }
 }
 
@@ -482,12 +489,17 @@ fn hold(rt: &Runtime, now: i64) -> Option<(usize, i64)> {
     Some((hold_kind(&b), end))
 }
 
-/// The exclusion reason a block counts under (EXP-1).
-pub(super) fn count_block(excluded: &mut Excluded, b: &Block) {
-    match hold_kind(b) {
-        0 => excluded.quota += 1,
-        1 => excluded.unavailable += 1,
-        _ => excluded.cooldown += 1,
+/// Counts a block under the exclusion reason it counts under (EXP-1).
+fn count_block(excluded: &mut Excluded, b: &Block) {
+    count_kind(excluded, hold_kind(b), 1);
+}
+
+/// Counts `n` exclusions of hold kind `kind`.
+fn count_kind(excluded: &mut Excluded, kind: usize, n: u32) {
+    match kind {
+        QUOTA => excluded.quota += n,
+        UNAVAILABLE => excluded.unavailable += n,
+        _ => excluded.cooldown += n,
     }
 }
 
