@@ -207,56 +207,25 @@ async fn choices(db: &SqlitePool, zone: Tz, now_ms: i64, scope: Scope) -> Result
         Scope::Member(id) => Some(id),
         Scope::Admin => None,
     };
-    // The rows of `table` whose id appears in the kept summaries (the member's own, or all).
-    let kept = |select: &str, column: &str, order: &str| {
-        format!(
-            "{select} WHERE t.id IN (SELECT DISTINCT u.{column} FROM usage_daily u
-               WHERE u.day >= ? AND u.member_id = COALESCE(?, u.member_id))
-             ORDER BY {order} LIMIT {MAX_CHOICES}"
-        )
-    };
-    let models: Vec<String> = sqlx::query_scalar(&format!(
-        "SELECT DISTINCT u.model FROM usage_daily u WHERE u.day >= ? AND u.member_id = COALESCE(?, u.member_id)
-         ORDER BY u.model LIMIT {MAX_CHOICES}"
-    ))
-    .bind(&first)
-    .bind(member)
-    .fetch_all(db)
-    .await?;
+    let kept = KeptSummaries { db, first: &first, member };
+    let models: Vec<(String,)> =
+        kept.rows(&format!("SELECT DISTINCT u.model {KEPT} ORDER BY u.model LIMIT {MAX_CHOICES}")).await?;
     let keys: Vec<(i64, String, Option<i64>)> =
-        sqlx::query_as(&kept("SELECT t.id, t.name, t.revoked_at FROM api_keys t", "key_id", "t.name, t.id"))
-            .bind(&first)
-            .bind(member)
-            .fetch_all(db)
-            .await?;
+        kept.named("SELECT t.id, t.name, t.revoked_at FROM api_keys t", "key_id", "t.name, t.id").await?;
     let pools: Vec<(i64, String)> =
-        sqlx::query_as(&kept("SELECT t.id, t.name FROM pools t", "pool_id", "t.name, t.id"))
-            .bind(&first)
-            .bind(member)
-            .fetch_all(db)
-            .await?;
+        kept.named("SELECT t.id, t.name FROM pools t", "pool_id", "t.name, t.id").await?;
     let (members, accounts) = if matches!(scope, Scope::Admin) {
         let members: Vec<(i64, String)> =
-            sqlx::query_as(&kept("SELECT t.id, t.username FROM members t", "member_id", "t.username"))
-                .bind(&first)
-                .bind(member)
-                .fetch_all(db)
-                .await?;
-        let accounts: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&kept(
-            "SELECT t.id, t.name, t.deleted_at FROM accounts t",
-            "account_id",
-            "t.name, t.id",
-        ))
-        .bind(&first)
-        .bind(member)
-        .fetch_all(db)
-        .await?;
+            kept.named("SELECT t.id, t.username FROM members t", "member_id", "t.username").await?;
+        let accounts: Vec<(i64, String, Option<i64>)> = kept
+            .named("SELECT t.id, t.name, t.deleted_at FROM accounts t", "account_id", "t.name, t.id")
+            .await?;
         (records::member_choices(members), records::account_choices(accounts))
     } else {
         (Vec::new(), Vec::new())
     };
     Ok(UsageChoices {
-        models,
+        models: models.into_iter().map(|(m,)| m).collect(),
         keys: records::key_choices(keys),
         pools: pools
             .into_iter()
@@ -265,6 +234,37 @@ async fn choices(db: &SqlitePool, zone: Tz, now_ms: i64, scope: Scope) -> Result
         members,
         accounts,
     })
+}
+
+/// The kept summaries (from the first kept day), the member's own or, with no member, all.
+const KEPT: &str = "FROM usage_daily u WHERE u.day >= ? AND u.member_id = COALESCE(?, u.member_id)";
+
+/// Queries over the kept summaries of one scope.
+struct KeptSummaries<'a> {
+    db: &'a SqlitePool,
+    first: &'a str,
+    member: Option<i64>,
+}
+
+impl KeptSummaries<'_> {
+    /// The rows `sql` selects; its two parameters are the first kept day and the member.
+    async fn rows<T>(&self, sql: &str) -> Result<Vec<T>>
+    where
+        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+    {
+        Ok(sqlx::query_as(sql).bind(self.first).bind(self.member).fetch_all(self.db).await?)
+    }
+
+    /// The rows of `select` (a table aliased `t`) whose id appears in the summaries' `column`.
+    async fn named<T>(&self, select: &str, column: &str, order: &str) -> Result<Vec<T>>
+    where
+        T: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow> + Send + Unpin,
+    {
+        self.rows(&format!(
+            "{select} WHERE t.id IN (SELECT DISTINCT u.{column} {KEPT}) ORDER BY {order} LIMIT {MAX_CHOICES}"
+        ))
+        .await
+    }
 }
 
 /// The CSV columns, in order.
