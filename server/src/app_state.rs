@@ -46,8 +46,10 @@ pub struct Shared {
     pub sealer: Arc<Sealer>,
     /// Where leptos_axum finds the built site and how it names the assets.
     pub leptos: LeptosOptions,
-    /// Pooled upstream connections (TCP_NODELAY).
+    /// Pooled upstream connections for OAuth, quota reads and sign-ins (TCP_NODELAY).
     pub http: reqwest::Client,
+    /// Pooled upstream connections for model calls.
+    pub model_http: crate::proxy::client::Client,
     /// The request-record writer's queue.
     pub records: RecordSink,
     /// Bumped by every configuration change; the caches below follow it.

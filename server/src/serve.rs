@@ -102,8 +102,9 @@ impl Server {
     }
 }
 
-/// The client for every upstream call: pooled, TCP_NODELAY, and never following a redirect (a
-/// redirect would carry the account's credential and the body to another host).
+/// The client for the upstream calls around the model calls (OAuth tokens, quota reads, sign-ins):
+/// pooled, TCP_NODELAY, and never following a redirect (a redirect would carry the account's
+/// credential and the body to another host). Model calls have their own, `proxy::client`.
 pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .tcp_nodelay(true)
@@ -170,6 +171,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         .env(Env::PROD)
         .build();
     let http = upstream_client().map_err(|e| StartError::Bootstrap(format!("HTTP client: {e}")))?;
+    let model_http = crate::proxy::client::Client::from_env()
+        .map_err(|e| StartError::Bootstrap(format!("model call HTTP client: {e}")))?;
     let metrics = Arc::new(crate::metrics::Metrics::new(config.observability.metrics));
     let (records, writer) = records::spawn_writer(
         db.clone(),
@@ -247,6 +250,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         sealer,
         leptos,
         http,
+        model_http,
         records: records.clone(),
         principals: Arc::new(Principals::new(generation.clone())),
         directory: Arc::new(Directory::new(generation.clone(), Arc::clone(&scheduler), Arc::clone(&tokens))),

@@ -25,6 +25,7 @@ use super::{
     Spec,
     attempt::{Attempt, Ending, REQUEST_DEADLINE, member_rpm, member_slot, new_request_id, stream_verdict},
     auth::authenticate_request,
+    client,
     error::GatewayError,
     failure::UpstreamFailure,
     relay::{self, Timing},
@@ -599,7 +600,7 @@ struct Outgoing<'a> {
 
 /// An upstream answer with how to pass it on.
 struct Sent {
-    response: reqwest::Response,
+    response: client::Answer,
     /// The upstream streams for a client that did not ask for a stream (Codex): collect it.
     force_stream: bool,
     rewrite: Option<relay::Rewrite>,
@@ -774,7 +775,7 @@ pub(crate) fn token_error(e: &TokenError) -> GatewayError {
 /// answer with its final response object.
 async fn collect_stream(
     attempt: Attempt,
-    upstream: reqwest::Response,
+    upstream: client::Answer,
     mut observer: Observer,
     deadline: Instant,
     chat: bool,
@@ -894,7 +895,7 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
 pub(super) const MAX_SWITCHES: usize = 2;
 
 /// Reads a non-streaming upstream answer, at most [`MAX_UPSTREAM_JSON_BYTES`].
-async fn read_capped(upstream: reqwest::Response) -> Result<Bytes, GatewayError> {
+async fn read_capped(upstream: client::Answer) -> Result<Bytes, GatewayError> {
     if upstream.content_length().is_some_and(|n| n > MAX_UPSTREAM_JSON_BYTES as u64) {
         return Err(GatewayError::upstream_response_too_large());
     }
@@ -910,7 +911,7 @@ async fn read_capped(upstream: reqwest::Response) -> Result<Bytes, GatewayError>
     Ok(Bytes::from(out))
 }
 
-fn copy_headers(from: &reqwest::header::HeaderMap, to: &mut HeaderMap) {
+fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
     for (name, value) in from {
         if providers::response_header_passes(name.as_str()) {
             to.append(name.clone(), value.clone());

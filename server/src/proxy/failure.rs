@@ -45,7 +45,7 @@ pub(super) struct UpstreamFailure {
 
 impl UpstreamFailure {
     pub(super) async fn read(
-        upstream: reqwest::Response,
+        upstream: super::client::Answer,
         provider: Provider,
         upstream_model: &str,
         now: chrono::DateTime<chrono::Utc>,

@@ -4,6 +4,7 @@
 mod attempt;
 pub mod auth;
 pub mod call;
+pub mod client;
 pub mod error;
 mod failure;
 pub mod models;

@@ -167,7 +167,7 @@ async fn deliver(
 /// the caller spawns (on the tracker a shutdown waits for). `first` is a chunk already read from
 /// the upstream (it is queued at once, so it leaves with the response headers). `on_end` runs
 /// once when the relay stops, whoever stopped it.
-pub fn relay<S, F, Fut>(
+pub fn relay<S, E, F, Fut>(
     upstream: S,
     first: Option<Bytes>,
     mut observer: Observer,
@@ -177,7 +177,8 @@ pub fn relay<S, F, Fut>(
     on_end: F,
 ) -> (Body, impl Future<Output = ()> + Send + 'static)
 where
-    S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+    S: futures_util::Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
+    E: Send + 'static,
     F: FnOnce(End) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
@@ -310,10 +311,8 @@ mod tests {
     }
 
     /// An upstream the test feeds chunk by chunk.
-    fn upstream() -> (
-        mpsc::Sender<reqwest::Result<Bytes>>,
-        impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin,
-    ) {
+    fn upstream()
+    -> (mpsc::Sender<io::Result<Bytes>>, impl futures_util::Stream<Item = io::Result<Bytes>> + Unpin) {
         let (tx, rx) = mpsc::channel(16);
         (
             tx,
@@ -327,7 +326,7 @@ mod tests {
     /// Starts a relay without a first chunk or rewrite, its task on the runtime.
     fn start<S, F>(upstream: S, grammar: Grammar, timing: Timing, stop: HardStop, on_end: F) -> Body
     where
-        S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+        S: futures_util::Stream<Item = io::Result<Bytes>> + Send + Unpin + 'static,
         F: FnOnce(End) -> std::future::Ready<()> + Send + 'static,
     {
         let (body, task) = relay(upstream, None, Observer::new(grammar), timing, stop, None, on_end);

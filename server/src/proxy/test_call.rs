@@ -72,7 +72,7 @@ pub async fn run(s: &AppState, provider: Provider, credentials: &CredentialInput
         }
         None => Bytes::from(body.to_string()),
     };
-    let send = super::upstream::post(&s.http, &target, body).send();
+    let send = super::upstream::post(&s.model_http, &target, body);
     let result = tokio::time::timeout(TEST_TIMEOUT, async {
         let resp = send.await.map_err(|_| ("upstream_unavailable".to_owned(), None))?;
         let status = resp.status();

@@ -5,8 +5,8 @@
 //!
 //! Strict upstreams (aiohttp-based provider proxies, for one) answer 400 to a duplicate
 //! `Content-Type`; real providers redirect nowhere, and a redirect followed would carry the
-//! account's credential and the body to another host, so a 3xx is an upstream error (the shared
-//! client never follows redirects: see `serve::upstream_client`).
+//! account's credential and the body to another host, so a 3xx is an upstream error (the model-call
+//! client, [`super::client`], never follows one).
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use axum::{
 
 use super::{
     attempt::Attempt,
+    client::{Answer, Client, SendError},
     error::GatewayError,
     schedule::{self, retry_after_header},
 };
@@ -28,10 +29,12 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The upstream POST for `target`: its headers (the account's credential and the client headers
 /// that may pass, one value each) and exactly one `Content-Type: application/json`, since what
 /// SubLane sends upstream is always the JSON body it decoded.
-pub fn post(http: &reqwest::Client, target: &providers::Target, body: Bytes) -> reqwest::RequestBuilder {
+pub async fn post(http: &Client, target: &providers::Target, body: Bytes) -> Result<Answer, SendError> {
     let mut headers = target.headers.clone();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    http.post(target.url.clone()).headers(headers).body(body)
+    // what reqwest sent for a client that names no Accept (SubLane's own test calls among them)
+    headers.entry(header::ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+    http.post(&target.url, headers, body).await
 }
 
 /// Sends the upstream request. CD-3: explicit 408/5xx answers are retried on the same account, at
@@ -45,13 +48,21 @@ pub(super) async fn send_with_retries(
     upstream_model: &str,
     target: providers::Target,
     body: Bytes,
-) -> Result<reqwest::Response, (GatewayError, Outcome)> {
+) -> Result<Answer, (GatewayError, Outcome)> {
     let mut retries = 0;
     loop {
-        let send = post(&s.http, &target, body.clone()).send();
+        let send = post(&s.model_http, &target, body.clone());
         let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
             Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
-            Ok(Err(_)) => return Err((GatewayError::upstream_unavailable(), Outcome::Error)),
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    request_id = %attempt.request_id,
+                    account_id = account.id,
+                    error = %error_chain(&e),
+                    "upstream call failed before an answer"
+                );
+                return Err((GatewayError::upstream_unavailable(), Outcome::Error));
+            }
             Ok(Ok(r)) => r,
         };
         s.metrics.upstream_answer(account.provider.as_str(), upstream.status().as_u16());
@@ -76,4 +87,16 @@ pub(super) async fn send_with_retries(
         tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
         schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
     }
+}
+
+/// An error and its causes, one line (hyper's errors name their cause only in `source`).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
 }
