@@ -58,6 +58,9 @@ const USER_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Client {
     inner: legacy::Client<Timed<hyper_rustls::HttpsConnector<Connect>>, Full<Bytes>>,
     proxies: Arc<Matcher>,
+    /// For connections another protocol runs over (the Codex WebSocket).
+    connect: Connect,
+    tls: Arc<rustls::ClientConfig>,
 }
 
 /// Why a call got no answer (the cause is logged, never shown to a client).
@@ -103,13 +106,31 @@ impl Client {
             to_proxy: hyper_rustls::HttpsConnector::from((tcp, to_proxy)),
             proxies: Arc::clone(&proxies),
         };
+        let tls = Arc::new(to_target);
         // (built from the config, not the builder, which refuses a config that names ALPN)
-        let https = hyper_rustls::HttpsConnector::from((connect, to_target));
+        let https = hyper_rustls::HttpsConnector::from((connect.clone(), Arc::clone(&tls)));
         let inner = legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .pool_timer(TokioTimer::new())
             .build(Timed(https));
-        Ok(Client { inner, proxies })
+        Ok(Client { inner, proxies, connect, tls })
+    }
+
+    /// A connection to the host of `url` (`http` or `https`) for a protocol of its own on top (the
+    /// Codex WebSocket): straight there, or through a `CONNECT` tunnel of the proxy that matches
+    /// (a tunnel even for `http`: what is sent is no request a forwarding proxy could pass on).
+    /// TLS to the host is the caller's, with [`Self::tls`].
+    pub async fn open(&self, url: &url::Url) -> Result<TokioIo<Conn>, BoxError> {
+        let uri: Uri = url.as_str().parse()?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.connect.clone().open(uri, true)).await {
+            Ok(conn) => Ok(TokioIo::new(conn?)),
+            Err(_) => Err("connecting to the upstream timed out".into()),
+        }
+    }
+
+    /// The TLS settings of every upstream connection (ALPN `http/1.1`).
+    pub fn tls(&self) -> Arc<rustls::ClientConfig> {
+        Arc::clone(&self.tls)
     }
 
     /// POSTs `body` to `url` with `headers` as they are (the caller puts exactly one of each
@@ -179,28 +200,31 @@ impl Service<Uri> for Connect {
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let proxy = self.proxies.intercept(&dst);
-        let mut tcp = self.tcp.clone();
-        let mut to_proxy = self.to_proxy.clone();
-        Box::pin(async move {
-            let Some(proxy) = proxy else {
-                let io = MaybeHttpsStream::Http(tcp.call(dst).await?);
-                return Ok(Conn { io, absolute_form: false });
-            };
-            let scheme = proxy.uri().scheme();
-            if scheme != Some(&Scheme::HTTP) && scheme != Some(&Scheme::HTTPS) {
-                return Err("the proxy for model calls must be an http:// or https:// URL".into());
+        Box::pin(self.clone().open(dst, false))
+    }
+}
+
+impl Connect {
+    /// A connection for `dst`: through a `CONNECT` tunnel when a proxy matches and the target is
+    /// `https` (or `tunnel` is asked for), else to the proxy itself, else straight to `dst`.
+    async fn open(mut self, dst: Uri, tunnel: bool) -> Result<Conn, BoxError> {
+        let Some(proxy) = self.proxies.intercept(&dst) else {
+            let io = MaybeHttpsStream::Http(self.tcp.call(dst).await?);
+            return Ok(Conn { io, absolute_form: false });
+        };
+        let scheme = proxy.uri().scheme();
+        if scheme != Some(&Scheme::HTTP) && scheme != Some(&Scheme::HTTPS) {
+            return Err("the proxy for upstream calls must be an http:// or https:// URL".into());
+        }
+        if tunnel || dst.scheme() == Some(&Scheme::HTTPS) {
+            let mut tunnel = Tunnel::new(proxy.uri().clone(), self.to_proxy);
+            if let Some(auth) = proxy.basic_auth() {
+                tunnel = tunnel.with_auth(auth.clone());
             }
-            if dst.scheme() == Some(&Scheme::HTTPS) {
-                let mut tunnel = Tunnel::new(proxy.uri().clone(), to_proxy);
-                if let Some(auth) = proxy.basic_auth() {
-                    tunnel = tunnel.with_auth(auth.clone());
-                }
-                Ok(Conn { io: tunnel.call(dst).await?, absolute_form: false })
-            } else {
-                Ok(Conn { io: to_proxy.call(proxy.uri().clone()).await?, absolute_form: true })
-            }
-        })
+            Ok(Conn { io: tunnel.call(dst).await?, absolute_form: false })
+        } else {
+            Ok(Conn { io: self.to_proxy.call(proxy.uri().clone()).await?, absolute_form: true })
+        }
     }
 }
 
@@ -377,6 +401,16 @@ mod tests {
         assert!(head.starts_with("CONNECT api.example.com:443 HTTP/1.1\r\n"), "{head}");
         assert!(head.to_ascii_lowercase().contains("proxy-authorization: basic dxnlcjpwdw=="), "{head}");
         assert!(!head.contains("sk-upstream") && !head.contains("secret"), "{head}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_for_another_protocol_is_tunnelled_even_to_an_http_target() {
+        let (proxy, head) = one_exchange("HTTP/1.1 200 Connection established\r\n\r\n").await;
+        let client = Client::new(Matcher::builder().http(format!("http://{proxy}")).build()).unwrap();
+        let url = url::Url::parse("http://upstream.invalid:8080/backend-api/codex/responses").unwrap();
+        client.open(&url).await.unwrap();
+        let head = head.await.unwrap();
+        assert!(head.starts_with("CONNECT upstream.invalid:8080 HTTP/1.1\r\n"), "{head}");
     }
 
     /// A listener that is no TLS server: returns the first five bytes it is sent.

@@ -51,7 +51,9 @@ use crate::{
     scheduler::Verdict,
 };
 
-type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Upstream = tokio_tungstenite::WebSocketStream<
+    tokio_tungstenite::MaybeTlsStream<hyper_util::rt::TokioIo<super::client::Conn>>,
+>;
 
 /// Recorded operation name of a WebSocket turn.
 const OPERATION: &str = "responses_ws";
@@ -553,7 +555,16 @@ async fn handshake(
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
-    let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+    // The connection and TLS of the model calls: the same proxies, roots and TCP settings.
+    let http = &s.model_http;
+    let connect = async {
+        let stream = http.open(&target.url).await.map_err(|e| {
+            tracing::warn!(account_id = account.id, error = %e, "upstream websocket connection failed");
+            tungstenite::Error::Io(std::io::Error::other("connection failed"))
+        })?;
+        let tls = tokio_tungstenite::Connector::Rustls(http.tls());
+        tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), Some(tls)).await
+    };
     let at = s.clock.now().timestamp_millis();
     match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
         Ok(Ok((socket, resp))) => {
