@@ -44,7 +44,8 @@ use tower::Service;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// Longest a new upstream connection may take: TCP, the proxy's tunnel and the TLS handshake.
+/// Longest a new upstream connection may take: TCP and the proxy's tunnel, and for model calls
+/// the TLS handshake (the WebSocket's is bounded with its upgrade, by its caller).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an idle pooled connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
@@ -121,7 +122,11 @@ impl Client {
     /// (a tunnel even for `http`: what is sent is no request a forwarding proxy could pass on).
     /// TLS to the host is the caller's, with [`Self::tls`].
     pub async fn open(&self, url: &url::Url) -> Result<TokioIo<Conn>, BoxError> {
-        let uri: Uri = url.as_str().parse()?;
+        // The port spelled out: `url` drops a scheme's default one, and a tunnel without one
+        // would be asked for port 443 whatever the scheme.
+        let host = url.host().ok_or("the upstream URL has no host")?;
+        let port = url.port_or_known_default().ok_or("the upstream URL has no port")?;
+        let uri: Uri = format!("{}://{host}:{port}/", url.scheme()).parse()?;
         match tokio::time::timeout(CONNECT_TIMEOUT, self.connect.clone().open(uri, true)).await {
             Ok(conn) => Ok(TokioIo::new(conn?)),
             Err(_) => Err("connecting to the upstream timed out".into()),
@@ -405,12 +410,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_for_another_protocol_is_tunnelled_even_to_an_http_target() {
-        let (proxy, head) = one_exchange("HTTP/1.1 200 Connection established\r\n\r\n").await;
-        let client = Client::new(Matcher::builder().http(format!("http://{proxy}")).build()).unwrap();
-        let url = url::Url::parse("http://upstream.invalid:8080/backend-api/codex/responses").unwrap();
-        client.open(&url).await.unwrap();
-        let head = head.await.unwrap();
-        assert!(head.starts_with("CONNECT upstream.invalid:8080 HTTP/1.1\r\n"), "{head}");
+        for (target, connect) in [
+            ("http://upstream.invalid:8080/backend-api/codex/responses", "upstream.invalid:8080"),
+            // a default port is named: a tunnel is not asked for 443 on a plain target
+            ("http://upstream.invalid/backend-api/codex/responses", "upstream.invalid:80"),
+            ("http://[::1]/v1/responses", "[::1]:80"),
+        ] {
+            let (proxy, head) = one_exchange("HTTP/1.1 200 Connection established\r\n\r\n").await;
+            let client = Client::new(Matcher::builder().http(format!("http://{proxy}")).build()).unwrap();
+            client.open(&url::Url::parse(target).unwrap()).await.unwrap();
+            let head = head.await.unwrap();
+            assert!(head.starts_with(&format!("CONNECT {connect} HTTP/1.1\r\n")), "{target}: {head}");
+        }
     }
 
     /// A listener that is no TLS server: returns the first five bytes it is sent.

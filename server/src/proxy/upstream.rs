@@ -90,7 +90,7 @@ pub(super) async fn send_with_retries(
 }
 
 /// An error and its causes, one line (hyper's errors name their cause only in `source`).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut line = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -559,7 +559,8 @@ async fn handshake(
     let http = &s.model_http;
     let connect = async {
         let stream = http.open(&target.url).await.map_err(|e| {
-            tracing::warn!(account_id = account.id, error = %e, "upstream websocket connection failed");
+            let error = super::upstream::error_chain(&*e);
+            tracing::warn!(account_id = account.id, error = %error, "upstream websocket connection failed");
             tungstenite::Error::Io(std::io::Error::other("connection failed"))
         })?;
         let tls = tokio_tungstenite::Connector::Rustls(http.tls());
