@@ -127,10 +127,7 @@ impl Client {
         let host = url.host().ok_or("the upstream URL has no host")?;
         let port = url.port_or_known_default().ok_or("the upstream URL has no port")?;
         let uri: Uri = format!("{}://{host}:{port}/", url.scheme()).parse()?;
-        match tokio::time::timeout(CONNECT_TIMEOUT, self.connect.clone().open(uri, true)).await {
-            Ok(conn) => Ok(TokioIo::new(conn?)),
-            Err(_) => Err("connecting to the upstream timed out".into()),
-        }
+        Ok(TokioIo::new(within_connect_timeout(self.connect.clone().open(uri, true)).await?))
     }
 
     /// The TLS settings of every upstream connection (ALPN `http/1.1`).
@@ -295,7 +292,8 @@ impl<S> Service<Uri> for Timed<S>
 where
     S: Service<Uri>,
     S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
+    S::Response: 'static,
+    S::Error: Into<BoxError> + 'static,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -306,13 +304,17 @@ where
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let connecting = self.0.call(dst);
-        Box::pin(async move {
-            match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-                Ok(r) => r.map_err(Into::into),
-                Err(_) => Err("connecting to the upstream timed out".into()),
-            }
-        })
+        Box::pin(within_connect_timeout(self.0.call(dst)))
+    }
+}
+
+/// `connecting`, given up after [`CONNECT_TIMEOUT`].
+async fn within_connect_timeout<T, E: Into<BoxError>>(
+    connecting: impl Future<Output = Result<T, E>>,
+) -> Result<T, BoxError> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(_) => Err("connecting to the upstream timed out".into()),
     }
 }
 
