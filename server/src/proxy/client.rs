@@ -58,8 +58,8 @@ const USER_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct Client {
     inner: legacy::Client<Timed<hyper_rustls::HttpsConnector<Connect>>, Full<Bytes>>,
-    proxies: Arc<Matcher>,
-    /// For connections another protocol runs over (the Codex WebSocket).
+    /// The connector under the pool (its proxies decide an http call's `Proxy-Authorization`),
+    /// also for connections another protocol runs over (the Codex WebSocket).
     connect: Connect,
     tls: Arc<rustls::ClientConfig>,
 }
@@ -100,12 +100,11 @@ impl Client {
         tcp.set_keepalive_retries(Some(3));
         #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
         tcp.set_tcp_user_timeout(Some(USER_TIMEOUT));
-        let proxies = Arc::new(proxies);
         let connect = Connect {
             tcp: tcp.clone(),
             // (an `http://` proxy is spoken to in clear through the same connector)
             to_proxy: hyper_rustls::HttpsConnector::from((tcp, to_proxy)),
-            proxies: Arc::clone(&proxies),
+            proxies: Arc::new(proxies),
         };
         let tls = Arc::new(to_target);
         // (built from the config, not the builder, which refuses a config that names ALPN)
@@ -114,7 +113,7 @@ impl Client {
             .pool_idle_timeout(POOL_IDLE)
             .pool_timer(TokioTimer::new())
             .build(Timed(https));
-        Ok(Client { inner, proxies, connect, tls })
+        Ok(Client { inner, connect, tls })
     }
 
     /// A connection to the host of `url` (`http` or `https`) for a protocol of its own on top (the
@@ -145,7 +144,7 @@ impl Client {
     ) -> Result<Answer, SendError> {
         let uri: Uri = url.as_str().parse().map_err(|_| SendError::Uri)?;
         if uri.scheme() == Some(&Scheme::HTTP)
-            && let Some(auth) = self.proxies.intercept(&uri).as_ref().and_then(|p| p.basic_auth())
+            && let Some(auth) = self.connect.proxies.intercept(&uri).as_ref().and_then(|p| p.basic_auth())
         {
             // an http target goes to the proxy in absolute form, with the proxy's credentials
             headers.insert(header::PROXY_AUTHORIZATION, auth.clone());
