@@ -31,6 +31,13 @@ async function traffic(page) {
     });
     assert.equal(resp.status, 200, await resp.text());
   }
+  // the writer batches records, so they land a few milliseconds after the answers
+  for (let i = 0; ; i++) {
+    const written = await (await page.request.get(`${server.url}/api/requests`)).json();
+    if (written.items.length === 2) break;
+    assert.ok(i < 100, `records written: ${written.items.length} of 2`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 test('filter the table, open a detail, copy the request id', async () => {
