@@ -163,11 +163,22 @@ pub(super) struct PoolIndex {
     judged: Bits,
     /// Every bit must be worked out again (new index, bulk change, the clock went back).
     stale: bool,
+    /// RT-6: each position's account-wide quota weight (what is left of its tightest main
+    /// window, in percent) while it is fresh; 0 where it has none.
+    weights: Vec<f64>,
+    /// Positions with a fresh weight.
+    weighted: Bits,
+    /// Per word, the sum of its weighted positions' weights: a weighted pick over ten thousand
+    /// candidates then adds up words, not accounts.
+    word_weights: Vec<f64>,
+    /// When the first weight stops being fresh: every weight is worked out again then.
+    weights_until: i64,
 }
 
 impl PoolIndex {
     pub(super) fn new(pool: &PoolRoutes) -> Self {
         let entries = pool.entries().to_vec();
+        let entries_len = entries.len();
         let words = entries.len().div_ceil(64);
         let max_slot = entries.iter().map(|e| e.slot + 1).max().unwrap_or(0);
         let mut position = vec![u32::MAX; max_slot];
@@ -198,6 +209,10 @@ impl PoolIndex {
             eligible: vec![0; words],
             judged: vec![0; words],
             stale: true,
+            weights: vec![0.0; entries_len],
+            weighted: vec![0; words],
+            word_weights: vec![0.0; words],
+            weights_until: i64::MAX,
         }
     }
 
@@ -223,6 +238,33 @@ impl PoolIndex {
         }
         set(&mut self.special, i, hold.is_none() && (stale || rt.has_models || rt.blocked_until > now));
         set(&mut self.full, i, rt.in_flight >= rt.limit);
+        self.reweigh(i, rt, now);
+    }
+
+    /// Works out position `i`'s quota weight (RT-6), and its word's sum when it changed.
+    fn reweigh(&mut self, i: usize, rt: &Runtime, now: i64) {
+        let fresh = fresh_weight(rt, now);
+        if let Some((_, until)) = fresh {
+            self.weights_until = self.weights_until.min(until);
+        }
+        let weight = fresh.map_or(0.0, |(left, _)| left);
+        if bit(&self.weighted, i) == fresh.is_some() && self.weights[i].to_bits() == weight.to_bits() {
+            return;
+        }
+        self.weights[i] = weight;
+        set(&mut self.weighted, i, fresh.is_some());
+        let w = i / 64;
+        self.word_weights[w] = self.sum_of(w, self.weighted[w]);
+    }
+
+    /// The weights of the positions of word `w` in `bits`, added up in position order.
+    fn sum_of(&self, w: usize, mut bits: u64) -> f64 {
+        let mut sum = 0.0;
+        while bits != 0 {
+            sum += self.weights[w * 64 + bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+        }
+        sum
     }
 
     /// Brings the index up to `now` (the runtimes' marked changes were already handed to every
@@ -239,10 +281,18 @@ impl PoolIndex {
         }
         if self.stale {
             self.held_until = i64::MAX;
+            self.weights_until = i64::MAX;
             self.stale = false;
             for i in 0..self.entries.len() {
                 let slot = self.entries[i].slot;
                 self.update(i, &runtimes.all[slot], now);
+            }
+        } else if now >= self.weights_until {
+            // Some quota observation went stale: its account's weight is gone from now on.
+            self.weights_until = i64::MAX;
+            for i in 0..self.entries.len() {
+                let slot = self.entries[i].slot;
+                self.reweigh(i, &runtimes.all[slot], now);
             }
         }
     }
@@ -430,6 +480,75 @@ impl PoolIndex {
         None
     }
 
+    /// RT-6's pick among the candidates within positions `start..end`, as
+    /// [`weighted_pick`] makes it, when all of them are accounts of `provider` with a fresh
+    /// account-wide weight; `None` otherwise. Sums whole words from [`Self::word_weights`]
+    /// where it can, so ten thousand candidates cost a pass over their words.
+    pub(super) fn weighted_nth(
+        &self,
+        start: usize,
+        end: usize,
+        provider: Provider,
+        turn: usize,
+    ) -> Option<usize> {
+        let words = start / 64..end.div_ceil(64);
+        // The candidates' weights in word `w`, or `None` when one of them has none.
+        let word = |w: usize| -> Option<(u64, f64)> {
+            let m = self.eligible[w] & range_mask(w, start, end);
+            if m & !self.by_provider[provider as usize][w] != 0 || m & !self.weighted[w] != 0 {
+                return None;
+            }
+            let others = self.weighted[w] & !m;
+            let sum = if others == 0 {
+                self.word_weights[w]
+            } else if others.count_ones() < m.count_ones() {
+                (self.word_weights[w] - self.sum_of(w, others)).max(0.0)
+            } else {
+                self.sum_of(w, m)
+            };
+            Some((m, sum))
+        };
+        let mut total = 0.0;
+        for w in words.clone() {
+            total += word(w)?.1;
+        }
+        let mut x = spread(turn, total)?;
+        // The last candidate with weight, for a rounding left over at the end.
+        let mut last = None;
+        for w in words {
+            let (mut m, sum) = word(w)?;
+            if sum <= 0.0 {
+                continue;
+            }
+            if x >= sum {
+                x -= sum;
+                last = Some((w, m));
+                continue;
+            }
+            while m != 0 {
+                let i = w * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                let weight = self.weights[i];
+                if x < weight {
+                    return Some(i);
+                }
+                x -= weight;
+            }
+            last = Some((w, self.eligible[w] & range_mask(w, start, end)));
+            break;
+        }
+        let (w, mut m) = last?;
+        let mut pick = None;
+        while m != 0 {
+            let i = w * 64 + m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.weights[i] > 0.0 {
+                pick = Some(i);
+            }
+        }
+        pick
+    }
+
     /// The candidates within positions `start..end`, in pool order.
     pub(super) fn eligible_in(&self, start: usize, end: usize, out: &mut Vec<u32>) {
         out.clear();
@@ -441,6 +560,46 @@ impl PoolIndex {
             }
         }
     }
+}
+
+/// RT-6: an account's account-wide quota weight and until when it is fresh (`None`: no fresh,
+/// usable number).
+pub(super) fn fresh_weight(rt: &Runtime, now: i64) -> Option<(f64, i64)> {
+    rt.cold.quota.as_ref()?.remaining.filter(|(left, until)| *until > now && left.is_finite() && *left >= 0.0)
+}
+
+/// Where the `turn`-th weighted pick falls in `0..total`: the turn spread by the golden ratio,
+/// an equidistributed sequence, so shares follow the weights closely with no state to keep.
+/// `None` when there is nothing to share.
+pub(super) fn spread(turn: usize, total: f64) -> Option<f64> {
+    const GOLDEN: f64 = 0.618_033_988_749_894_9;
+    (total > 0.0 && total.is_finite()).then(|| ((turn as f64) * GOLDEN).fract() * total)
+}
+
+/// RT-6's pick among `candidates` (positions, in pool order) with shares proportional to
+/// `weight`; `None` when a candidate has no weight or they add up to nothing.
+pub(super) fn weighted_pick(
+    candidates: &[u32],
+    turn: usize,
+    weight: impl Fn(u32) -> Option<f64>,
+) -> Option<usize> {
+    let mut total = 0.0;
+    for &i in candidates {
+        total += weight(i)?;
+    }
+    let mut x = spread(turn, total)?;
+    let mut last = None;
+    for &i in candidates {
+        let w = weight(i).unwrap_or(0.0);
+        if w > 0.0 {
+            last = Some(i as usize);
+        }
+        if x < w {
+            return Some(i as usize);
+        }
+        x -= w;
+    }
+    last
 }
 
 /// Kinds of hold, by the exclusion they count under (EXP-1).
@@ -564,6 +723,9 @@ impl PoolIndex {
         for (i, e) in self.entries.iter().enumerate() {
             let rt = &runtimes.all[e.slot];
             assert_eq!(bit(&self.full, i), rt.in_flight >= rt.limit, "full bit of position {i}");
+            let weight = fresh_weight(rt, now);
+            assert_eq!(bit(&self.weighted, i), weight.is_some(), "weighted bit of position {i}");
+            assert_eq!(self.weights[i], weight.map_or(0.0, |(left, _)| left), "weight of position {i}");
             if bit(&self.special, i) {
                 continue;
             }

@@ -178,9 +178,8 @@ impl Scheduler {
                 // protocol never decides which account serves the other's.
                 let turn = pool.next_turn(provider_set(ask));
                 let mut decision = RoutingDecision::rotation(tier as u32, excluded);
-                let weighted = if self.settings().quota_weighted {
-                    index.eligible_in(start, end, scratch);
-                    weighted_pick(runtimes, entries, scratch, ask.model, turn, now)
+                let weighted = if self.settings().quota_weighted && tier > 1 {
+                    quota_weighted(index, runtimes, entries, scratch, (start, end), ask.model, turn, now)
                 } else {
                     None
                 };
@@ -312,61 +311,58 @@ pub(super) fn bound_refusal(state: &AccountState, b: &Block, now: i64) -> Refusa
     }
 }
 
-/// RT-6: a pick among the top tier's candidates (positions in the pool) with shares
-/// proportional to each one's remaining quota of its tightest window (Antigravity: of the
-/// requested model). Only when every candidate is of the same provider, one SubLane observes,
-/// and all have fresh, complete numbers; otherwise `None` (uniform rotation).
+/// RT-6: a pick among the top tier's candidates (positions `start..end` in the pool) with
+/// shares proportional to each one's remaining quota of its tightest window (Antigravity: of
+/// the requested model). Only when every candidate is of the same provider, one SubLane
+/// observes, and all have fresh, complete numbers; otherwise `None` (uniform rotation).
 ///
-/// The pick is the rotation turn spread by the golden ratio over the weights' sum: an
-/// equidistributed sequence, so shares follow the weights closely with no state to keep.
-fn weighted_pick(
+/// Codex and Claude accounts' weights are kept by the pool's index, so the pick adds up words
+/// of candidates; Antigravity's depend on the requested model and are looked up one by one.
+#[allow(clippy::too_many_arguments)]
+fn quota_weighted(
+    index: &pool_index::PoolIndex,
     runtimes: &pool_index::Runtimes,
     entries: &[Entry],
-    tier: &[u32],
+    scratch: &mut Vec<u32>,
+    (start, end): (usize, usize),
     model: &str,
     turn: usize,
     now: i64,
 ) -> Option<usize> {
-    let provider = entries[*tier.first()? as usize].provider;
-    if !matches!(provider, Provider::Codex | Provider::Claude | Provider::Antigravity) || tier.len() < 2 {
-        return None;
-    }
-    let per_model = (provider == Provider::Antigravity).then_some(model);
-    // Each candidate's share: from the number worked out at publication (Antigravity: the
-    // requested model's, looked up now); any candidate without a fresh one means uniform.
-    let weight = |i: u32| -> Option<f64> {
-        let e = &entries[i as usize];
-        if e.provider != provider {
-            return None;
+    let provider = entries[index.nth_eligible(start, end, 0)?].provider;
+    match provider {
+        Provider::Codex | Provider::Claude => {
+            let pick = index.weighted_nth(start, end, provider, turn);
+            #[cfg(debug_assertions)]
+            {
+                // With whole-number weights every sum is exact, so the words' sums must pick
+                // what the one-by-one sum picks.
+                index.eligible_in(start, end, scratch);
+                let weight = |i: u32| {
+                    let e = &entries[i as usize];
+                    let left = pool_index::fresh_weight(&runtimes[e.slot], now)?;
+                    (e.provider == provider).then_some(left.0)
+                };
+                if scratch.iter().all(|i| weight(*i).is_none_or(|w| w.fract() == 0.0)) {
+                    assert_eq!(pick, pool_index::weighted_pick(scratch, turn, weight));
+                }
+            }
+            pick
         }
-        let quota = runtimes[e.slot].cold.quota.as_ref()?;
-        let (left, until) = match per_model {
-            Some(m) => *quota.model_remaining.get(crate::quota::observation::base_model(m))?,
-            None => quota.remaining?,
-        };
-        (until > now).then_some(left)
-    };
-    let mut total = 0.0;
-    for &i in tier {
-        total += weight(i)?;
-    }
-    if total.is_nan() || total <= 0.0 {
-        return None;
-    }
-    const GOLDEN: f64 = 0.618_033_988_749_894_9;
-    let mut x = ((turn as f64) * GOLDEN).fract() * total;
-    let mut last = None;
-    for &i in tier {
-        let w = weight(i).unwrap_or(0.0);
-        if w > 0.0 {
-            last = Some(i as usize);
+        Provider::Antigravity => {
+            index.eligible_in(start, end, scratch);
+            let model = crate::quota::observation::base_model(model);
+            pool_index::weighted_pick(scratch, turn, |i| {
+                let e = &entries[i as usize];
+                if e.provider != provider {
+                    return None;
+                }
+                let (left, until) = *runtimes[e.slot].cold.quota.as_ref()?.model_remaining.get(model)?;
+                (until > now).then_some(left)
+            })
         }
-        if x < w {
-            return Some(i as usize);
-        }
-        x -= w;
+        _ => None,
     }
-    last
 }
 
 /// The providers a request may use, as a bit set (its rotation position's key).

@@ -805,6 +805,77 @@ async fn quota_weighted_rotation_follows_remaining_quota_and_falls_back_to_unifo
     assert_eq!((rule, picks[&1], picks[&2]), (Rule::UniformRotation, 50, 50));
 }
 
+/// RT-6 with candidates over several words of the index: it adds up each word's weights at
+/// once (whole, or less the few accounts that are busy or tried), and debug builds check every
+/// such pick against a sum taken one account at a time. Shares follow the weights; accounts
+/// fill up and free, get new numbers, and go stale one by one as their observations age.
+#[tokio::test]
+async fn quota_weighted_rotation_over_hundreds_of_accounts_follows_the_weights_as_they_change() {
+    let settings = Settings { quota_weighted: true, ..Settings::default() };
+    // A tier of 200 (three words and a bit), then one of 100 straddling the fourth word.
+    let spec: Vec<(i64, i64, u32)> = (1..=300).map(|id| (id, i64::from(id > 200), 1)).collect();
+    let b = bed(&spec, settings);
+    let start = b.scheduler.now();
+    let left = |id: i64| (id * 37 % 100 + 1) as f64;
+    for id in 1..=300 {
+        b.scheduler.set_quota(id, 0, Some(quota(start, Some(100.0 - left(id)), &[])));
+    }
+    let (picks, rule) = shares(&b, &ask(None), 20_000);
+    assert_eq!(rule, Rule::QuotaWeightedRotation);
+    let tier: Vec<i64> = picks.keys().copied().collect();
+    assert!(tier.iter().all(|id| (1..=200).contains(id)) || tier.iter().all(|id| *id > 200), "one tier");
+    let ids: Vec<i64> = if tier[0] <= 200 { (1..=200).collect() } else { (201..=300).collect() };
+    let total: f64 = ids.iter().map(|id| left(*id)).sum();
+    let distance: f64 = ids
+        .iter()
+        .map(|id| (picks.get(id).copied().unwrap_or(0) as f64 / 20_000.0 - left(*id) / total).abs())
+        .sum();
+    assert!(distance < 0.02, "shares off the weights by {distance} in all");
+
+    // Busy and tried accounts, new numbers (some not whole), observations of different ages.
+    let mut next = xorshift(7);
+    let mut held: Vec<Lease> = Vec::new();
+    let mut observed: Vec<i64> = vec![start; 301];
+    let mut weighted = 0;
+    for round in 0..3_000 {
+        let now = b.scheduler.now();
+        match next() % 8 {
+            0 | 1 if held.len() < 60 => {
+                let avoid: Vec<i64> = (0..next() % 4).map(|_| 1 + (next() % 300) as i64).collect();
+                let a = Ask { avoid: &avoid, ..ask(None) };
+                let (step, d) = b.scheduler.decide(&b.pool, &a, None);
+                let Step::Go(l) = step else { panic!("round {round}: no account") };
+                assert!(!avoid.contains(&l.account().id));
+                let all_fresh =
+                    observed.iter().skip(1).all(|at| now - at <= crate::quota::observation::FRESH_MS);
+                if all_fresh && d.candidates > 1 {
+                    assert_eq!(d.rule, Rule::QuotaWeightedRotation, "round {round}");
+                }
+                weighted += usize::from(d.rule == Rule::QuotaWeightedRotation);
+                held.push(l);
+            }
+            2 if !held.is_empty() => drop(held.swap_remove((next() % held.len() as u64) as usize)),
+            3 => {
+                let id = 1 + (next() % 300) as i64;
+                // Whole numbers keep the debug builds' cross-check on; fractions come last.
+                let used = if round > 2_000 && next().is_multiple_of(4) {
+                    (next() % 1000) as f64 / 10.0
+                } else {
+                    (next() % 101) as f64
+                };
+                observed[id as usize] = now;
+                b.scheduler.set_quota(id, 0, Some(quota(now, Some(used), &[])));
+            }
+            4 => b.clock.advance(chrono::TimeDelta::milliseconds((next() % 2_000) as i64)),
+            _ => {
+                let (step, _) = b.scheduler.decide(&b.pool, &ask(None), None);
+                assert!(matches!(step, Step::Go(_) | Step::Wait(_)));
+            }
+        }
+    }
+    assert!(weighted > 100, "{weighted} weighted picks among the rounds");
+}
+
 #[tokio::test]
 async fn quota_weighting_needs_one_observed_provider_and_uses_the_requested_antigravity_model() {
     let clock = FakeClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
