@@ -163,22 +163,26 @@ pub(super) struct PoolIndex {
     judged: Bits,
     /// Every bit must be worked out again (new index, bulk change, the clock went back).
     stale: bool,
+    /// RT-6 is on: the weights below are kept (off, the default, they stay empty).
+    weighing: bool,
     /// RT-6: each position's account-wide quota weight (what is left of its tightest main
     /// window, in percent) while it is fresh; 0 where it has none.
     weights: Vec<f64>,
+    /// Until when each position's weight is fresh (`i64::MAX`: it has none).
+    weights_fresh: Vec<i64>,
     /// Positions with a fresh weight.
     weighted: Bits,
     /// Per word, the sum of its weighted positions' weights: a weighted pick over ten thousand
     /// candidates then adds up words, not accounts.
     word_weights: Vec<f64>,
-    /// When the first weight stops being fresh: every weight is worked out again then.
+    /// When the first weight stops being fresh: the stale ones are worked out again then.
     weights_until: i64,
 }
 
 impl PoolIndex {
-    pub(super) fn new(pool: &PoolRoutes) -> Self {
+    /// `weighing`: whether to keep quota weights for RT-6.
+    pub(super) fn new(pool: &PoolRoutes, weighing: bool) -> Self {
         let entries = pool.entries().to_vec();
-        let entries_len = entries.len();
         let words = entries.len().div_ceil(64);
         let max_slot = entries.iter().map(|e| e.slot + 1).max().unwrap_or(0);
         let mut position = vec![u32::MAX; max_slot];
@@ -194,7 +198,7 @@ impl PoolIndex {
                 _ => tiers.push((i, i + 1)),
             }
         }
-        PoolIndex {
+        let mut ix = PoolIndex {
             key: pool.key(),
             used: 0,
             entries,
@@ -209,11 +213,30 @@ impl PoolIndex {
             eligible: vec![0; words],
             judged: vec![0; words],
             stale: true,
-            weights: vec![0.0; entries_len],
+            weighing: false,
+            weights: Vec::new(),
+            weights_fresh: Vec::new(),
             weighted: vec![0; words],
             word_weights: vec![0.0; words],
             weights_until: i64::MAX,
+        };
+        ix.keep_weights(weighing);
+        ix
+    }
+
+    /// Starts (or stops) keeping RT-6's weights; they are worked out with every bit next time.
+    fn keep_weights(&mut self, weighing: bool) {
+        if self.weighing == weighing && self.weights.len() == self.entries.len() * usize::from(weighing) {
+            return;
         }
+        self.weighing = weighing;
+        let len = if weighing { self.entries.len() } else { 0 };
+        self.weights = vec![0.0; len];
+        self.weights_fresh = vec![i64::MAX; len];
+        self.weighted.fill(0);
+        self.word_weights.fill(0.0);
+        self.weights_until = i64::MAX;
+        self.stale = true;
     }
 
     /// Word `w` of the positions whose provider is one of `among`.
@@ -243,10 +266,12 @@ impl PoolIndex {
 
     /// Works out position `i`'s quota weight (RT-6), and its word's sum when it changed.
     fn reweigh(&mut self, i: usize, rt: &Runtime, now: i64) {
-        let fresh = fresh_weight(rt, now);
-        if let Some((_, until)) = fresh {
-            self.weights_until = self.weights_until.min(until);
+        if !self.weighing {
+            return;
         }
+        let fresh = fresh_weight(rt, now);
+        self.weights_fresh[i] = fresh.map_or(i64::MAX, |(_, until)| until);
+        self.weights_until = self.weights_until.min(self.weights_fresh[i]);
         let weight = fresh.map_or(0.0, |(left, _)| left);
         if bit(&self.weighted, i) == fresh.is_some() && self.weights[i].to_bits() == weight.to_bits() {
             return;
@@ -288,11 +313,14 @@ impl PoolIndex {
                 self.update(i, &runtimes.all[slot], now);
             }
         } else if now >= self.weights_until {
-            // Some quota observation went stale: its account's weight is gone from now on.
+            // Some quota observations went stale: their accounts' weights are gone from now on.
             self.weights_until = i64::MAX;
-            for i in 0..self.entries.len() {
-                let slot = self.entries[i].slot;
-                self.reweigh(i, &runtimes.all[slot], now);
+            for i in 0..self.weights_fresh.len() {
+                if self.weights_fresh[i] <= now {
+                    let slot = self.entries[i].slot;
+                    self.reweigh(i, &runtimes.all[slot], now);
+                }
+                self.weights_until = self.weights_until.min(self.weights_fresh[i]);
             }
         }
     }
@@ -565,7 +593,12 @@ impl PoolIndex {
 /// RT-6: an account's account-wide quota weight and until when it is fresh (`None`: no fresh,
 /// usable number).
 pub(super) fn fresh_weight(rt: &Runtime, now: i64) -> Option<(f64, i64)> {
-    rt.cold.quota.as_ref()?.remaining.filter(|(left, until)| *until > now && left.is_finite() && *left >= 0.0)
+    rt.remaining.filter(|(left, until)| *until > now && usable_weight(*left))
+}
+
+/// A number RT-6 can share by: a share of nothing at least, and never infinite.
+pub(super) fn usable_weight(left: f64) -> bool {
+    left.is_finite() && left >= 0.0
 }
 
 /// Where the `turn`-th weighted pick falls in `0..total`: the turn spread by the golden ratio,
@@ -694,7 +727,12 @@ const IDLE_DECISIONS: u64 = 100_000;
 
 /// The index of `pool` among `indexes`, made when it has none (the least recently used one
 /// goes when there are too many).
-pub(super) fn find_or_make(indexes: &mut Vec<PoolIndex>, pool: &PoolRoutes, used: u64) -> usize {
+pub(super) fn find_or_make(
+    indexes: &mut Vec<PoolIndex>,
+    pool: &PoolRoutes,
+    used: u64,
+    weighing: bool,
+) -> usize {
     let at = match indexes.iter().position(|ix| ix.key == pool.key()) {
         Some(at) => at,
         None => {
@@ -706,11 +744,13 @@ pub(super) fn find_or_make(indexes: &mut Vec<PoolIndex>, pool: &PoolRoutes, used
             {
                 indexes.swap_remove(oldest);
             }
-            indexes.push(PoolIndex::new(pool));
+            indexes.push(PoolIndex::new(pool, weighing));
             indexes.len() - 1
         }
     };
     indexes[at].used = used;
+    // RT-6 may have been switched since the index was made.
+    indexes[at].keep_weights(weighing);
     at
 }
 
@@ -723,9 +763,12 @@ impl PoolIndex {
         for (i, e) in self.entries.iter().enumerate() {
             let rt = &runtimes.all[e.slot];
             assert_eq!(bit(&self.full, i), rt.in_flight >= rt.limit, "full bit of position {i}");
-            let weight = fresh_weight(rt, now);
-            assert_eq!(bit(&self.weighted, i), weight.is_some(), "weighted bit of position {i}");
-            assert_eq!(self.weights[i], weight.map_or(0.0, |(left, _)| left), "weight of position {i}");
+            if self.weighing {
+                let weight = fresh_weight(rt, now);
+                assert_eq!(bit(&self.weighted, i), weight.is_some(), "weighted bit of position {i}");
+                assert_eq!(self.weights[i], weight.map_or(0.0, |(left, _)| left), "weight of position {i}");
+                assert!(self.weights_until <= self.weights_fresh[i], "freshness of position {i}");
+            }
             if bit(&self.special, i) {
                 continue;
             }

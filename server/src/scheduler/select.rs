@@ -158,7 +158,7 @@ impl Scheduler {
         let mut blocked = Blocked::default();
         inner.decisions += 1;
         let Inner { runtimes, indexes, decisions, scratch, .. } = inner;
-        let at = pool_index::find_or_make(indexes, pool, *decisions);
+        let at = pool_index::find_or_make(indexes, pool, *decisions, self.settings().quota_weighted);
         pool_index::follow(indexes, runtimes, now);
         let index = &mut indexes[at];
         let scan = index.scan(runtimes, pool, ask, &listed, reserved, now, |b| blocked.add(b, now));
@@ -335,15 +335,18 @@ fn quota_weighted(
             let pick = index.weighted_nth(start, end, provider, turn);
             #[cfg(debug_assertions)]
             {
-                // With whole-number weights every sum is exact, so the words' sums must pick
-                // what the one-by-one sum picks.
+                // With whole-number weights in the whole pool every sum is exact, so the words'
+                // sums must pick what the one-by-one sum picks.
                 index.eligible_in(start, end, scratch);
                 let weight = |i: u32| {
                     let e = &entries[i as usize];
                     let left = pool_index::fresh_weight(&runtimes[e.slot], now)?;
                     (e.provider == provider).then_some(left.0)
                 };
-                if scratch.iter().all(|i| weight(*i).is_none_or(|w| w.fract() == 0.0)) {
+                let whole = entries.iter().all(|e| {
+                    pool_index::fresh_weight(&runtimes[e.slot], now).is_none_or(|(w, _)| w.fract() == 0.0)
+                });
+                if whole {
                     assert_eq!(pick, pool_index::weighted_pick(scratch, turn, weight));
                 }
             }
@@ -358,7 +361,7 @@ fn quota_weighted(
                     return None;
                 }
                 let (left, until) = *runtimes[e.slot].cold.quota.as_ref()?.model_remaining.get(model)?;
-                (until > now).then_some(left)
+                (until > now && pool_index::usable_weight(left)).then_some(left)
             })
         }
         _ => None,

@@ -803,18 +803,33 @@ async fn quota_weighted_rotation_follows_remaining_quota_and_falls_back_to_unifo
     off.scheduler.set_quota(2, 0, Some(quota(now, Some(99.0), &[])));
     let (picks, rule) = shares(&off, &ask(None), 100);
     assert_eq!((rule, picks[&1], picks[&2]), (Rule::UniformRotation, 50, 50));
+    // switched on later: the pool's index starts keeping the weights
+    off.scheduler.set_settings(|s| s.quota_weighted = true);
+    let (picks, rule) = shares(&off, &ask(None), 101);
+    assert_eq!(rule, Rule::QuotaWeightedRotation);
+    assert!(picks[&1] >= 99, "100 % left against 1 %: {picks:?}");
 }
 
 /// RT-6 with candidates over several words of the index: it adds up each word's weights at
-/// once (whole, or less the few accounts that are busy or tried), and debug builds check every
-/// such pick against a sum taken one account at a time. Shares follow the weights; accounts
-/// fill up and free, get new numbers, and go stale one by one as their observations age.
+/// once (whole, or less the few accounts that are busy, tried or of another tier), and debug
+/// builds check every pick with whole-number weights against a sum taken one account at a
+/// time. Shares follow the weights; accounts fill up and free, get new numbers (whole, then
+/// fractions), and some miss a poll and go stale.
 #[tokio::test]
 async fn quota_weighted_rotation_over_hundreds_of_accounts_follows_the_weights_as_they_change() {
     let settings = Settings { quota_weighted: true, ..Settings::default() };
-    // A tier of 200 (three words and a bit), then one of 100 straddling the fourth word.
-    let spec: Vec<(i64, i64, u32)> = (1..=300).map(|id| (id, i64::from(id > 200), 1)).collect();
+    // Highest priority first: 30 accounts with no usable token, then the tier that serves, at
+    // positions 30..230 (four words, starting and ending inside one), then 70 more.
+    let priority = |id: i64| match id {
+        1..=30 => 2,
+        31..=230 => 1,
+        _ => 0,
+    };
+    let spec: Vec<(i64, i64, u32)> = (1..=300).map(|id| (id, priority(id), 1)).collect();
     let b = bed(&spec, settings);
+    for id in 1..=30 {
+        b.scheduler.set_credential_block(id, Some(i64::MAX));
+    }
     let start = b.scheduler.now();
     let left = |id: i64| (id * 37 % 100 + 1) as f64;
     for id in 1..=300 {
@@ -822,58 +837,64 @@ async fn quota_weighted_rotation_over_hundreds_of_accounts_follows_the_weights_a
     }
     let (picks, rule) = shares(&b, &ask(None), 20_000);
     assert_eq!(rule, Rule::QuotaWeightedRotation);
-    let tier: Vec<i64> = picks.keys().copied().collect();
-    assert!(tier.iter().all(|id| (1..=200).contains(id)) || tier.iter().all(|id| *id > 200), "one tier");
-    let ids: Vec<i64> = if tier[0] <= 200 { (1..=200).collect() } else { (201..=300).collect() };
-    let total: f64 = ids.iter().map(|id| left(*id)).sum();
-    let distance: f64 = ids
-        .iter()
-        .map(|id| (picks.get(id).copied().unwrap_or(0) as f64 / 20_000.0 - left(*id) / total).abs())
+    assert!(picks.keys().all(|id| priority(*id) == 1), "only the serving tier");
+    let total: f64 = (31..=230).map(left).sum();
+    let distance: f64 = (31..=230)
+        .map(|id| (picks.get(&id).copied().unwrap_or(0) as f64 / 20_000.0 - left(id) / total).abs())
         .sum();
     assert!(distance < 0.02, "shares off the weights by {distance} in all");
 
-    // Busy and tried accounts, new numbers (some not whole), observations of different ages.
     let mut next = xorshift(7);
     let mut held: Vec<Lease> = Vec::new();
     let mut observed: Vec<i64> = vec![start; 301];
-    let mut weighted = 0;
-    for round in 0..3_000 {
+    let (mut whole, mut fractions, mut uniform) = (0, 0, 0);
+    for round in 0..4_000 {
         let now = b.scheduler.now();
+        // Whole numbers keep the debug builds' cross-check on; fractions come last.
+        let used = |r: u64| if round > 2_000 { (r % 1000) as f64 / 10.0 } else { (r % 101) as f64 };
+        if round % 150 == 0 {
+            // A poll of every account; one in twenty misses the polls of a stretch of rounds,
+            // long enough to go stale.
+            for id in 31..=300 {
+                if (id + round / 600) % 20 != 0 {
+                    observed[id as usize] = now;
+                    b.scheduler.set_quota(id, 0, Some(quota(now, Some(used(next())), &[])));
+                }
+            }
+        }
         match next() % 8 {
             0 | 1 if held.len() < 60 => {
-                let avoid: Vec<i64> = (0..next() % 4).map(|_| 1 + (next() % 300) as i64).collect();
+                let avoid: Vec<i64> = (0..next() % 4).map(|_| 31 + (next() % 200) as i64).collect();
                 let a = Ask { avoid: &avoid, ..ask(None) };
                 let (step, d) = b.scheduler.decide(&b.pool, &a, None);
                 let Step::Go(l) = step else { panic!("round {round}: no account") };
                 assert!(!avoid.contains(&l.account().id));
-                let all_fresh =
-                    observed.iter().skip(1).all(|at| now - at <= crate::quota::observation::FRESH_MS);
-                if all_fresh && d.candidates > 1 {
-                    assert_eq!(d.rule, Rule::QuotaWeightedRotation, "round {round}");
+                assert_eq!(priority(l.account().id), 1);
+                // (a stale account may be busy or tried, and the rest still weighted)
+                let fresh =
+                    (31..=230).all(|id| now - observed[id as usize] <= crate::quota::observation::FRESH_MS);
+                if d.rule == Rule::QuotaWeightedRotation {
+                    *(if round > 2_000 { &mut fractions } else { &mut whole }) += 1;
+                } else {
+                    assert!(!fresh, "round {round}: uniform with every account's numbers fresh");
+                    uniform += 1;
                 }
-                weighted += usize::from(d.rule == Rule::QuotaWeightedRotation);
                 held.push(l);
             }
             2 if !held.is_empty() => drop(held.swap_remove((next() % held.len() as u64) as usize)),
             3 => {
-                let id = 1 + (next() % 300) as i64;
-                // Whole numbers keep the debug builds' cross-check on; fractions come last.
-                let used = if round > 2_000 && next().is_multiple_of(4) {
-                    (next() % 1000) as f64 / 10.0
-                } else {
-                    (next() % 101) as f64
-                };
+                let id = 31 + (next() % 270) as i64;
                 observed[id as usize] = now;
-                b.scheduler.set_quota(id, 0, Some(quota(now, Some(used), &[])));
+                b.scheduler.set_quota(id, 0, Some(quota(now, Some(used(next())), &[])));
             }
-            4 => b.clock.advance(chrono::TimeDelta::milliseconds((next() % 2_000) as i64)),
-            _ => {
-                let (step, _) = b.scheduler.decide(&b.pool, &ask(None), None);
-                assert!(matches!(step, Step::Go(_) | Step::Wait(_)));
-            }
+            4 => b.clock.advance(chrono::TimeDelta::milliseconds((next() % 4_000) as i64)),
+            _ => drop(b.scheduler.decide(&b.pool, &ask(None), None)),
         }
     }
-    assert!(weighted > 100, "{weighted} weighted picks among the rounds");
+    assert!(
+        whole > 100 && fractions > 100 && uniform > 10,
+        "picks: {whole} weighted with whole numbers, {fractions} with fractions, {uniform} uniform"
+    );
 }
 
 #[tokio::test]
