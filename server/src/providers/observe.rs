@@ -123,8 +123,10 @@ impl Observer {
                 self.first_output(at);
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
-                if let Ok(v) = serde_json::from_str::<Value>(data) {
-                    self.responses_final(&v["response"]);
+                if let Ok(mut v) = serde_json::from_str::<Value>(data) {
+                    let response = v["response"].take();
+                    self.responses_final(&response);
+                    self.seen.final_response = Some(response);
                 }
             }
             "error" => {
@@ -155,7 +157,6 @@ impl Observer {
             }
             _ => Outcome::Success,
         });
-        self.seen.final_response = Some(r.clone());
     }
 
     fn messages_event(&mut self, name: Option<&str>, data: &str, at: Duration) {

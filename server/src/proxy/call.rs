@@ -809,7 +809,7 @@ async fn collect_stream(
             Ok::<(), ()>(())
         }))
         .await;
-    let o = observer.seen;
+    let mut o = observer.seen;
     let failure = match (&read, &o.final_response) {
         (Err(_), _) => Some((GatewayError::upstream_timeout(), Verdict::Neutral)),
         (Ok(Ok(())), None) if splitter.overflowed() => {
@@ -824,7 +824,7 @@ async fn collect_stream(
     if let Some((e, verdict)) = failure {
         return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
     }
-    let mut final_response = o.final_response.clone().unwrap_or(Value::Null);
+    let mut final_response = o.final_response.take().unwrap_or(Value::Null);
     if final_response["output"].as_array().is_some_and(Vec::is_empty) && !items.is_empty() {
         final_response["output"] = Value::Array(items);
     }
