@@ -124,7 +124,8 @@ impl Observer {
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 if let Ok(mut v) = serde_json::from_str::<Value>(data) {
-                    let response = v["response"].take();
+                    // (`get_mut`: an index would panic on data that is not an object)
+                    let response = v.get_mut("response").map(Value::take).unwrap_or(Value::Null);
                     self.responses_final(&response);
                     self.seen.final_response = Some(response);
                 }
@@ -293,6 +294,16 @@ mod tests {
         assert_eq!(o.seen.first_output, Some(3 * MS));
         assert_eq!(o.seen.outcome, Some(Outcome::Success));
         assert_eq!(o.seen.usage, Usage { input: Some(120), output: Some(7), cached: Some(64) });
+    }
+
+    #[test]
+    fn a_final_event_that_is_not_an_object_is_read_as_no_response() {
+        for data in ["1", r#""x""#, "[]", "null"] {
+            let mut o = Observer::new(Grammar::Responses);
+            o.event(Some("response.completed"), data, MS);
+            assert_eq!(o.seen.outcome, Some(Outcome::Success), "{data}");
+            assert_eq!(o.seen.final_response, Some(Value::Null), "{data}");
+        }
     }
 
     #[test]

@@ -801,8 +801,9 @@ async fn collect_stream(
                     observer.event(ev.name, &ev.data, at);
                     if ev.name == Some("response.output_item.done")
                         && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
+                        && let Some(item) = v.get_mut("item")
                     {
-                        items.push(v["item"].take());
+                        items.push(item.take());
                     }
                 });
             }
