@@ -593,7 +593,8 @@ impl PoolIndex {
 /// RT-6: an account's account-wide quota weight and until when it is fresh (`None`: no fresh,
 /// usable number).
 pub(super) fn fresh_weight(rt: &Runtime, now: i64) -> Option<(f64, i64)> {
-    rt.remaining.filter(|(left, until)| *until > now && usable_weight(*left))
+    let (left, until) = rt.remaining;
+    (until > now && usable_weight(left)).then_some((left, until))
 }
 
 /// A number RT-6 can share by: a share of nothing at least, and never infinite.

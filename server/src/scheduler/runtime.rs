@@ -26,8 +26,9 @@ pub(super) struct Runtime {
     /// 0: none). Kept apart from the persisted state: refresh backoff is per process.
     pub(super) credentials_until: i64,
     /// RT-6: cache of the published quota's account-wide remaining percentage and until when
-    /// it is fresh, so a pool index that keeps weights reads it with the load.
-    pub(super) remaining: Option<(f64, i64)>,
+    /// it is fresh (`i64::MIN`: no number), so a pool index that keeps weights reads it with the
+    /// load. Not an `Option`, which would take a word more in every account's hot state.
+    pub(super) remaining: (f64, i64),
     pub(super) cold: Box<Cold>,
 }
 
@@ -61,7 +62,7 @@ impl Runtime {
             blocked_until: i64::MIN,
             has_models: false,
             credentials_until: 0,
-            remaining: None,
+            remaining: (0.0, i64::MIN),
             cold: Box::new(Cold {
                 account_id,
                 limit_generation: 0,
@@ -126,7 +127,7 @@ impl Runtime {
         }
         self.cold.quota_revision = revision;
         self.cold.quota_until = quota.as_ref().map_or(0, |q| q.account_until);
-        self.remaining = quota.as_ref().and_then(|q| q.remaining);
+        self.remaining = quota.as_ref().and_then(|q| q.remaining).unwrap_or((0.0, i64::MIN));
         self.cold.quota = quota;
         self.refresh();
         true

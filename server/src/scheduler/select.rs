@@ -158,7 +158,9 @@ impl Scheduler {
         let mut blocked = Blocked::default();
         inner.decisions += 1;
         let Inner { runtimes, indexes, decisions, scratch, .. } = inner;
-        let at = pool_index::find_or_make(indexes, pool, *decisions, self.settings().quota_weighted);
+        // (read once: the index keeps weights by it, and the pick below uses them)
+        let weighing = self.settings().quota_weighted;
+        let at = pool_index::find_or_make(indexes, pool, *decisions, weighing);
         pool_index::follow(indexes, runtimes, now);
         let index = &mut indexes[at];
         let scan = index.scan(runtimes, pool, ask, &listed, reserved, now, |b| blocked.add(b, now));
@@ -178,7 +180,7 @@ impl Scheduler {
                 // protocol never decides which account serves the other's.
                 let turn = pool.next_turn(provider_set(ask));
                 let mut decision = RoutingDecision::rotation(tier as u32, excluded);
-                let weighted = if self.settings().quota_weighted && tier > 1 {
+                let weighted = if weighing && tier > 1 {
                     quota_weighted(index, runtimes, entries, scratch, (start, end), ask.model, turn, now)
                 } else {
                     None
