@@ -226,7 +226,7 @@ impl PoolIndex {
 
     /// Starts (or stops) keeping RT-6's weights; they are worked out with every bit next time.
     fn keep_weights(&mut self, weighing: bool) {
-        if self.weighing == weighing && self.weights.len() == self.entries.len() * usize::from(weighing) {
+        if self.weighing == weighing {
             return;
         }
         self.weighing = weighing;
