@@ -20,6 +20,8 @@ pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Operations in flight at once, waiters and metadata reads included (ADM-2).
 pub const DEFAULT_WORKSPACE_CAPACITY: usize = 128;
+/// Most threads that serve connections (one per CPU is what helps).
+pub const MAX_SERVE_THREADS: usize = 256;
 /// Where the built site (`pkg/` with wasm, js, css) is served from.
 pub const DEFAULT_SITE_ROOT: &str = "target/site";
 /// Longest a send to a client may wait for the client to read (a stalled reader frees its slots).
@@ -115,6 +117,9 @@ pub struct Settings {
     /// Operations in flight at once, model calls and metadata reads (ADM-2) [env: SUBLANE_WORKSPACE_CAPACITY] [default: 128]
     #[arg(long, value_name = "N")]
     pub workspace_capacity: Option<usize>,
+    /// Threads that serve connections, each running its own single-threaded runtime; 0 serves on the runtime that started SubLane [env: SUBLANE_SERVE_THREADS] [default: the number of CPUs]
+    #[arg(long, value_name = "N")]
+    pub serve_threads: Option<usize>,
     /// End a stream when the upstream sends nothing for this long, e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -392,6 +397,10 @@ pub struct Config {
     pub stream_idle_timeout: Option<Duration>,
     /// ADM-2: operations in flight at once.
     pub workspace_capacity: usize,
+    /// Threads that serve connections, each with a single-threaded runtime of its own (a
+    /// connection, its calls and their upstream connections stay on one thread, so a call wakes
+    /// no other thread); 0 serves on the runtime that called [`crate::serve::start`].
+    pub serve_threads: usize,
     /// ADM-6, CD-2: queues and the failure policy.
     pub scheduler: crate::scheduler::Settings,
     pub upstream: UpstreamUrls,
@@ -465,6 +474,9 @@ impl Settings {
             site_root: var("SUBLANE_SITE_ROOT").map(PathBuf::from),
             workspace_capacity: var("SUBLANE_WORKSPACE_CAPACITY")
                 .map(|v| v.parse().map_err(|e| env_err("SUBLANE_WORKSPACE_CAPACITY", e)))
+                .transpose()?,
+            serve_threads: var("SUBLANE_SERVE_THREADS")
+                .map(|v| v.parse().map_err(|e| env_err("SUBLANE_SERVE_THREADS", e)))
                 .transpose()?,
             stream_idle_timeout: duration("SUBLANE_STREAM_IDLE_TIMEOUT")?,
             queue_timeout: duration("SUBLANE_QUEUE_TIMEOUT")?,
@@ -553,6 +565,7 @@ impl Settings {
             site_root: over.site_root.or(self.site_root),
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
             workspace_capacity: over.workspace_capacity.or(self.workspace_capacity),
+            serve_threads: over.serve_threads.or(self.serve_threads),
             queue_timeout: over.queue_timeout.or(self.queue_timeout),
             queue_capacity: over.queue_capacity.or(self.queue_capacity),
             failure_threshold: over.failure_threshold.or(self.failure_threshold),
@@ -619,6 +632,14 @@ impl Settings {
         if workspace_capacity == 0 {
             return Err(ConfigError::Invalid("workspace capacity must be at least 1".into()));
         }
+        let serve_threads = self
+            .serve_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get));
+        if serve_threads > MAX_SERVE_THREADS {
+            return Err(ConfigError::Invalid(format!(
+                "serve threads must be at most {MAX_SERVE_THREADS} (got {serve_threads})"
+            )));
+        }
         let defaults = crate::scheduler::Settings::default();
         let scheduler = crate::scheduler::Settings {
             queue_timeout: self.queue_timeout.unwrap_or(defaults.queue_timeout),
@@ -681,6 +702,7 @@ impl Settings {
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             workspace_capacity,
+            serve_threads,
             scheduler,
             models,
             configured,
@@ -786,6 +808,19 @@ mod tests {
         assert!(c.trusted_proxies.is_empty());
         assert_eq!(c.client_write_timeout, DEFAULT_CLIENT_WRITE_TIMEOUT);
         assert_eq!(c.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
+    }
+
+    #[test]
+    fn serve_threads_default_to_the_cpus_and_are_bounded() {
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(Config::load(cli(&[]), env(&[])).unwrap().serve_threads, cpus);
+        let c = Config::load(cli(&["--serve-threads", "0"]), env(&[("SUBLANE_SERVE_THREADS", "3")])).unwrap();
+        assert_eq!(c.serve_threads, 0, "the flag wins over the environment");
+        assert_eq!(Config::load(cli(&[]), env(&[("SUBLANE_SERVE_THREADS", "3")])).unwrap().serve_threads, 3);
+        let over = Config::load(cli(&[]), env(&[("SUBLANE_SERVE_THREADS", "257")])).unwrap_err().to_string();
+        assert!(over.contains("at most 256"), "{over}");
+        let bad = Config::load(cli(&[]), env(&[("SUBLANE_SERVE_THREADS", "two")])).unwrap_err().to_string();
+        assert!(bad.contains("SUBLANE_SERVE_THREADS"), "{bad}");
     }
 
     #[test]

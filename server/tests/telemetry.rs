@@ -47,6 +47,9 @@ impl Captured {
 
 const PROMPT: &str = "PROMPT-SECRET-do-not-log-4711";
 const ANSWER: &str = "ANSWER-SECRET-never-in-logs ";
+/// The server serves on the test's own runtime: the log subscriber these tests install is the
+/// test thread's, and a serving thread of its own would log elsewhere.
+const ON_THIS_THREAD: &[(&str, &str)] = &[("SUBLANE_SERVE_THREADS", "0")];
 const ACCESS_TOKEN: &str = "sk-upstream-SECRET-access-0042";
 const BOGUS_KEY: &str = "sk-bogus-SECRET-key-9";
 
@@ -59,7 +62,7 @@ async fn a_full_runs_logs_carry_request_ids_and_no_secret_prompt_or_body() {
         telemetry::subscriber(&o, EnvFilter::new("trace"), move || writer.clone()).unwrap();
     let _installed = tracing::subscriber::set_default(subscriber);
 
-    let mut rig = Rig::start(&[], &[]).await;
+    let mut rig = Rig::start(&[], ON_THIS_THREAD).await;
     let (status, body) = rig
         .admin
         .call(
@@ -138,7 +141,7 @@ async fn a_warning_about_a_call_names_it_at_the_warn_level() {
     let (subscriber, _t) = telemetry::subscriber(&o, EnvFilter::new("warn"), move || writer.clone()).unwrap();
     let _installed = tracing::subscriber::set_default(subscriber);
 
-    let rig = Rig::start(&[("tok-warn", 1)], &[]).await;
+    let rig = Rig::start(&[("tok-warn", 1)], ON_THIS_THREAD).await;
     rig.script(
         "tok-warn",
         json!({"steps": [{"kind": "redirect", "location": "http://127.0.0.1:9/elsewhere"}]}),
@@ -186,7 +189,7 @@ async fn traces_export_one_span_per_call_with_its_children() {
     let (subscriber, t) = telemetry::subscriber(&o, EnvFilter::new("warn"), std::io::sink).unwrap();
     let _installed = tracing::subscriber::set_default(subscriber);
 
-    let mut rig = Rig::start(&[("tok-trace", 1)], &[]).await;
+    let mut rig = Rig::start(&[("tok-trace", 1)], ON_THIS_THREAD).await;
     let id = rig.ids[0];
     rig.limit(id, 1).await;
     // The second call waits for the first: its trace has a queue wait.

@@ -54,10 +54,27 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Longest written data may go unacknowledged before the connection is given up.
 const USER_TIMEOUT: Duration = Duration::from_secs(30);
 
+type Pool = legacy::Client<Timed<hyper_rustls::HttpsConnector<Connect>>, Full<Bytes>>;
+
+thread_local! {
+    /// Which of a client's pools this thread calls through: 0, the shared one, or a serving
+    /// thread's own (see [`enter_lane`]).
+    static LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Makes the calling thread use pool `lane` (from 1) of every client made [`Client::with_lanes`]
+/// with at least that many lanes. Each serving thread calls it once: a pooled connection's task
+/// runs on the runtime that opened it, so a call through another thread's connection would wake
+/// that thread twice (request and answer). A client without that lane uses its shared pool.
+pub fn enter_lane(lane: usize) {
+    LANE.with(|l| l.set(lane));
+}
+
 /// Pooled connections to the upstreams. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    inner: legacy::Client<Timed<hyper_rustls::HttpsConnector<Connect>>, Full<Bytes>>,
+    /// The shared pool, then one per serving thread.
+    pools: Arc<[Pool]>,
     /// The connector under the pool (its proxies decide an http call's `Proxy-Authorization`),
     /// also for connections another protocol runs over (the Codex WebSocket).
     connect: Connect,
@@ -106,14 +123,19 @@ impl Client {
             to_proxy: hyper_rustls::HttpsConnector::from((tcp, to_proxy)),
             proxies: Arc::new(proxies),
         };
-        let tls = Arc::new(to_target);
+        Ok(Client { pools: Arc::new([]), connect, tls: Arc::new(to_target) }.with_lanes(0))
+    }
+
+    /// The same client with empty pools: the shared one, and one for each of `lanes` serving
+    /// threads, which those threads use after [`enter_lane`].
+    pub fn with_lanes(self, lanes: usize) -> Self {
+        Client { pools: (0..=lanes).map(|_| pool(self.connector())).collect(), ..self }
+    }
+
+    /// A connector for a pool: the proxies and TLS settings of every upstream connection.
+    fn connector(&self) -> Timed<hyper_rustls::HttpsConnector<Connect>> {
         // (built from the config, not the builder, which refuses a config that names ALPN)
-        let https = hyper_rustls::HttpsConnector::from((connect.clone(), Arc::clone(&tls)));
-        let inner = legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .pool_timer(TokioTimer::new())
-            .build(Timed(https));
-        Ok(Client { inner, connect, tls })
+        Timed(hyper_rustls::HttpsConnector::from((self.connect.clone(), Arc::clone(&self.tls))))
     }
 
     /// A connection to the host of `url` (`http` or `https`) for a protocol of its own on top (the
@@ -153,8 +175,22 @@ impl Client {
         *request.method_mut() = Method::POST;
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
-        Ok(Answer(self.inner.request(request).await?))
+        Ok(Answer(self.pool().request(request).await?))
     }
+
+    /// The calling thread's pool: its lane's, or the shared one.
+    fn pool(&self) -> &Pool {
+        let lane = LANE.with(std::cell::Cell::get);
+        self.pools.get(lane).unwrap_or(&self.pools[0])
+    }
+}
+
+/// An empty pool over `connector`, with the pool settings every pool has.
+fn pool(connector: Timed<hyper_rustls::HttpsConnector<Connect>>) -> Pool {
+    legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_timer(TokioTimer::new())
+        .build(connector)
 }
 
 /// An upstream's answer: status and headers, and the body still to be read.
@@ -354,6 +390,28 @@ mod tests {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk-upstream"));
         h
+    }
+
+    #[test]
+    fn each_serving_thread_calls_through_its_own_pool_and_every_other_thread_the_shared_one() {
+        let client = Client::new(Matcher::builder().build()).unwrap().with_lanes(2);
+        let pool_of = |lane: Option<usize>| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                if let Some(lane) = lane {
+                    enter_lane(lane);
+                }
+                let pools = &client.pools;
+                pools.iter().position(|p| std::ptr::eq(p, client.pool())).unwrap()
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(client.pools.len(), 3);
+        assert_eq!(pool_of(None), 0, "a thread that serves no lane");
+        assert_eq!(pool_of(Some(1)), 1);
+        assert_eq!(pool_of(Some(2)), 2);
+        assert_eq!(pool_of(Some(3)), 0, "a lane this client has no pool for");
     }
 
     const OK: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
