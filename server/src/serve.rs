@@ -65,6 +65,8 @@ pub enum StartError {
     Bootstrap(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start the threads that serve connections: {0}")]
+    Serve(std::io::Error),
 }
 
 /// A running server.
@@ -275,9 +277,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
 
     let (stop, cut) = (shutdown.clone(), hard_stop.clone());
-    let (closed, abandon) = (CancellationToken::new(), CancellationToken::new());
-    let serving = serve(serve_threads, connections, app, &closed, &abandon)
-        .map_err(|source| StartError::Bind { addr, source })?;
+    let Serving { ended, closed, abandon, release } =
+        serve(serve_threads, connections, app).map_err(StartError::Serve)?;
     let task = tokio::spawn(async move {
         stop.cancelled().await;
         tracing::info!(
@@ -291,7 +292,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         cut.cancel();
         let _ = tokio::time::timeout(CUT_SETTLE, tasks.wait()).await;
         closed.cancel();
-        let served = match tokio::time::timeout(CUT_SETTLE, serving).await {
+        let served = match tokio::time::timeout(CUT_SETTLE, ended).await {
             Ok(served) => served,
             Err(_) => {
                 tracing::warn!(
@@ -306,6 +307,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         store.close();
         let _ = writer.await;
         let _ = store_task.await;
+        release.cancel();
         db.close().await;
         drop(lock);
         tracing::info!("stopped");
@@ -317,57 +319,100 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
 
 type App = axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, PeerAddr>;
 
-/// Starts serving `connections` with `app` until `closed` (then open connections may finish)
-/// or `abandon` (then they are dropped). With `threads` > 0 it serves on that many threads, each
-/// running a single-threaded runtime that accepts from the one listening socket: a connection,
-/// the tasks its calls spawn and the upstream connections they use (each thread has its own
-/// pool, see [`crate::proxy::client::enter_lane`]) stay on one thread, so a call wakes no other
-/// thread. On a two-core machine that took a proxied call from about 59 to 36 us of CPU. With 0
-/// it serves on the calling runtime (tests that watch what its thread logs).
-fn serve(
-    threads: usize,
-    connections: Connections,
-    app: App,
-    closed: &CancellationToken,
-    abandon: &CancellationToken,
-) -> std::io::Result<futures_util::future::BoxFuture<'static, std::io::Result<()>>> {
-    let run = |connections: Connections, app: App, closed: CancellationToken, abandon: CancellationToken| async move {
-        let serving = axum::serve(connections, app).with_graceful_shutdown(closed.cancelled_owned());
-        tokio::select! {
-            served = serving.into_future() => served,
-            () = abandon.cancelled() => Ok(()),
-        }
-    };
+/// Connections being served, and how they end.
+struct Serving {
+    /// Resolves once no thread accepts any more and the connections are done (or abandoned);
+    /// with the first error a thread met.
+    ended: futures_util::future::BoxFuture<'static, std::io::Result<()>>,
+    /// Stops accepting; open connections may finish.
+    closed: CancellationToken,
+    /// Drops the connections still open.
+    abandon: CancellationToken,
+    /// Lets the serving threads end their runtimes. Until then, what their calls spawned (token
+    /// refresh turns, quota writes, record hand-overs) runs on, and so do the connections the
+    /// shared HTTP client opened on them, which any thread's calls may be using.
+    release: CancellationToken,
+}
+
+/// Starts serving `connections` with `app`. With `threads` > 0 it serves on that many threads,
+/// each running a single-threaded runtime that accepts from the one listening socket: a
+/// connection, the tasks its calls spawn and the upstream connections they use (each thread has
+/// its own pool, see [`crate::proxy::client::enter_lane`]) stay on one thread, so a call wakes no
+/// other thread. On a two-core machine that took a proxied call from about 59 to 36 us of CPU.
+/// The cost: work never moves between threads, so connections are spread only as they are
+/// accepted, and a long computation holds up the other connections of its thread. With 0 it
+/// serves on the calling runtime (tests that watch what its thread logs).
+fn serve(threads: usize, connections: Connections, app: App) -> std::io::Result<Serving> {
+    let (closed, abandon, release) =
+        (CancellationToken::new(), CancellationToken::new(), CancellationToken::new());
     if threads == 0 {
-        let serving = tokio::spawn(run(connections, app, closed.clone(), abandon.clone()));
-        return Ok(Box::pin(async move { serving.await.map_err(std::io::Error::other).and_then(|r| r) }));
+        let serving = tokio::spawn(serve_until(connections, app, closed.clone(), abandon.clone()));
+        let ended = Box::pin(async move { serving.await.map_err(std::io::Error::other).and_then(|r| r) });
+        return Ok(Serving { ended, closed, abandon, release });
     }
     let Connections { tcp, write_timeout } = connections;
     let listener = tcp.into_std()?;
-    let mut ended = Vec::with_capacity(threads);
+    let mut ends = Vec::with_capacity(threads);
     for lane in 1..=threads {
-        let (listener, app) = (listener.try_clone()?, app.clone());
-        let (closed, abandon) = (closed.clone(), abandon.clone());
+        let (listener, app) = (listener.try_clone(), app.clone());
+        let tokens = (closed.clone(), abandon.clone(), release.clone());
         let (done, end) = tokio::sync::oneshot::channel();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        std::thread::Builder::new().name(format!("sublane-serve-{lane}")).spawn(move || {
-            crate::proxy::client::enter_lane(lane);
-            let served = runtime.block_on(async move {
-                let connections = Connections { tcp: TcpListener::from_std(listener)?, write_timeout };
-                run(connections, app, closed, abandon).await
-            });
-            // Dropping the runtime ends whatever its tasks still had open (after the hard stop).
-            drop(runtime);
-            let _ = done.send(served);
-        })?;
-        ended.push(end);
-    }
-    Ok(Box::pin(async move {
-        for end in ended {
-            end.await.map_err(|_| std::io::Error::other("a serving thread ended without a result"))??;
+        let started = listener.and_then(|listener| {
+            let (closed, abandon, release) = tokens;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            std::thread::Builder::new().name(format!("sublane-serve-{lane}")).spawn(move || {
+                crate::proxy::client::enter_lane(lane);
+                runtime.block_on(async move {
+                    let served = match TcpListener::from_std(listener) {
+                        Ok(tcp) => {
+                            serve_until(Connections { tcp, write_timeout }, app, closed, abandon).await
+                        }
+                        Err(e) => {
+                            tracing::error!(lane, error = %e, "a serving thread cannot accept connections");
+                            Err(e)
+                        }
+                    };
+                    let _ = done.send(served);
+                    release.cancelled().await;
+                });
+                // Dropping the runtime ends whatever its tasks still had open.
+            })
+        });
+        if let Err(e) = started {
+            // The threads already started stop, and their runtimes with them.
+            for token in [&closed, &abandon, &release] {
+                token.cancel();
+            }
+            return Err(e);
         }
-        Ok(())
-    }))
+        ends.push(end);
+    }
+    let ended = Box::pin(async move {
+        let mut first = Ok(());
+        for end in ends {
+            let served = end
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("a serving thread ended without a result")));
+            first = first.and(served);
+        }
+        first
+    });
+    Ok(Serving { ended, closed, abandon, release })
+}
+
+/// Serves until `closed` (open connections may finish) or `abandon` (they are dropped; on a
+/// serving thread, when its runtime ends).
+async fn serve_until(
+    connections: Connections,
+    app: App,
+    closed: CancellationToken,
+    abandon: CancellationToken,
+) -> std::io::Result<()> {
+    let serving = axum::serve(connections, app).with_graceful_shutdown(closed.cancelled_owned());
+    tokio::select! {
+        served = serving.into_future() => served,
+        () = abandon.cancelled() => Ok(()),
+    }
 }
 
 /// The whole application with its layer stack, outermost last: panic -> front door (503 while

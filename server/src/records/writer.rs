@@ -151,7 +151,9 @@ pub fn spawn_writer(
             match written.instrument(span).await {
                 Ok(()) => metrics.records_written(batch.len()),
                 Err(e) => {
-                    // Its transaction may be in any state: replaced, not given back.
+                    // Replaced, never given back: after `OR ROLLBACK` SQLite has ended the
+                    // transaction that sqlx still counts as open, so the next `begin` on it
+                    // would open a savepoint inside nothing.
                     if let Some(c) = conn.take() {
                         let _ = c.close().await;
                     }
