@@ -261,13 +261,19 @@ fn per_chunk() {
 /// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off.
 async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let vars = [
+    let mut vars = vec![
         ("SUBLANE_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
         ("SUBLANE_DATA_DIR".to_owned(), dir.path().display().to_string()),
         ("SUBLANE_ADMIN_PASSWORD".to_owned(), "bench-password".to_owned()),
         ("SUBLANE_OPENAI_BASE_URL".to_owned(), format!("{mock_url}/v1")),
         ("SUBLANE_METRICS".to_owned(), metrics.to_string()),
     ];
+    // `SUBLANE_SERVE_THREADS=0 make bench` serves on the bench's own runtime, beside its client
+    // and mock: the threads of the default compete with them for the cores here, where a real
+    // deployment's clients and upstreams are other processes.
+    if let Ok(threads) = std::env::var("SUBLANE_SERVE_THREADS") {
+        vars.push(("SUBLANE_SERVE_THREADS".to_owned(), threads));
+    }
     let cli = <Cli as clap::Parser>::try_parse_from(["sublane"]).unwrap();
     let config =
         sublane::config::Config::load(cli, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))

@@ -399,7 +399,7 @@ pub struct Config {
     pub workspace_capacity: usize,
     /// Threads that serve connections, each with a single-threaded runtime of its own (a
     /// connection, its calls and their upstream connections stay on one thread, so a call wakes
-    /// no other thread); 0 serves on the runtime that called [`crate::serve::start`].
+    /// no other serving thread); 0 serves on the runtime that called [`crate::serve::start`].
     pub serve_threads: usize,
     /// ADM-6, CD-2: queues and the failure policy.
     pub scheduler: crate::scheduler::Settings,

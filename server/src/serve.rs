@@ -278,8 +278,11 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
 
     let (stop, cut) = (shutdown.clone(), hard_stop.clone());
     let Serving { ended, closed, abandon, release } =
-        serve(serve_threads, connections, app).map_err(StartError::Serve)?;
+        serve(serve_threads, connections, app).await.map_err(StartError::Serve)?;
+    // However this task ends, even dropped unfinished with its runtime, the serving threads stop.
+    let stop_threads = [&closed, &abandon, &release].map(|t| t.clone().drop_guard());
     let task = tokio::spawn(async move {
+        let _stop_threads = stop_threads;
         stop.cancelled().await;
         tracing::info!(
             grace_secs = grace.as_secs(),
@@ -326,7 +329,8 @@ struct Serving {
     ended: futures_util::future::BoxFuture<'static, std::io::Result<()>>,
     /// Stops accepting; open connections may finish.
     closed: CancellationToken,
-    /// Drops the connections still open.
+    /// Stops serving the connections still open (on a serving thread they are dropped when its
+    /// runtime ends, after `release`).
     abandon: CancellationToken,
     /// Lets the serving threads end their runtimes. Until then, what their calls spawned (token
     /// refresh turns, quota writes, record hand-overs) runs on, and so do the connections the
@@ -338,11 +342,11 @@ struct Serving {
 /// each running a single-threaded runtime that accepts from the one listening socket: a
 /// connection, the tasks its calls spawn and the upstream connections they use (each thread has
 /// its own pool, see [`crate::proxy::client::enter_lane`]) stay on one thread, so a call wakes no
-/// other thread. On a two-core machine that took a proxied call from about 59 to 36 us of CPU.
+/// other serving thread. On a two-core machine that took a proxied call from about 59 to 36 us of CPU.
 /// The cost: work never moves between threads, so connections are spread only as they are
 /// accepted, and a long computation holds up the other connections of its thread. With 0 it
 /// serves on the calling runtime (tests that watch what its thread logs).
-fn serve(threads: usize, connections: Connections, app: App) -> std::io::Result<Serving> {
+async fn serve(threads: usize, connections: Connections, app: App) -> std::io::Result<Serving> {
     let (closed, abandon, release) =
         (CancellationToken::new(), CancellationToken::new(), CancellationToken::new());
     if threads == 0 {
@@ -352,40 +356,49 @@ fn serve(threads: usize, connections: Connections, app: App) -> std::io::Result<
     }
     let Connections { tcp, write_timeout } = connections;
     let listener = tcp.into_std()?;
-    let mut ends = Vec::with_capacity(threads);
+    let stop = || [&closed, &abandon, &release].into_iter().for_each(CancellationToken::cancel);
+    let (mut readies, mut ends) = (Vec::with_capacity(threads), Vec::with_capacity(threads));
     for lane in 1..=threads {
-        let (listener, app) = (listener.try_clone(), app.clone());
-        let tokens = (closed.clone(), abandon.clone(), release.clone());
+        let tokens = (closed.clone(), abandon.clone(), release.clone(), app.clone());
+        let (ready, is_ready) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
         let (done, end) = tokio::sync::oneshot::channel();
-        let started = listener.and_then(|listener| {
-            let (closed, abandon, release) = tokens;
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let started = listener.try_clone().and_then(|listener| {
             std::thread::Builder::new().name(format!("sublane-serve-{lane}")).spawn(move || {
+                let (closed, abandon, release, app) = tokens;
                 crate::proxy::client::enter_lane(lane);
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => return drop(ready.send(Err(e))),
+                };
                 runtime.block_on(async move {
-                    let served = match TcpListener::from_std(listener) {
-                        Ok(tcp) => {
-                            serve_until(Connections { tcp, write_timeout }, app, closed, abandon).await
-                        }
-                        Err(e) => {
-                            tracing::error!(lane, error = %e, "a serving thread cannot accept connections");
-                            Err(e)
-                        }
+                    let tcp = match TcpListener::from_std(listener) {
+                        Ok(tcp) => tcp,
+                        Err(e) => return drop(ready.send(Err(e))),
                     };
-                    let _ = done.send(served);
+                    let _ = ready.send(Ok(()));
+                    let _ = done
+                        .send(serve_until(Connections { tcp, write_timeout }, app, closed, abandon).await);
                     release.cancelled().await;
                 });
                 // Dropping the runtime ends whatever its tasks still had open.
             })
         });
         if let Err(e) = started {
-            // The threads already started stop, and their runtimes with them.
-            for token in [&closed, &abandon, &release] {
-                token.cancel();
-            }
+            stop();
             return Err(e);
         }
+        readies.push(is_ready);
         ends.push(end);
+    }
+    // Started means accepting on every thread: a thread that cannot is a start error, not a log
+    // line while connections wait unserved.
+    for ready in readies {
+        let ready =
+            ready.await.unwrap_or_else(|_| Err(std::io::Error::other("a serving thread ended at its start")));
+        if let Err(e) = ready {
+            stop();
+            return Err(e);
+        }
     }
     let ended = Box::pin(async move {
         let mut first = Ok(());
@@ -400,8 +413,8 @@ fn serve(threads: usize, connections: Connections, app: App) -> std::io::Result<
     Ok(Serving { ended, closed, abandon, release })
 }
 
-/// Serves until `closed` (open connections may finish) or `abandon` (they are dropped; on a
-/// serving thread, when its runtime ends).
+/// Serves until `closed` (open connections may finish) or `abandon` (they are left to their
+/// runtime: a serving thread's ends after `release`).
 async fn serve_until(
     connections: Connections,
     app: App,
