@@ -11,10 +11,19 @@
 //! 4. the record and scheduler writers flush and the process lock is released: the process
 //!    exits within the grace period plus a few seconds.
 
-use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use axum::{
     Json, Router,
+    body::Body,
     extract::{Request, State, connect_info::Connected},
     http::{HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
@@ -472,7 +481,52 @@ async fn front_door(State(lifecycle): State<Arc<Lifecycle>>, req: Request, next:
     if req.method() == Method::HEAD && req.uri().path() == "/" {
         return StatusCode::OK.into_response();
     }
-    lifecycle.tasks.track_future(next.run(req)).await
+    let (parts, body) = req.into_parts();
+    let read = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(AtomicBool::new(false)));
+    let body = match &read {
+        Some(read) => Body::new(Watched { body, read: Arc::clone(read) }),
+        None => body,
+    };
+    let mut resp = lifecycle.tasks.track_future(next.run(Request::from_parts(parts, body))).await;
+    let refused = resp.status().is_client_error() || resp.status().is_server_error();
+    if refused && read.is_some_and(|read| !read.load(Ordering::Relaxed)) {
+        // A body refused before it was read to its end (too large; a key, limit or origin
+        // checked from the headers): hyper keeps such a connection only when the rest of the
+        // body happens to be in already, so the client is told it ends, or it may send its next
+        // request on it as it closes. (A success that leaves a small body unread keeps it.)
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// A request body that notes when it has been read to its end.
+struct Watched {
+    body: Body,
+    read: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Watched {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || self.body.is_end_stream() {
+            self.read.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 fn draining(path: &str) -> Response {

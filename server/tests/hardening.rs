@@ -295,6 +295,7 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(resp.headers()["connection"], "close", "the unread rest of the body ends the connection");
     // a body streamed without a length is cut at the same limit
     let chunks = futures_util::stream::iter((0..64).map(|_| Ok::<_, std::io::Error>(vec![b' '; 32 * 1024])));
     let resp = r
@@ -316,6 +317,46 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
+}
+
+/// A refusal that leaves the request body unread tells the client the connection ends (hyper does
+/// not keep it, and a client that sent its next request on it would see it cut); a refusal that
+/// read the body, and any success, leave the connection open.
+#[tokio::test]
+async fn a_refusal_before_the_body_is_read_ends_the_connection_and_one_after_keeps_it() {
+    let r = Rig::start(&[]).await;
+    let connection =
+        |resp: &reqwest::Response| resp.headers().get("connection").map(|v| v.to_str().unwrap().to_owned());
+    let resp = r
+        .http
+        .post(format!("{}/v1/responses", r.t.base))
+        .bearer_auth("sk-sl-wrong")
+        .json(&json!({"model": "gpt-5.1-codex", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(connection(&resp).as_deref(), Some("close"), "the key is checked before the body is read");
+    let resp = r
+        .http
+        .post(format!("{}/api/session", r.t.base))
+        .header("origin", &r.t.base)
+        .json(&json!({"username": "admin", "password": "wrong-password"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(connection(&resp), None, "the password was read from the body");
+    let resp = r
+        .http
+        .post(format!("{}/api/session", r.t.base))
+        .header("origin", &r.t.base)
+        .json(&json!({"username": "admin", "password": common::ADMIN_PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(connection(&resp), None);
 }
 
 /// A non-streaming upstream answer is read up to a cap: a larger one is a 502, not a buffer.
