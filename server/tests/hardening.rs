@@ -37,6 +37,17 @@ struct Rig {
 }
 
 impl Rig {
+    /// Signs in as the admin with `password`, from the server's own origin.
+    async fn sign_in(&self, password: &str) -> reqwest::Response {
+        self.http
+            .post(format!("{}/api/session", self.t.base))
+            .header("origin", &self.t.base)
+            .json(&json!({"username": "admin", "password": password}))
+            .send()
+            .await
+            .unwrap()
+    }
+
     async fn start(extra_env: &[(&str, &str)]) -> Rig {
         let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let urls = mock.env();
@@ -286,14 +297,7 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE, "anonymous server-function calls are small");
-    let resp = r
-        .http
-        .post(format!("{}/api/session", r.t.base))
-        .header("origin", &r.t.base)
-        .json(&json!({"username": "admin", "password": big}))
-        .send()
-        .await
-        .unwrap();
+    let resp = r.sign_in(&big).await;
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(resp.headers()["connection"], "close", "the unread rest of the body ends the connection");
     // a body streamed without a length is cut at the same limit
@@ -308,14 +312,7 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
         .await;
     assert!(resp.is_err() || !resp.unwrap().status().is_success());
     // and the small one still works
-    let resp = r
-        .http
-        .post(format!("{}/api/session", r.t.base))
-        .header("origin", &r.t.base)
-        .json(&json!({"username": "admin", "password": common::ADMIN_PASSWORD}))
-        .send()
-        .await
-        .unwrap();
+    let resp = r.sign_in(common::ADMIN_PASSWORD).await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -337,24 +334,10 @@ async fn a_refusal_before_the_body_is_read_ends_the_connection_and_one_after_kee
         .unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(connection(&resp).as_deref(), Some("close"), "the key is checked before the body is read");
-    let resp = r
-        .http
-        .post(format!("{}/api/session", r.t.base))
-        .header("origin", &r.t.base)
-        .json(&json!({"username": "admin", "password": "wrong-password"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = r.sign_in("wrong-password").await;
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(connection(&resp), None, "the password was read from the body");
-    let resp = r
-        .http
-        .post(format!("{}/api/session", r.t.base))
-        .header("origin", &r.t.base)
-        .json(&json!({"username": "admin", "password": common::ADMIN_PASSWORD}))
-        .send()
-        .await
-        .unwrap();
+    let resp = r.sign_in(common::ADMIN_PASSWORD).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(connection(&resp), None);
 }
