@@ -246,7 +246,7 @@ impl Connect {
     /// `https` (or `tunnel` is asked for), else to the proxy itself, else straight to `dst`.
     async fn open(mut self, dst: Uri, tunnel: bool) -> Result<Conn, BoxError> {
         let Some(proxy) = self.proxies.intercept(&dst) else {
-            let io = MaybeHttpsStream::Http(self.tcp.call(dst).await?);
+            let io = Lean::Plain(self.tcp.call(dst).await?);
             return Ok(Conn { io, absolute_form: false });
         };
         let scheme = proxy.uri().scheme();
@@ -258,16 +258,16 @@ impl Connect {
             if let Some(auth) = proxy.basic_auth() {
                 tunnel = tunnel.with_auth(auth.clone());
             }
-            Ok(Conn { io: tunnel.call(dst).await?, absolute_form: false })
+            Ok(Conn { io: tunnel.call(dst).await?.into(), absolute_form: false })
         } else {
-            Ok(Conn { io: self.to_proxy.call(proxy.uri().clone()).await?, absolute_form: true })
+            Ok(Conn { io: self.to_proxy.call(proxy.uri().clone()).await?.into(), absolute_form: true })
         }
     }
 }
 
 /// A TCP connection to the target, a tunnel to it, or (`absolute_form`) to a forwarding proxy.
 pub struct Conn {
-    io: MaybeHttpsStream<TokioIo<TcpStream>>,
+    io: Lean<TokioIo<TcpStream>>,
     absolute_form: bool,
 }
 
@@ -323,23 +323,106 @@ impl hyper::rt::Write for Conn {
 #[derive(Clone)]
 pub struct Timed<S>(S);
 
-impl<S> Service<Uri> for Timed<S>
+impl<S, T> Service<Uri> for Timed<S>
 where
-    S: Service<Uri>,
+    S: Service<Uri, Response = MaybeHttpsStream<T>>,
     S::Future: Send + 'static,
-    S::Response: 'static,
     S::Error: Into<BoxError> + 'static,
+    T: 'static,
 {
-    type Response = S::Response;
+    type Response = Lean<T>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Lean<T>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.0.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        Box::pin(within_connect_timeout(self.0.call(dst)))
+        let connecting = self.0.call(dst);
+        Box::pin(async move { within_connect_timeout(connecting).await.map(Lean::from) })
+    }
+}
+
+/// A connection whose TLS state, when it has any, is boxed. A pooled connection's task holds its
+/// stream for the connection's whole life, and `MaybeHttpsStream` is as large as its TLS variant
+/// (a rustls connection, twice over where the proxy is spoken to in TLS too): a plain `http://`
+/// connection carried several KiB it never used, per open stream (performance goal 3). The box
+/// costs TLS connections one allocation when they open.
+pub enum Lean<T> {
+    Plain(T),
+    Tls(Box<MaybeHttpsStream<T>>),
+}
+
+impl<T> From<MaybeHttpsStream<T>> for Lean<T> {
+    fn from(stream: MaybeHttpsStream<T>) -> Self {
+        match stream {
+            MaybeHttpsStream::Http(plain) => Lean::Plain(plain),
+            tls => Lean::Tls(Box::new(tls)),
+        }
+    }
+}
+
+impl<T: hyper::rt::Read + hyper::rt::Write + Connection + Unpin> Connection for Lean<T> {
+    fn connected(&self) -> Connected {
+        match self {
+            Lean::Plain(s) => s.connected(),
+            Lean::Tls(s) => s.connected(),
+        }
+    }
+}
+
+impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> hyper::rt::Read for Lean<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Lean::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Lean::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<T: hyper::rt::Read + hyper::rt::Write + Unpin> hyper::rt::Write for Lean<T> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Lean::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Lean::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Lean::Plain(s) => Pin::new(s).poll_flush(cx),
+            Lean::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Lean::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Lean::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Lean::Plain(s) => s.is_write_vectored(),
+            Lean::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Lean::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Lean::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
     }
 }
 
@@ -523,5 +606,21 @@ mod tests {
         let url = url::Url::parse(&format!("https://localhost:{}/v1/responses", addr.port())).unwrap();
         assert!(client.post(&url, headers(), Bytes::from_static(b"{}")).await.is_err());
         assert_eq!(first.await.unwrap()[0], HANDSHAKE, "a TLS handshake record");
+    }
+
+    /// Performance goal 3: the stream a pooled plain connection's task holds for the connection's
+    /// whole life is a socket and a tag, not room for two rustls connections.
+    #[tokio::test]
+    async fn a_plain_connection_holds_no_room_for_tls() {
+        use std::mem::size_of;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}/", listener.local_addr().unwrap()).parse().unwrap();
+        let mut connector = Client::new(Matcher::builder().build()).unwrap().connector();
+        let conn = connector.call(uri).await.unwrap();
+        assert!(matches!(conn, Lean::Plain(Conn { io: Lean::Plain(_), .. })));
+        let (lean, wide) =
+            (size_of::<Lean<Conn>>(), size_of::<MaybeHttpsStream<MaybeHttpsStream<TokioIo<TcpStream>>>>());
+        assert!(lean <= size_of::<TokioIo<TcpStream>>() + 16, "{lean} bytes");
+        assert!(lean * 8 < wide, "{lean} bytes against {wide}");
     }
 }
