@@ -24,17 +24,19 @@ use std::{
 use axum::{
     Json, Router,
     body::Body,
-    extract::{Request, State, connect_info::Connected},
+    extract::{ConnectInfo, Request, State},
     http::{HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
-    serve::{IncomingStream, Listener},
+    serve::Listener,
 };
+use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use leptos::config::{Env, LeptosOptions};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_io_timeout::TimeoutStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tower::{Layer as _, ServiceExt as _};
 use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 use crate::{
@@ -151,12 +153,6 @@ impl Listener for Connections {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         self.tcp.local_addr().map(PeerAddr)
-    }
-}
-
-impl Connected<IncomingStream<'_, Connections>> for PeerAddr {
-    fn connect_info(stream: IncomingStream<'_, Connections>) -> Self {
-        *stream.remote_addr()
     }
 }
 
@@ -283,7 +279,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     crate::workspace_settings::load(&state)
         .await
         .map_err(|e| StartError::Bootstrap(format!("workspace settings: {e}")))?;
-    let app = router(state).into_make_service_with_connect_info::<PeerAddr>();
+    let app = router(state);
 
     let (stop, cut) = (shutdown.clone(), hard_stop.clone());
     let Serving { ended, closed, abandon, release } =
@@ -329,7 +325,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
-type App = axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, PeerAddr>;
+type App = Router;
 
 /// Connections being served, and how they end.
 struct Serving {
@@ -425,15 +421,60 @@ async fn serve(threads: usize, connections: Connections, app: App) -> std::io::R
 /// Serves until `closed` (open connections may finish) or `abandon` (they are left to their
 /// runtime: a serving thread's ends after `release`).
 async fn serve_until(
-    connections: Connections,
+    mut connections: Connections,
     app: App,
     closed: CancellationToken,
     abandon: CancellationToken,
 ) -> std::io::Result<()> {
-    let serving = axum::serve(connections, app).with_graceful_shutdown(closed.cancelled_owned());
+    let open = TaskTracker::new();
+    let serving = async {
+        loop {
+            let (io, peer) = tokio::select! {
+                accepted = connections.accept() => accepted,
+                () = closed.cancelled() => break,
+            };
+            open.spawn(serve_connection(io, peer, app.clone(), closed.clone()));
+        }
+        // Nothing new is accepted; each open connection ends once its exchange in progress has.
+        open.close();
+        open.wait().await;
+    };
     tokio::select! {
-        served = serving.into_future() => served,
+        () = serving => Ok(()),
         () = abandon.cancelled() => Ok(()),
+    }
+}
+
+/// Serves HTTP/1.1 on one connection, with upgrades (the Codex WebSocket), until the client
+/// leaves or, after `closed`, its exchange in progress ends.
+///
+/// hyper's own HTTP/1 connection, not hyper-util's `auto` one that `axum::serve` uses: SubLane
+/// builds no HTTP/2 server, yet `auto` first reads a few bytes to tell the versions apart and
+/// hands them back as hyper's whole first read, so hyper's head parse needed a second read,
+/// which doubled its 8 KiB read buffer: 8 KiB more for every open connection, every open stream
+/// included (performance goal 3).
+async fn serve_connection(
+    io: <Connections as Listener>::Io,
+    peer: PeerAddr,
+    app: App,
+    closed: CancellationToken,
+) {
+    let service = axum::Extension(ConnectInfo(peer))
+        .layer(app)
+        .map_request(|req: Request<hyper::body::Incoming>| req.map(Body::new));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    let served = tokio::select! {
+        served = conn.as_mut() => served,
+        () = closed.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = served {
+        tracing::trace!(error = %e, "a connection ended with an error");
     }
 }
 
