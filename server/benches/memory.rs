@@ -9,7 +9,7 @@
 //! between a stream's chunks beyond the upstream's own second, and the added time to first byte at
 //! concurrency 1 while they are open, against calling the mock directly in the same run. N is
 //! `SUBLANE_BENCH_STREAMS` (default 8,000: SubLane holds two sockets per stream, and this
-//! machine's file limit is 20,000).
+//! machine's file limit is 20,000). `SUBLANE_BENCH_ONLY_STREAMS=1` measures only the streams.
 //!
 //! The mock upstream runs in this process, so its memory is not counted; SubLane is a process
 //! of its own, measured through `/proc/<pid>/status`.
@@ -36,6 +36,9 @@ async fn main() {
         .send()
         .await
         .unwrap();
+    if std::env::var_os("SUBLANE_BENCH_ONLY_STREAMS").is_some() {
+        return streams(&mock).await;
+    }
     println!(
         "SubLane resident memory after {CALLS} calls ({CONCURRENCY} at a time, real binary, mock upstream)"
     );
