@@ -426,8 +426,11 @@ async fn serve_until(
     closed: CancellationToken,
     abandon: CancellationToken,
 ) -> std::io::Result<()> {
-    let open = TaskTracker::new();
-    let serving = async {
+    // This thread's own token: every wake of every connection polls it, and a token's state sits
+    // behind a lock that the original's other holders (the other serving threads) would share.
+    let closed = closed.child_token();
+    let serving = async move {
+        let open = TaskTracker::new();
         loop {
             let (io, peer) = tokio::select! {
                 accepted = connections.accept() => accepted,
@@ -435,7 +438,9 @@ async fn serve_until(
             };
             open.spawn(serve_connection(io, peer, app.clone(), closed.clone()));
         }
-        // Nothing new is accepted; each open connection ends once its exchange in progress has.
+        // Closed at once, so new clients are refused instead of left in the backlog; each open
+        // connection ends once its exchange in progress has.
+        drop(connections);
         open.close();
         open.wait().await;
     };

@@ -252,6 +252,10 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
     let queued = tokio::spawn(call());
     tokio::time::sleep(Duration::from_millis(300)).await;
 
+    // A client that has sent half a request head: it holds its connection until the end.
+    let mut half = tokio::net::TcpStream::connect(p.base.trim_start_matches("http://")).await.unwrap();
+    half.write_all(b"POST /v1/responses HTTP/1.1\r\nhost: sublane\r\n").await.unwrap();
+
     let signalled = Instant::now();
     p.terminate();
     let queued = tokio::time::timeout(Duration::from_secs(2), queued).await.expect("the waiter ends at once");
@@ -291,6 +295,20 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
     assert!(signalled.elapsed() >= grace, "the turn ran for the grace period");
     assert_eq!(cut_event.expect("an error event")["error"]["code"], "server_shutting_down");
     assert_eq!(code, Some(1001));
+    // Once the shutdown stops serving, the port refuses new clients at once: not only when the
+    // half-sent request is given up on (2 s later) and the process ends. None waits unanswered in
+    // the backlog meanwhile.
+    let addr = p.base.trim_start_matches("http://").to_owned();
+    let refused_at = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match tokio::net::TcpStream::connect(&addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break Instant::now(),
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("the port stops accepting");
 
     let status = tokio::time::timeout(grace + Duration::from_secs(5), p.child.wait())
         .await
@@ -298,6 +316,8 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
         .unwrap();
     let took = signalled.elapsed();
     assert!(status.success(), "{status:?}");
+    let open_after = refused_at.elapsed();
+    assert!(open_after >= Duration::from_secs(1), "refused only {open_after:?} before the end");
     assert!(took >= grace, "the stream got its grace period ({took:?})");
     let got = reader.await.unwrap();
     assert!(got > 0 && got < 200 * 4096, "the long stream was cut, after some output ({got} bytes)");
