@@ -325,12 +325,10 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
-type App = Router;
-
 /// Connections being served, and how they end.
 struct Serving {
     /// Resolves once no thread accepts any more and the connections are done (or abandoned);
-    /// with the first error a thread met.
+    /// with an error if a thread ended without getting there.
     ended: futures_util::future::BoxFuture<'static, std::io::Result<()>>,
     /// Stops accepting; open connections may finish.
     closed: CancellationToken,
@@ -351,12 +349,12 @@ struct Serving {
 /// The cost: work never moves between threads, so connections are spread only as they are
 /// accepted, and a long computation holds up the other connections of its thread. With 0 it
 /// serves on the calling runtime (tests that watch what its thread logs).
-async fn serve(threads: usize, connections: Connections, app: App) -> std::io::Result<Serving> {
+async fn serve(threads: usize, connections: Connections, app: Router) -> std::io::Result<Serving> {
     let (closed, abandon, release) =
         (CancellationToken::new(), CancellationToken::new(), CancellationToken::new());
     if threads == 0 {
         let serving = tokio::spawn(serve_until(connections, app, closed.clone(), abandon.clone()));
-        let ended = Box::pin(async move { serving.await.map_err(std::io::Error::other).and_then(|r| r) });
+        let ended = Box::pin(async move { serving.await.map_err(std::io::Error::other) });
         return Ok(Serving { ended, closed, abandon, release });
     }
     let Connections { tcp, write_timeout } = connections;
@@ -381,8 +379,8 @@ async fn serve(threads: usize, connections: Connections, app: App) -> std::io::R
                         Err(e) => return drop(ready.send(Err(e))),
                     };
                     let _ = ready.send(Ok(()));
-                    let _ = done
-                        .send(serve_until(Connections { tcp, write_timeout }, app, closed, abandon).await);
+                    serve_until(Connections { tcp, write_timeout }, app, closed, abandon).await;
+                    let _ = done.send(());
                     release.cancelled().await;
                 });
                 // Dropping the runtime ends whatever its tasks still had open.
@@ -406,14 +404,12 @@ async fn serve(threads: usize, connections: Connections, app: App) -> std::io::R
         }
     }
     let ended = Box::pin(async move {
-        let mut first = Ok(());
+        let mut all = Ok(());
         for end in ends {
-            let served = end
-                .await
-                .unwrap_or_else(|_| Err(std::io::Error::other("a serving thread ended without a result")));
-            first = first.and(served);
+            // (dropped unsent when the thread panicked)
+            all = all.and(end.await.map_err(|_| std::io::Error::other("a serving thread ended unfinished")));
         }
-        first
+        all
     });
     Ok(Serving { ended, closed, abandon, release })
 }
@@ -422,10 +418,10 @@ async fn serve(threads: usize, connections: Connections, app: App) -> std::io::R
 /// runtime: a serving thread's ends after `release`).
 async fn serve_until(
     mut connections: Connections,
-    app: App,
+    app: Router,
     closed: CancellationToken,
     abandon: CancellationToken,
-) -> std::io::Result<()> {
+) {
     // This thread's own token: every wake of every connection polls it, and a token's state sits
     // behind a lock that the original's other holders (the other serving threads) would share.
     let closed = closed.child_token();
@@ -445,8 +441,8 @@ async fn serve_until(
         open.wait().await;
     };
     tokio::select! {
-        () = serving => Ok(()),
-        () = abandon.cancelled() => Ok(()),
+        () = serving => {}
+        () = abandon.cancelled() => {}
     }
 }
 
@@ -461,7 +457,7 @@ async fn serve_until(
 async fn serve_connection(
     io: <Connections as Listener>::Io,
     peer: PeerAddr,
-    app: App,
+    app: Router,
     closed: CancellationToken,
 ) {
     let service = axum::Extension(ConnectInfo(peer))
