@@ -72,12 +72,33 @@ impl Stopwatch {
         Duration::from_micros(self.upstream_us.load(Ordering::Relaxed))
     }
 
-    /// Times `f` as upstream time.
-    pub async fn on_upstream<T>(&self, f: impl std::future::Future<Output = T>) -> T {
-        let start = Instant::now();
-        let out = f.await;
-        self.upstream(start.elapsed());
-        out
+    /// Times `f` as upstream time, from its first poll to its end.
+    pub fn on_upstream<F: Future>(&self, f: F) -> OnUpstream<'_, F> {
+        OnUpstream { f, watch: self, start: None }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Stopwatch::on_upstream`]'s future. A combinator rather than an `async fn`: an `async fn`
+    /// keeps its future argument and the same future being awaited side by side, so every call
+    /// future that waits on an upstream would carry the upstream future's room twice.
+    pub struct OnUpstream<'a, F> {
+        #[pin]
+        f: F,
+        watch: &'a Stopwatch,
+        start: Option<Instant>,
+    }
+}
+
+impl<F: Future> Future for OnUpstream<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let start = *this.start.get_or_insert_with(Instant::now);
+        let out = std::task::ready!(this.f.poll(cx));
+        this.watch.upstream(start.elapsed());
+        std::task::Poll::Ready(out)
     }
 }
 
@@ -284,39 +305,41 @@ impl Attempt {
     }
 
     /// Answers with a gateway error and records it.
-    pub(super) async fn fail(
-        self,
-        err: GatewayError,
-        outcome: Outcome,
-        upstream_status: Option<u16>,
-    ) -> Response {
-        self.fail_with(err, outcome, upstream_status, Verdict::Neutral).await
+    pub(super) fn fail(self, err: GatewayError, outcome: Outcome, upstream_status: Option<u16>) -> Failing {
+        self.fail_with(err, outcome, upstream_status, Verdict::Neutral)
     }
 
     /// Answers with a gateway error, records it, and settles the account with `verdict`.
-    pub(super) async fn fail_with(
+    pub(super) fn fail_with(
         mut self,
         err: GatewayError,
         outcome: Outcome,
         upstream_status: Option<u16>,
         verdict: Verdict,
-    ) -> Response {
-        let resp = err.render(self.protocol, Some(&self.request_id));
-        if outcome == Outcome::Rejected {
-            self.refused = Some(err.code);
-        }
-        self.finish(Ending {
-            outcome,
-            error_code: Some(err.code.to_owned()),
-            upstream_status,
-            usage: Usage::default(),
-            first_output: None,
-            verdict,
+    ) -> Failing {
+        Box::pin(async move {
+            let resp = err.render(self.protocol, Some(&self.request_id));
+            if outcome == Outcome::Rejected {
+                self.refused = Some(err.code);
+            }
+            self.finish(Ending {
+                outcome,
+                error_code: Some(err.code.to_owned()),
+                upstream_status,
+                usage: Usage::default(),
+                first_output: None,
+                verdict,
+            })
+            .await;
+            resp
         })
-        .await;
-        resp
     }
 }
+
+/// The answer to a call that failed, on its way. Boxed: a future holds room for the largest
+/// future it awaits, and a failing attempt's is several times the size of the successful path's,
+/// so a call future embedding it would carry (and copy on every move) kilobytes it rarely uses.
+pub(super) type Failing = std::pin::Pin<Box<dyn Future<Output = Response> + Send>>;
 
 impl Drop for Attempt {
     fn drop(&mut self) {
@@ -383,6 +406,37 @@ mod tests {
         assert_eq!(stream_verdict(Outcome::Incomplete, Some("max_output_tokens")), Verdict::Neutral);
         assert_eq!(stream_verdict(Outcome::Cancelled, Some("client_stalled")), Verdict::Neutral);
         assert_eq!(stream_verdict(Outcome::Error, Some("upstream_stream_broken")), Verdict::ModelFailure);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn upstream_time_runs_from_the_first_poll_to_the_end() {
+        let watch = Stopwatch::default();
+        let waiting = watch.on_upstream(async { tokio::time::sleep(Duration::from_millis(50)).await });
+        tokio::time::advance(Duration::from_secs(1)).await;
+        waiting.await;
+        assert_eq!(
+            watch.upstream_total(),
+            Duration::from_millis(50),
+            "made earlier, timed from its first poll"
+        );
+        assert_eq!(watch.queue(), Duration::ZERO);
+    }
+
+    #[test]
+    fn waiting_on_an_upstream_keeps_one_copy_of_its_future() {
+        let watch = Stopwatch::default();
+        let big = [7u8; 2048];
+        let upstream = async move {
+            tokio::task::yield_now().await;
+            big.len()
+        };
+        let alone = std::mem::size_of_val(&upstream);
+        let timed = watch.on_upstream(upstream);
+        assert!(
+            std::mem::size_of_val(&timed) <= alone + 64,
+            "{} bytes around {alone}",
+            std::mem::size_of_val(&timed)
+        );
     }
 
     #[test]

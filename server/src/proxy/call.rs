@@ -56,7 +56,15 @@ pub const MAX_UPSTREAM_JSON_BYTES: usize = 64 * 1024 * 1024;
 
 /// Handles one model call. `path_model` is the model named in the URL (Gemini routes). The key is
 /// checked from the headers before a byte of the body is read.
-pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<String>) -> Response {
+///
+/// Not an `async fn`: the router boxes this future as it is, so it is the call's own future in
+/// its span, not a second one around it (each layer is a copy of the whole on every move).
+pub fn handle(
+    s: AppState,
+    spec: Spec,
+    req: Request,
+    path_model: Option<String>,
+) -> impl Future<Output = Response> + Send {
     let started = Instant::now();
     let request_id = new_request_id(s.clock.now().timestamp_millis());
     // The call's trace (BEY-5), and with `RUST_LOG=debug` the context of every line written
@@ -64,7 +72,7 @@ pub async fn handle(s: AppState, spec: Spec, req: Request, path_model: Option<St
     // making it was 2 % of CPU at c=64); SubLane's own warnings and errors about a call name its
     // request id themselves.
     let span = tracing::debug_span!("call", request_id = %request_id, operation = spec.op.record_name());
-    handle_call(s, spec, req, path_model, started, request_id).instrument(span).await
+    handle_call(s, spec, req, path_model, started, request_id).instrument(span)
 }
 
 async fn handle_call(
@@ -114,8 +122,10 @@ async fn handle_call(
             } else {
                 // The hard stop cuts a call still waiting on its upstream (the dropped attempt
                 // records itself); a stream already relaying ends in its relay.
+                // Boxed: the dispatch is most of a call's future, and awaited in place it would
+                // be copied again with each layer above it (the router boxes the whole call).
                 tokio::select! {
-                    resp = dispatch(&s, spec, attempt, &headers, query, read) => resp,
+                    resp = Box::pin(dispatch(&s, spec, attempt, &headers, query, read)) => resp,
                     () = stop.cancelled() => GatewayError::shutting_down().render(spec.protocol, Some(&request_id)),
                 }
             }
@@ -482,7 +492,8 @@ async fn dispatch(
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
-        return collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()).await;
+        return Box::pin(collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()))
+            .await;
     }
     // A plain JSON answer: pass the bytes through, read usage from them.
     let mut passed = HeaderMap::new();

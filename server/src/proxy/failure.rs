@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::{
-    attempt::{Attempt, Ending},
+    attempt::{Attempt, Ending, Failing},
     error::{GatewayError, Protocol},
     schedule,
 };
@@ -98,7 +98,11 @@ impl UpstreamFailure {
     /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
     /// (never the caller's `invalid_api_key`), a model-scoped Antigravity limit
     /// `model_rate_limited`. The verdict settles the attempt's account, if it still holds one.
-    pub(super) async fn respond(self, attempt: Attempt) -> Response {
+    pub(super) fn respond(self, attempt: Attempt) -> Failing {
+        Box::pin(self.answer(attempt))
+    }
+
+    async fn answer(self, attempt: Attempt) -> Response {
         let UpstreamFailure { status, retry_after, body: v, verdict } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
