@@ -82,6 +82,7 @@ pin_project_lite::pin_project! {
     /// [`Stopwatch::on_upstream`]'s future. A combinator rather than an `async fn`: an `async fn`
     /// keeps its future argument and the same future being awaited side by side, so every call
     /// future that waits on an upstream would carry the upstream future's room twice.
+    #[must_use = "futures do nothing unless polled"]
     pub struct OnUpstream<'a, F> {
         #[pin]
         f: F,
@@ -420,6 +421,16 @@ mod tests {
             "made earlier, timed from its first poll"
         );
         assert_eq!(watch.queue(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upstream_wait_cut_short_counts_nothing() {
+        let watch = Stopwatch::default();
+        let mut waiting = std::pin::pin!(watch.on_upstream(std::future::pending::<()>()));
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        assert_eq!(watch.upstream_total(), Duration::ZERO, "only a finished wait is upstream time");
     }
 
     #[test]

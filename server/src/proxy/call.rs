@@ -57,8 +57,8 @@ pub const MAX_UPSTREAM_JSON_BYTES: usize = 64 * 1024 * 1024;
 /// Handles one model call. `path_model` is the model named in the URL (Gemini routes). The key is
 /// checked from the headers before a byte of the body is read.
 ///
-/// Not an `async fn`: the router boxes this future as it is, so it is the call's own future in
-/// its span, not a second one around it (each layer is a copy of the whole on every move).
+/// Not an `async fn`: the route's handler awaits the call's own future in its span, not a second
+/// future around it (each layer of futures is one more copy of the whole as it is built).
 pub fn handle(
     s: AppState,
     spec: Spec,
