@@ -492,6 +492,8 @@ async fn dispatch(
         return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if force_stream {
+        // Boxed: only Codex JSON clients come here, and collecting is the largest future a call
+        // awaits; in place, every call's dispatch would carry its room.
         return Box::pin(collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()))
             .await;
     }
