@@ -253,7 +253,8 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // A client that has sent half a request head: it holds its connection until the end.
-    let mut half = tokio::net::TcpStream::connect(p.base.trim_start_matches("http://")).await.unwrap();
+    let addr = p.base.trim_start_matches("http://").to_owned();
+    let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();
     half.write_all(b"POST /v1/responses HTTP/1.1\r\nhost: sublane\r\n").await.unwrap();
 
     let signalled = Instant::now();
@@ -298,7 +299,6 @@ async fn sigterm_drains_then_cuts_and_the_process_exits_in_time() {
     // Once the shutdown stops serving, the port refuses new clients at once: not only when the
     // half-sent request is given up on (2 s later) and the process ends. None waits unanswered in
     // the backlog meanwhile.
-    let addr = p.base.trim_start_matches("http://").to_owned();
     let refused_at = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             match tokio::net::TcpStream::connect(&addr).await {

@@ -340,7 +340,7 @@ impl Attempt {
 /// The answer to a call that failed, on its way. Boxed: a future holds room for the largest
 /// future it awaits, and a failing attempt's is several times the size of the successful path's,
 /// so a call future embedding it would carry (and copy on every move) kilobytes it rarely uses.
-pub(super) type Failing = std::pin::Pin<Box<dyn Future<Output = Response> + Send>>;
+pub(super) type Failing = futures_util::future::BoxFuture<'static, Response>;
 
 impl Drop for Attempt {
     fn drop(&mut self) {
