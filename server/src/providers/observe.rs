@@ -4,8 +4,12 @@
 //! Only terminal events and the first delta are parsed as JSON; other events are recognised by
 //! name, so watching costs little per event.
 
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
 
+use serde::{
+    Deserialize, Deserializer,
+    de::{IgnoredAny, MapAccess, SeqAccess, Visitor},
+};
 use serde_json::Value;
 
 use crate::records::{Outcome, Usage};
@@ -76,19 +80,47 @@ impl Observer {
         }
     }
 
-    /// A complete non-streaming JSON answer.
+    /// A complete non-streaming JSON answer, already parsed (it is also being translated).
     pub fn body(&mut self, body: &Value) {
         match self.grammar {
-            Grammar::Responses => self.responses_final(body),
             Grammar::Gemini => {
                 self.gemini_chunk(body.get("response").unwrap_or(body), None);
                 if self.seen.outcome.is_none() {
                     self.seen.outcome = Some(Outcome::Success);
                 }
             }
+            Grammar::Responses | Grammar::Messages => self.answer(&Answer::of(body)),
+        }
+    }
+
+    /// A complete non-streaming JSON answer passed through as it came: only what the record needs
+    /// is read from it, without building the document. Text that is not a JSON object tells
+    /// nothing (the call still ends, as a success with no usage).
+    pub fn json(&mut self, bytes: &[u8]) {
+        match self.grammar {
+            Grammar::Gemini => {
+                if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
+                    self.body(&v);
+                }
+            }
+            Grammar::Responses | Grammar::Messages => {
+                // (`Loose`: a derived struct would also take a JSON array, field by position)
+                if let Ok(Loose(Some(answer))) = serde_json::from_slice::<Loose<Answer<'_>>>(bytes) {
+                    self.answer(&answer);
+                }
+            }
+        }
+    }
+
+    /// The end of a Responses or Messages answer (Gemini's fields are not in an [`Answer`]: its
+    /// answers are read by [`Self::body`]).
+    fn answer(&mut self, a: &Answer<'_>) {
+        match self.grammar {
+            Grammar::Responses => self.responses_final(a),
+            Grammar::Gemini => {}
             Grammar::Messages => {
-                self.anthropic_usage(&body["usage"]);
-                self.seen.outcome = Some(match body["stop_reason"].as_str() {
+                self.anthropic_usage(&a.usage);
+                self.seen.outcome = Some(match a.stop_reason.0.as_deref() {
                     Some("max_tokens") => Outcome::Incomplete,
                     _ => Outcome::Success,
                 });
@@ -126,7 +158,7 @@ impl Observer {
                 if let Ok(mut v) = serde_json::from_str::<Value>(data) {
                     // (`get_mut`: an index would panic on data that is not an object)
                     let response = v.get_mut("response").map(Value::take).unwrap_or(Value::Null);
-                    self.responses_final(&response);
+                    self.responses_final(&Answer::of(&response));
                     self.seen.final_response = Some(response);
                 }
             }
@@ -140,20 +172,20 @@ impl Observer {
         }
     }
 
-    fn responses_final(&mut self, r: &Value) {
-        let u = &r["usage"];
-        if u.is_object() {
+    fn responses_final(&mut self, r: &Answer<'_>) {
+        if let Some(u) = &r.usage.0 {
             self.seen.usage = Usage {
-                input: u["input_tokens"].as_i64(),
-                output: u["output_tokens"].as_i64(),
-                cached: u["input_tokens_details"]["cached_tokens"].as_i64(),
+                input: u.input_tokens.0,
+                output: u.output_tokens.0,
+                cached: u.input_tokens_details.0.as_ref().and_then(|d| d.cached_tokens.0),
             };
         }
-        self.seen.outcome = Some(match r["status"].as_str() {
+        self.seen.outcome = Some(match r.status.0.as_deref() {
             Some("completed") => Outcome::Success,
             Some("incomplete") => Outcome::Incomplete,
             Some("failed") | Some("cancelled") => {
-                self.seen.error_code = sanitize(r["error"]["code"].as_str().unwrap_or("response_failed"));
+                let code = r.error.0.as_ref().and_then(|e| e.code.0.as_deref());
+                self.seen.error_code = sanitize(code.unwrap_or("response_failed"));
                 Outcome::Error
             }
             _ => Outcome::Success,
@@ -172,11 +204,11 @@ impl Observer {
             }
             "message_start" => {
                 let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-                self.anthropic_usage(&v["message"]["usage"]);
+                self.anthropic_usage(&Loose::deserialize(&v["message"]["usage"]).unwrap_or_default());
             }
             "message_delta" => {
                 let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-                self.anthropic_usage(&v["usage"]);
+                self.anthropic_usage(&Loose::deserialize(&v["usage"]).unwrap_or_default());
                 if v["delta"]["stop_reason"].as_str() == Some("max_tokens") {
                     self.seen.outcome = Some(Outcome::Incomplete);
                 }
@@ -227,25 +259,165 @@ impl Observer {
     /// Anthropic counts fresh input, cache reads and cache writes apart; SubLane records their
     /// sum as input and the reads as cached, so the cache hit rate (REC-6) means the same
     /// thing for every protocol. `message_delta` usage is cumulative.
-    fn anthropic_usage(&mut self, u: &Value) {
-        if !u.is_object() {
-            return;
-        }
-        if let Some(v) = u["input_tokens"].as_i64() {
+    fn anthropic_usage(&mut self, u: &Loose<TokenCounts>) {
+        let Some(u) = &u.0 else { return };
+        if let Some(v) = u.input_tokens.0 {
             self.fresh_input = Some(v);
         }
-        if let Some(v) = u["cache_read_input_tokens"].as_i64() {
+        if let Some(v) = u.cache_read_input_tokens.0 {
             self.cache_read = Some(v);
         }
-        if let Some(v) = u["cache_creation_input_tokens"].as_i64() {
+        if let Some(v) = u.cache_creation_input_tokens.0 {
             self.cache_creation = Some(v);
         }
-        if let Some(v) = u["output_tokens"].as_i64() {
+        if let Some(v) = u.output_tokens.0 {
             self.seen.usage.output = Some(v);
         }
         self.seen.usage.input =
             self.fresh_input.map(|i| i + self.cache_read.unwrap_or(0) + self.cache_creation.unwrap_or(0));
         self.seen.usage.cached = self.cache_read;
+    }
+}
+
+/// What a Responses or Messages answer (the JSON body, or the response of a terminal event) says
+/// about how it ended and what it used. Read typed and borrowed: every other field is skipped
+/// unbuilt, and a field of an unexpected type reads as absent, as `Value`'s accessors would.
+#[derive(Debug, Default, Deserialize)]
+struct Answer<'a> {
+    #[serde(default, borrow)]
+    status: Loose<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Loose<TokenCounts>,
+    #[serde(default, borrow)]
+    error: Loose<AnswerError<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Loose<Cow<'a, str>>,
+}
+
+impl<'a> Answer<'a> {
+    /// What a parsed answer says; one that is not an object says nothing (a derived struct would
+    /// also read a JSON array, field by position).
+    fn of(v: &'a Value) -> Self {
+        Loose::deserialize(v).ok().and_then(|a: Loose<Answer<'a>>| a.0).unwrap_or_default()
+    }
+}
+
+/// `usage` in either protocol: Responses names input, output and `input_tokens_details`;
+/// Messages names input, output and its two cache parts.
+#[derive(Debug, Default, Deserialize)]
+struct TokenCounts {
+    #[serde(default)]
+    input_tokens: Loose<i64>,
+    #[serde(default)]
+    output_tokens: Loose<i64>,
+    #[serde(default)]
+    input_tokens_details: Loose<InputDetails>,
+    #[serde(default)]
+    cache_read_input_tokens: Loose<i64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Loose<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Loose<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AnswerError<'a> {
+    #[serde(default, borrow)]
+    code: Loose<Cow<'a, str>>,
+}
+
+/// A value of the expected JSON type, or `None` for any other (skipped, nothing built): an
+/// answer with an odd field still yields the fields that are right.
+#[derive(Debug)]
+struct Loose<T>(Option<T>);
+
+impl<T> Default for Loose<T> {
+    fn default() -> Self {
+        Loose(None)
+    }
+}
+
+/// The JSON types a [`Loose`] value accepts; every other type reads as `None`.
+trait Expected<'de>: Sized {
+    fn from_int(_: i128) -> Option<Self> {
+        None
+    }
+    fn from_str(_: Cow<'de, str>) -> Option<Self> {
+        None
+    }
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// An integer that fits an `i64`, as `Value::as_i64` reads it (a float is not one).
+impl Expected<'_> for i64 {
+    fn from_int(v: i128) -> Option<Self> {
+        i64::try_from(v).ok()
+    }
+}
+
+impl<'de: 'a, 'a> Expected<'de> for Cow<'a, str> {
+    fn from_str(v: Cow<'de, str>) -> Option<Self> {
+        Some(v)
+    }
+}
+
+/// Objects: their fields are read by their own `Deserialize`.
+macro_rules! expected_object {
+    ($($t:ident$(<$a:lifetime>)?),*) => {$(
+        impl<'de: 'a, 'a> Expected<'de> for $t$(<$a>)? {
+            fn from_map<A: MapAccess<'de>>(map: A) -> Result<Option<Self>, A::Error> {
+                Self::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+            }
+        }
+    )*};
+}
+expected_object!(Answer<'a>, TokenCounts, InputDetails, AnswerError<'a>);
+
+impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Expected<'de>> Visitor<'de> for Visit<T> {
+            type Value = Loose<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_int(v.into())))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_int(v.into())))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Loose(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Loose(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Loose(None))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_str(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_str(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::from_map(map).map(Loose)
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
     }
 }
 
@@ -379,6 +551,77 @@ mod tests {
         assert_eq!(
             (o.seen.outcome, o.seen.error_code.as_deref()),
             (Some(Outcome::Error), Some("unavailable"))
+        );
+    }
+
+    /// What a whole JSON answer tells, read from its bytes (the pass-through path) and from its
+    /// parsed value (the translated path): the two must agree.
+    fn answer_of(grammar: Grammar, json: &str) -> (Option<Outcome>, Usage, Option<String>) {
+        let mut from_bytes = Observer::new(grammar);
+        from_bytes.json(json.as_bytes());
+        let mut from_value = Observer::new(grammar);
+        if let Ok(v) = serde_json::from_str::<Value>(json) {
+            from_value.body(&v);
+        }
+        let (a, b) = (from_bytes.seen, from_value.seen);
+        assert_eq!((a.outcome, &a.usage, &a.error_code), (b.outcome, &b.usage, &b.error_code), "{json}");
+        (a.outcome, a.usage, a.error_code)
+    }
+
+    #[test]
+    fn json_answers_in_both_protocols() {
+        let responses = r#"{"id":"resp_1","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],
+            "usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":7,"total_tokens":127},"error":null}"#;
+        let usage = Usage { input: Some(120), output: Some(7), cached: Some(64) };
+        assert_eq!(answer_of(Grammar::Responses, responses), (Some(Outcome::Success), usage, None));
+        let failed = r#"{"status":"failed","error":{"code":"Server_Error","message":"x"},"usage":null}"#;
+        assert_eq!(
+            answer_of(Grammar::Responses, failed),
+            (Some(Outcome::Error), Usage::default(), Some("server_error".into()))
+        );
+        let messages = r#"{"type":"message","content":[{"type":"text","text":"Hi"}],"stop_reason":"max_tokens",
+            "usage":{"input_tokens":56,"cache_read_input_tokens":64,"cache_creation_input_tokens":8,"output_tokens":9}}"#;
+        let usage = Usage { input: Some(128), output: Some(9), cached: Some(64) };
+        assert_eq!(answer_of(Grammar::Messages, messages), (Some(Outcome::Incomplete), usage, None));
+    }
+
+    #[test]
+    fn a_field_of_an_unexpected_type_reads_as_absent() {
+        // A string count, a float count, a count beyond i64, a status that is a number, details
+        // that are a list: each is skipped, and the fields that are right still count.
+        let odd = r#"{"status":7,"usage":{"input_tokens":"12","output_tokens":3.0,
+            "input_tokens_details":[1,{"cached_tokens":2}],"total_tokens":18446744073709551615}}"#;
+        let usage = Usage { input: None, output: None, cached: None };
+        assert_eq!(answer_of(Grammar::Responses, odd), (Some(Outcome::Success), usage, None));
+        let usage_a_list = r#"{"status":"incomplete","usage":[{"input_tokens":1}]}"#;
+        assert_eq!(
+            answer_of(Grammar::Responses, usage_a_list),
+            (Some(Outcome::Incomplete), Usage::default(), None)
+        );
+        // an escaped string is read as what it means
+        let escaped = r#"{"status":"f\u0061iled","error":{"code":"rate_\u006Cimit"}}"#;
+        assert_eq!(
+            answer_of(Grammar::Responses, escaped),
+            (Some(Outcome::Error), Usage::default(), Some("rate_limit".into()))
+        );
+        let large = r#"{"usage":{"input_tokens":9223372036854775807,"output_tokens":-1}}"#;
+        let usage = Usage { input: Some(i64::MAX), output: Some(-1), cached: None };
+        assert_eq!(answer_of(Grammar::Responses, large), (Some(Outcome::Success), usage, None));
+    }
+
+    #[test]
+    fn an_answer_that_is_not_an_object_tells_nothing() {
+        for text in ["", "not json", "[]", "null", "\"completed\""] {
+            let mut o = Observer::new(Grammar::Responses);
+            o.json(text.as_bytes());
+            assert_eq!((o.seen.outcome, o.seen.usage), (None, Usage::default()), "{text}");
+        }
+        // a parsed array is not read field by position
+        let mut o = Observer::new(Grammar::Responses);
+        o.body(&serde_json::json!(["failed", {"input_tokens": 1}, {"code": "x"}]));
+        assert_eq!(
+            (o.seen.outcome, o.seen.usage, o.seen.error_code),
+            (Some(Outcome::Success), Usage::default(), None)
         );
     }
 

@@ -513,9 +513,7 @@ async fn dispatch(
     // An answer passed through as it came needs only what the record reads from it: those
     // fields, without building the whole document.
     if rewrite.is_none() && chat_upstream.is_none() {
-        if let Ok(summary) = serde_json::from_slice::<AnswerSummary>(&bytes) {
-            observer.body(&summary.into_value());
-        }
+        observer.json(&bytes);
     } else if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
         observer.body(&v);
         // Antigravity: the client gets the inner response, taken from the value already parsed.
@@ -562,40 +560,6 @@ async fn dispatch(
     *resp.status_mut() = status;
     *resp.headers_mut() = passed;
     resp
-}
-
-/// The fields of a Responses or Messages JSON answer the observer reads (status and usage, the
-/// error, why it is incomplete, the stop reason); every other field is skipped unbuilt.
-#[derive(serde::Deserialize)]
-struct AnswerSummary {
-    #[serde(default)]
-    status: Value,
-    #[serde(default)]
-    usage: Value,
-    #[serde(default)]
-    error: Value,
-    #[serde(default)]
-    incomplete_details: Value,
-    #[serde(default)]
-    stop_reason: Value,
-}
-
-impl AnswerSummary {
-    fn into_value(self) -> Value {
-        let mut v = serde_json::Map::new();
-        for (k, x) in [
-            ("status", self.status),
-            ("usage", self.usage),
-            ("error", self.error),
-            ("incomplete_details", self.incomplete_details),
-            ("stop_reason", self.stop_reason),
-        ] {
-            if !x.is_null() {
-                v.insert(k.to_owned(), x);
-            }
-        }
-        Value::Object(v)
-    }
 }
 
 /// What one call asks of the upstream, the same for every account it may try.
