@@ -8,7 +8,7 @@ use std::{borrow::Cow, time::Duration};
 
 use serde::{
     Deserialize, Deserializer,
-    de::{IgnoredAny, MapAccess, SeqAccess, Visitor},
+    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 use serde_json::Value;
 
@@ -89,7 +89,8 @@ impl Observer {
                     self.seen.outcome = Some(Outcome::Success);
                 }
             }
-            Grammar::Responses | Grammar::Messages => self.answer(&Answer::of(body)),
+            Grammar::Responses => self.responses_final(&Answer::of(body)),
+            Grammar::Messages => self.messages_final(&Answer::of(body)),
         }
     }
 
@@ -97,35 +98,33 @@ impl Observer {
     /// is read from it, without building the document. Text that is not a JSON object tells
     /// nothing (the call still ends, as a success with no usage).
     pub fn json(&mut self, bytes: &[u8]) {
+        let answer = || serde_json::from_slice::<Loose<Answer<'_>>>(bytes).ok().and_then(|a| a.0);
         match self.grammar {
             Grammar::Gemini => {
                 if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
                     self.body(&v);
                 }
             }
-            Grammar::Responses | Grammar::Messages => {
-                // (`Loose`: a derived struct would also take a JSON array, field by position)
-                if let Ok(Loose(Some(answer))) = serde_json::from_slice::<Loose<Answer<'_>>>(bytes) {
-                    self.answer(&answer);
+            Grammar::Responses => {
+                if let Some(a) = answer() {
+                    self.responses_final(&a);
+                }
+            }
+            Grammar::Messages => {
+                if let Some(a) = answer() {
+                    self.messages_final(&a);
                 }
             }
         }
     }
 
-    /// The end of a Responses or Messages answer (Gemini's fields are not in an [`Answer`]: its
-    /// answers are read by [`Self::body`]).
-    fn answer(&mut self, a: &Answer<'_>) {
-        match self.grammar {
-            Grammar::Responses => self.responses_final(a),
-            Grammar::Gemini => {}
-            Grammar::Messages => {
-                self.anthropic_usage(&a.usage);
-                self.seen.outcome = Some(match a.stop_reason.0.as_deref() {
-                    Some("max_tokens") => Outcome::Incomplete,
-                    _ => Outcome::Success,
-                });
-            }
-        }
+    /// The end of a Messages answer.
+    fn messages_final(&mut self, a: &Answer<'_>) {
+        self.anthropic_usage(&a.usage);
+        self.seen.outcome = Some(match a.stop_reason.0.as_deref() {
+            Some("max_tokens") => Outcome::Incomplete,
+            _ => Outcome::Success,
+        });
     }
 
     fn first_output(&mut self, at: Duration) {
@@ -279,55 +278,95 @@ impl Observer {
     }
 }
 
-/// What a Responses or Messages answer (the JSON body, or the response of a terminal event) says
-/// about how it ended and what it used. Read typed and borrowed: every other field is skipped
-/// unbuilt, and a field of an unexpected type reads as absent, as `Value`'s accessors would.
-#[derive(Debug, Default, Deserialize)]
-struct Answer<'a> {
-    #[serde(default, borrow)]
-    status: Loose<Cow<'a, str>>,
-    #[serde(default)]
-    usage: Loose<TokenCounts>,
-    #[serde(default, borrow)]
-    error: Loose<AnswerError<'a>>,
-    #[serde(default, borrow)]
-    stop_reason: Loose<Cow<'a, str>>,
+/// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
+/// comes twice keeps its last value, as in a `Value` map (a derived struct refuses the whole
+/// object), and other keys are skipped.
+macro_rules! lenient_object {
+    ($(#[$m:meta])* $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Default)]
+        struct $name $(<$a>)? {
+            $($field: $ty,)*
+        }
+
+        impl<'de: 'a, 'a> Expected<'de> for $name $(<$a>)? {
+            fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+                let mut this = Self::default();
+                while let Some(key) = map.next_key_seed(Known(&[$(stringify!($field)),*]))? {
+                    match key {
+                        $(Some(stringify!($field)) => this.$field = map.next_value()?,)*
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Some(this))
+            }
+        }
+    };
+}
+/// An object's key, matched against the names a reader knows without building a string.
+struct Known(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Known {
+    type Value = Option<&'static str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Known {
+    type Value = Option<&'static str>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().copied().find(|name| *name == v))
+    }
+}
+
+lenient_object! {
+    /// What a Responses or Messages answer (the JSON body, or the response of a terminal event)
+    /// says about how it ended and what it used. Read typed and borrowed: every other field is
+    /// skipped unbuilt, and a field of an unexpected type reads as absent, as `Value`'s accessors
+    /// would.
+    Answer<'a> {
+        status: Loose<Cow<'a, str>>,
+        usage: Loose<TokenCounts>,
+        error: Loose<AnswerError<'a>>,
+        stop_reason: Loose<Cow<'a, str>>,
+    }
 }
 
 impl<'a> Answer<'a> {
-    /// What a parsed answer says; one that is not an object says nothing (a derived struct would
-    /// also read a JSON array, field by position).
+    /// What a parsed answer says; one that is not an object says nothing.
     fn of(v: &'a Value) -> Self {
         Loose::deserialize(v).ok().and_then(|a: Loose<Answer<'a>>| a.0).unwrap_or_default()
     }
 }
 
-/// `usage` in either protocol: Responses names input, output and `input_tokens_details`;
-/// Messages names input, output and its two cache parts.
-#[derive(Debug, Default, Deserialize)]
-struct TokenCounts {
-    #[serde(default)]
-    input_tokens: Loose<i64>,
-    #[serde(default)]
-    output_tokens: Loose<i64>,
-    #[serde(default)]
-    input_tokens_details: Loose<InputDetails>,
-    #[serde(default)]
-    cache_read_input_tokens: Loose<i64>,
-    #[serde(default)]
-    cache_creation_input_tokens: Loose<i64>,
+lenient_object! {
+    /// `usage` in either protocol: Responses names input, output and `input_tokens_details`;
+    /// Messages names input, output and its two cache parts.
+    TokenCounts {
+        input_tokens: Loose<i64>,
+        output_tokens: Loose<i64>,
+        input_tokens_details: Loose<InputDetails>,
+        cache_read_input_tokens: Loose<i64>,
+        cache_creation_input_tokens: Loose<i64>,
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct InputDetails {
-    #[serde(default)]
-    cached_tokens: Loose<i64>,
+lenient_object! {
+    InputDetails {
+        cached_tokens: Loose<i64>,
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct AnswerError<'a> {
-    #[serde(default, borrow)]
-    code: Loose<Cow<'a, str>>,
+lenient_object! {
+    AnswerError<'a> {
+        code: Loose<Cow<'a, str>>,
+    }
 }
 
 /// A value of the expected JSON type, or `None` for any other (skipped, nothing built): an
@@ -346,7 +385,12 @@ trait Expected<'de>: Sized {
     fn from_int(_: i128) -> Option<Self> {
         None
     }
-    fn from_str(_: Cow<'de, str>) -> Option<Self> {
+    /// A string borrowed from the input (one without escapes).
+    fn from_borrowed(_: &'de str) -> Option<Self> {
+        None
+    }
+    /// A string that had to be unescaped, valid only during the call.
+    fn from_transient(_: &str) -> Option<Self> {
         None
     }
     fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
@@ -363,22 +407,13 @@ impl Expected<'_> for i64 {
 }
 
 impl<'de: 'a, 'a> Expected<'de> for Cow<'a, str> {
-    fn from_str(v: Cow<'de, str>) -> Option<Self> {
-        Some(v)
+    fn from_borrowed(v: &'de str) -> Option<Self> {
+        Some(Cow::Borrowed(v))
+    }
+    fn from_transient(v: &str) -> Option<Self> {
+        Some(Cow::Owned(v.to_owned()))
     }
 }
-
-/// Objects: their fields are read by their own `Deserialize`.
-macro_rules! expected_object {
-    ($($t:ident$(<$a:lifetime>)?),*) => {$(
-        impl<'de: 'a, 'a> Expected<'de> for $t$(<$a>)? {
-            fn from_map<A: MapAccess<'de>>(map: A) -> Result<Option<Self>, A::Error> {
-                Self::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
-            }
-        }
-    )*};
-}
-expected_object!(Answer<'a>, TokenCounts, InputDetails, AnswerError<'a>);
 
 impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -404,10 +439,10 @@ impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
                 Ok(Loose(None))
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Loose(T::from_str(Cow::Borrowed(v))))
+                Ok(Loose(T::from_borrowed(v)))
             }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Loose(T::from_str(Cow::Owned(v.to_owned()))))
+                Ok(Loose(T::from_transient(v)))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
@@ -585,28 +620,69 @@ mod tests {
         assert_eq!(answer_of(Grammar::Messages, messages), (Some(Outcome::Incomplete), usage, None));
     }
 
+    /// The rules as `Value`'s accessors read them (how answers were read before they were read
+    /// typed): the oracle the typed reader must agree with, odd input included.
+    fn by_value(grammar: Grammar, v: &Value) -> (Option<Outcome>, Usage, Option<String>) {
+        let u = &v["usage"];
+        match grammar {
+            Grammar::Messages => {
+                let (cr, cc) =
+                    (u["cache_read_input_tokens"].as_i64(), u["cache_creation_input_tokens"].as_i64());
+                let usage = Usage {
+                    input: u["input_tokens"].as_i64().map(|i| i + cr.unwrap_or(0) + cc.unwrap_or(0)),
+                    output: u["output_tokens"].as_i64(),
+                    cached: cr,
+                };
+                let incomplete = v["stop_reason"].as_str() == Some("max_tokens");
+                (Some(if incomplete { Outcome::Incomplete } else { Outcome::Success }), usage, None)
+            }
+            _ => {
+                let usage = Usage {
+                    input: u["input_tokens"].as_i64(),
+                    output: u["output_tokens"].as_i64(),
+                    cached: u["input_tokens_details"]["cached_tokens"].as_i64(),
+                };
+                let (outcome, code) = match v["status"].as_str() {
+                    Some("incomplete") => (Outcome::Incomplete, None),
+                    Some("failed" | "cancelled") => {
+                        (Outcome::Error, sanitize(v["error"]["code"].as_str().unwrap_or("response_failed")))
+                    }
+                    _ => (Outcome::Success, None),
+                };
+                (Some(outcome), usage, code)
+            }
+        }
+    }
+
     #[test]
-    fn a_field_of_an_unexpected_type_reads_as_absent() {
-        // A string count, a float count, a count beyond i64, a status that is a number, details
-        // that are a list: each is skipped, and the fields that are right still count.
-        let odd = r#"{"status":7,"usage":{"input_tokens":"12","output_tokens":3.0,
-            "input_tokens_details":[1,{"cached_tokens":2}],"total_tokens":18446744073709551615}}"#;
-        let usage = Usage { input: None, output: None, cached: None };
-        assert_eq!(answer_of(Grammar::Responses, odd), (Some(Outcome::Success), usage, None));
-        let usage_a_list = r#"{"status":"incomplete","usage":[{"input_tokens":1}]}"#;
-        assert_eq!(
-            answer_of(Grammar::Responses, usage_a_list),
-            (Some(Outcome::Incomplete), Usage::default(), None)
-        );
-        // an escaped string is read as what it means
-        let escaped = r#"{"status":"f\u0061iled","error":{"code":"rate_\u006Cimit"}}"#;
-        assert_eq!(
-            answer_of(Grammar::Responses, escaped),
-            (Some(Outcome::Error), Usage::default(), Some("rate_limit".into()))
-        );
-        let large = r#"{"usage":{"input_tokens":9223372036854775807,"output_tokens":-1}}"#;
-        let usage = Usage { input: Some(i64::MAX), output: Some(-1), cached: None };
-        assert_eq!(answer_of(Grammar::Responses, large), (Some(Outcome::Success), usage, None));
+    fn reads_what_value_accessors_read() {
+        let answers = [
+            // a field of an unexpected type reads as absent; the fields that are right still count
+            r#"{"status":7,"usage":{"input_tokens":"12","output_tokens":3.0,"input_tokens_details":[1,{"cached_tokens":2}]}}"#,
+            r#"{"status":"incomplete","usage":[{"input_tokens":1}],"stop_reason":{"x":1}}"#,
+            r#"{"status":"failed","error":"rate_limit"}"#,
+            r#"{"status":"failed","error":{"code":12}}"#,
+            r#"{"status":null,"usage":{"input_tokens":null,"output_tokens":true,"input_tokens_details":"x"}}"#,
+            // integers: beyond i64, at its ends, negative, negative zero
+            r#"{"usage":{"input_tokens":9223372036854775808,"output_tokens":9223372036854775807,"cache_read_input_tokens":-9223372036854775808}}"#,
+            r#"{"usage":{"input_tokens":-1,"output_tokens":-0,"cache_creation_input_tokens":1e2}}"#,
+            // escaped strings are read as what they mean
+            r#"{"status":"f\u0061iled","error":{"code":"rate_\u006Cimit"},"stop_reason":"max_\u0074okens"}"#,
+            // a key given twice keeps its last value, at every level
+            r#"{"status":"completed","status":"failed","error":{"code":"a","code":"b"}}"#,
+            r#"{"status":"incomplete","usage":{"input_tokens":1,"input_tokens":2,"input_tokens_details":{"cached_tokens":1,"cached_tokens":3}}}"#,
+            r#"{"usage":{"input_tokens":5},"usage":{"output_tokens":6},"stop_reason":"end_turn","stop_reason":"max_tokens"}"#,
+            // Messages' cache parts, and a Responses answer that names them
+            r#"{"stop_reason":"max_tokens","usage":{"input_tokens":56,"cache_read_input_tokens":64,"cache_creation_input_tokens":8,"output_tokens":9}}"#,
+            r#"{"status":"cancelled","usage":{"input_tokens":3,"cache_read_input_tokens":64},"error":null}"#,
+            r#"{}"#,
+        ];
+        for grammar in [Grammar::Responses, Grammar::Messages] {
+            for json in answers {
+                let expected = by_value(grammar, &serde_json::from_str(json).unwrap());
+                assert_eq!(answer_of(grammar, json), expected, "{grammar:?} {json}");
+            }
+        }
     }
 
     #[test]
