@@ -98,7 +98,6 @@ impl Observer {
     /// is read from it, without building the document. Text that is not a JSON object tells
     /// nothing (the call still ends, as a success with no usage).
     pub fn json(&mut self, bytes: &[u8]) {
-        let answer = || serde_json::from_slice::<Loose<Answer<'_>>>(bytes).ok().and_then(|a| a.0);
         match self.grammar {
             Grammar::Gemini => {
                 if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
@@ -106,12 +105,12 @@ impl Observer {
                 }
             }
             Grammar::Responses => {
-                if let Some(a) = answer() {
+                if let Some(a) = Answer::parse(bytes) {
                     self.responses_final(&a);
                 }
             }
             Grammar::Messages => {
-                if let Some(a) = answer() {
+                if let Some(a) = Answer::parse(bytes) {
                     self.messages_final(&a);
                 }
             }
@@ -273,14 +272,18 @@ impl Observer {
             self.seen.usage.output = Some(v);
         }
         self.seen.usage.input =
-            self.fresh_input.map(|i| i + self.cache_read.unwrap_or(0) + self.cache_creation.unwrap_or(0));
+            // (saturating: the counts are the upstream's, and a sum past i64 must not panic or wrap)
+            self.fresh_input.map(|i| {
+                i.saturating_add(self.cache_read.unwrap_or(0)).saturating_add(self.cache_creation.unwrap_or(0))
+            });
         self.seen.usage.cached = self.cache_read;
     }
 }
 
 /// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
 /// comes twice keeps its last value, as in a `Value` map (a derived struct refuses the whole
-/// object), and other keys are skipped.
+/// object), and other keys are skipped. A field's JSON name is its Rust name (so no raw
+/// identifiers).
 macro_rules! lenient_object {
     ($(#[$m:meta])* $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
         $(#[$m])*
@@ -289,7 +292,7 @@ macro_rules! lenient_object {
             $($field: $ty,)*
         }
 
-        impl<'de: 'a, 'a> Expected<'de> for $name $(<$a>)? {
+        impl<'de $(, $a)?> Expected<'de> for $name $(<$a>)? $(where 'de: $a)? {
             fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
                 let mut this = Self::default();
                 while let Some(key) = map.next_key_seed(Known(&[$(stringify!($field)),*]))? {
@@ -342,6 +345,11 @@ impl<'a> Answer<'a> {
     /// What a parsed answer says; one that is not an object says nothing.
     fn of(v: &'a Value) -> Self {
         Loose::deserialize(v).ok().and_then(|a: Loose<Answer<'a>>| a.0).unwrap_or_default()
+    }
+
+    /// The answer in JSON text; `None` for text that is not a JSON object.
+    fn parse(bytes: &'a [u8]) -> Option<Self> {
+        serde_json::from_slice::<Loose<Answer<'a>>>(bytes).ok().and_then(|a| a.0)
     }
 }
 
@@ -629,14 +637,17 @@ mod tests {
                 let (cr, cc) =
                     (u["cache_read_input_tokens"].as_i64(), u["cache_creation_input_tokens"].as_i64());
                 let usage = Usage {
-                    input: u["input_tokens"].as_i64().map(|i| i + cr.unwrap_or(0) + cc.unwrap_or(0)),
+                    input: u["input_tokens"]
+                        .as_i64()
+                        .map(|i| i.saturating_add(cr.unwrap_or(0)).saturating_add(cc.unwrap_or(0))),
                     output: u["output_tokens"].as_i64(),
                     cached: cr,
                 };
                 let incomplete = v["stop_reason"].as_str() == Some("max_tokens");
                 (Some(if incomplete { Outcome::Incomplete } else { Outcome::Success }), usage, None)
             }
-            _ => {
+            Grammar::Gemini => unreachable!("Gemini answers are not read as an Answer"),
+            Grammar::Responses => {
                 let usage = Usage {
                     input: u["input_tokens"].as_i64(),
                     output: u["output_tokens"].as_i64(),
@@ -675,6 +686,14 @@ mod tests {
             // Messages' cache parts, and a Responses answer that names them
             r#"{"stop_reason":"max_tokens","usage":{"input_tokens":56,"cache_read_input_tokens":64,"cache_creation_input_tokens":8,"output_tokens":9}}"#,
             r#"{"status":"cancelled","usage":{"input_tokens":3,"cache_read_input_tokens":64},"error":null}"#,
+            // a key given twice whose last value is of the wrong type: absent, as in a Value map
+            r#"{"status":"failed","status":7,"usage":{"input_tokens":1},"usage":null}"#,
+            r#"{"usage":{"input_tokens":1,"input_tokens":"1"},"error":{"code":"x"},"error":[]}"#,
+            // escaped keys, and keys the reader does not know, nested or not
+            r#"{"st\u0061tus":"failed","us\u0061ge":{"input_t\u006Fkens":1},"error":{"c\u006fde":"y"}}"#,
+            r#"{"response":{"status":"failed"},"x":[1,{"usage":2}],"usage":{"usage":{"input_tokens":1},"output_tokens":2}}"#,
+            // a Messages sum past i64 saturates
+            r#"{"usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":1,"cache_creation_input_tokens":5}}"#,
             r#"{}"#,
         ];
         for grammar in [Grammar::Responses, Grammar::Messages] {
