@@ -271,11 +271,10 @@ impl Observer {
         if let Some(v) = u.output_tokens.0 {
             self.seen.usage.output = Some(v);
         }
-        self.seen.usage.input =
-            // (saturating: the counts are the upstream's, and a sum past i64 must not panic or wrap)
-            self.fresh_input.map(|i| {
-                i.saturating_add(self.cache_read.unwrap_or(0)).saturating_add(self.cache_creation.unwrap_or(0))
-            });
+        // (saturating: the counts are the upstream's, and a sum past i64 must not panic or wrap)
+        self.seen.usage.input = self.fresh_input.map(|i| {
+            i.saturating_add(self.cache_read.unwrap_or(0)).saturating_add(self.cache_creation.unwrap_or(0))
+        });
         self.seen.usage.cached = self.cache_read;
     }
 }
@@ -308,6 +307,7 @@ macro_rules! lenient_object {
         }
     };
 }
+
 /// An object's key, matched against the names a reader knows without building a string.
 struct Known(&'static [&'static str]);
 
