@@ -1,13 +1,16 @@
 //! An incremental Server-Sent Events splitter. The relay forwards upstream bytes untouched; this
 //! only watches them, yielding each complete event (name and data) as its last byte arrives.
 
+use std::borrow::Cow;
+
 /// One complete event.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Event<'a> {
     /// The `event:` field, if any.
     pub name: Option<&'a str>,
-    /// The `data:` lines, joined by `\n`.
-    pub data: String,
+    /// The `data:` lines, joined by `\n`: borrowed from the chunk when there is one line (every
+    /// provider sends one), built only for several.
+    pub data: Cow<'a, str>,
 }
 
 /// Largest single event the splitter holds to watch it (a Responses `response.completed` carries
@@ -41,20 +44,33 @@ impl Splitter {
     }
 
     /// Feeds bytes and calls `on_event` for every event they complete.
+    ///
+    /// Most chunks hold whole events. When no partial event is pending, a chunk is read where it
+    /// is and only its unfinished tail is copied, so an idle stream keeps no copy of the events
+    /// it has passed (performance goal 3) and a chunk is not copied on its way through.
     pub fn feed(&mut self, bytes: &[u8], mut on_event: impl FnMut(Event<'_>)) {
-        self.buf.extend_from_slice(bytes);
+        let pending = !self.buf.is_empty();
+        if pending {
+            self.buf.extend_from_slice(bytes);
+        }
+        let Splitter { buf, searched, skipping, examined, .. } = self;
+        let text: &[u8] = if pending { buf } else { bytes };
         let mut start = 0;
         // A separator is at most 3 bytes: resume 2 before the end of what was searched.
-        let mut from = self.searched.saturating_sub(2);
-        while let Some((block_len, sep_len)) = find_boundary(&self.buf[start..], from, &mut self.examined) {
-            if !self.skipping {
-                emit(&self.buf[start..start + block_len], &mut on_event);
+        let mut from = searched.saturating_sub(2);
+        while let Some((block_len, sep_len)) = find_boundary(&text[start..], from, examined) {
+            if !*skipping {
+                emit(&text[start..start + block_len], &mut on_event);
             }
-            self.skipping = false;
+            *skipping = false;
             start += block_len + sep_len;
             from = 0;
         }
-        self.buf.drain(..start);
+        if pending {
+            buf.drain(..start);
+        } else {
+            buf.extend_from_slice(&bytes[start..]);
+        }
         self.searched = self.buf.len();
         if self.buf.len() > MAX_EVENT_BYTES || (self.skipping && self.buf.len() > 2) {
             // Keep only what a separator could start with; the rest of this event goes unwatched.
@@ -71,17 +87,21 @@ impl Splitter {
 fn emit(block: &[u8], on_event: &mut impl FnMut(Event<'_>)) {
     let Ok(text) = std::str::from_utf8(block) else { return };
     let mut name = None;
-    let mut data: Vec<&str> = Vec::new();
+    let mut data: Option<Cow<'_, str>> = None;
     for line in text.split('\n') {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if let Some(v) = line.strip_prefix("event:") {
             name = Some(v.trim_start());
         } else if let Some(v) = line.strip_prefix("data:") {
-            data.push(v.strip_prefix(' ').unwrap_or(v));
+            let v = v.strip_prefix(' ').unwrap_or(v);
+            data = Some(match data {
+                None => Cow::Borrowed(v),
+                Some(joined) => Cow::Owned(format!("{joined}\n{v}")),
+            });
         }
     }
-    if name.is_some() || !data.is_empty() {
-        on_event(Event { name, data: data.join("\n") });
+    if name.is_some() || data.is_some() {
+        on_event(Event { name, data: data.unwrap_or_default() });
     }
 }
 
@@ -115,7 +135,7 @@ mod tests {
         let mut s = Splitter::default();
         let mut out = Vec::new();
         for c in chunks {
-            s.feed(c, |e| out.push((e.name.map(str::to_owned), e.data)));
+            s.feed(c, |e| out.push((e.name.map(str::to_owned), e.data.into_owned())));
         }
         out
     }
@@ -159,15 +179,37 @@ mod tests {
         let mut s = Splitter::default();
         let mut out = Vec::new();
         let big = vec![b'x'; 1024 * 1024];
-        s.feed(b"event: huge\ndata: ", |e| out.push(e.data));
+        s.feed(b"event: huge\ndata: ", |e| out.push(e.data.into_owned()));
         for _ in 0..(MAX_EVENT_BYTES / big.len() + 2) {
-            s.feed(&big, |e| out.push(e.data));
+            s.feed(&big, |e| out.push(e.data.into_owned()));
         }
         assert!(s.overflowed() && !s.at_boundary());
         assert!(s.buf.len() <= 2, "the oversized event is not kept");
-        s.feed(b"\n\nevent: next\ndata: 1\n\n", |e| out.push(e.data));
+        s.feed(b"\n\nevent: next\ndata: 1\n\n", |e| out.push(e.data.into_owned()));
         assert_eq!(out, vec!["1".to_owned()]);
         assert!(s.at_boundary());
+    }
+
+    #[test]
+    fn whole_events_are_read_in_place_and_only_a_tail_is_kept() {
+        let mut s = Splitter::default();
+        let mut out = Vec::new();
+        s.feed(b"event: a\ndata: 1\n\ndata: 2\n\n", |e| out.push(e.data.into_owned()));
+        assert_eq!(s.buf.capacity(), 0, "nothing copied for whole events");
+        s.feed(b"data: 3\n\nevent: b\nda", |e| out.push(e.data.into_owned()));
+        assert_eq!(s.buf, b"event: b\nda", "only the unfinished tail is kept");
+        s.feed(b"ta: 4\n", |e| out.push(e.data.into_owned()));
+        s.feed(b"\ndata: 5\n\n", |e| out.push(e.data.into_owned()));
+        assert_eq!(out, ["1", "2", "3", "4", "5"]);
+        assert!(s.buf.is_empty() && s.at_boundary());
+    }
+
+    #[test]
+    fn one_data_line_is_borrowed_and_several_are_joined() {
+        let mut s = Splitter::default();
+        let mut borrowed = Vec::new();
+        s.feed(b"data: one\n\ndata: a\ndata: b\n\n", |e| borrowed.push(matches!(e.data, Cow::Borrowed(_))));
+        assert_eq!(borrowed, [true, false]);
     }
 
     #[test]
