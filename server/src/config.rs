@@ -120,6 +120,9 @@ pub struct Settings {
     /// Threads that serve connections, each running its own single-threaded runtime; 0 serves on the runtime that started SubLane [env: SUBLANE_SERVE_THREADS] [default: the number of CPUs]
     #[arg(long, value_name = "N")]
     pub serve_threads: Option<usize>,
+    /// Let the kernel back the heap with transparent huge pages: about 5 % less CPU per call at full load, about 1.5x the resident memory per open stream [env: SUBLANE_HUGE_PAGES] [default: false]
+    #[arg(long, value_name = "BOOL")]
+    pub huge_pages: Option<bool>,
     /// End a stream when the upstream sends nothing for this long, e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -401,6 +404,8 @@ pub struct Config {
     /// connection, its calls and their upstream connections stay on one thread, so a call wakes
     /// no other serving thread); 0 serves on the runtime that called [`crate::serve::start`].
     pub serve_threads: usize,
+    /// Whether the heap may use transparent huge pages (see [`crate::huge_pages`]).
+    pub huge_pages: bool,
     /// ADM-6, CD-2: queues and the failure policy.
     pub scheduler: crate::scheduler::Settings,
     pub upstream: UpstreamUrls,
@@ -478,6 +483,10 @@ impl Settings {
             serve_threads: var("SUBLANE_SERVE_THREADS")
                 .map(|v| v.parse().map_err(|e| env_err("SUBLANE_SERVE_THREADS", e)))
                 .transpose()?,
+            huge_pages: parsed(
+                "SUBLANE_HUGE_PAGES",
+                var("SUBLANE_HUGE_PAGES").map(|v| v.to_ascii_lowercase()),
+            )?,
             stream_idle_timeout: duration("SUBLANE_STREAM_IDLE_TIMEOUT")?,
             queue_timeout: duration("SUBLANE_QUEUE_TIMEOUT")?,
             queue_capacity: parsed("SUBLANE_QUEUE_CAPACITY", var("SUBLANE_QUEUE_CAPACITY"))?,
@@ -566,6 +575,7 @@ impl Settings {
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
             workspace_capacity: over.workspace_capacity.or(self.workspace_capacity),
             serve_threads: over.serve_threads.or(self.serve_threads),
+            huge_pages: over.huge_pages.or(self.huge_pages),
             queue_timeout: over.queue_timeout.or(self.queue_timeout),
             queue_capacity: over.queue_capacity.or(self.queue_capacity),
             failure_threshold: over.failure_threshold.or(self.failure_threshold),
@@ -703,6 +713,7 @@ impl Settings {
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             workspace_capacity,
             serve_threads,
+            huge_pages: self.huge_pages.unwrap_or(false),
             scheduler,
             models,
             configured,
@@ -808,6 +819,18 @@ mod tests {
         assert!(c.trusted_proxies.is_empty());
         assert_eq!(c.client_write_timeout, DEFAULT_CLIENT_WRITE_TIMEOUT);
         assert_eq!(c.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
+    }
+
+    #[test]
+    fn huge_pages_are_off_unless_allowed() {
+        assert!(!Config::load(cli(&[]), env(&[])).unwrap().huge_pages);
+        assert!(Config::load(cli(&[]), env(&[("SUBLANE_HUGE_PAGES", "TRUE")])).unwrap().huge_pages);
+        let c =
+            Config::load(cli(&["--huge-pages", "false"]), env(&[("SUBLANE_HUGE_PAGES", "true")])).unwrap();
+        assert!(!c.huge_pages, "the flag wins over the environment");
+        let bad =
+            Config::load(cli(&[]), env(&[("SUBLANE_HUGE_PAGES", "sometimes")])).unwrap_err().to_string();
+        assert!(bad.contains("SUBLANE_HUGE_PAGES"), "{bad}");
     }
 
     #[test]

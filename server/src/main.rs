@@ -38,6 +38,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = sublane::huge_pages::apply(config.huge_pages) {
+        tracing::warn!(error = %e, "cannot set whether the heap may use transparent huge pages");
+    }
     let code = run(config).await;
     // Spans still buffered go to the collector before the process ends.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
