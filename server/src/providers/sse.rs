@@ -46,10 +46,13 @@ impl Splitter {
     /// Feeds bytes and calls `on_event` for every event they complete.
     ///
     /// Most chunks hold whole events. When no partial event is pending, a chunk is read where it
-    /// is and only its unfinished tail is copied, so an idle stream keeps no copy of the events
-    /// it has passed (performance goal 3) and a chunk is not copied on its way through.
+    /// is and only its unfinished tail is copied; the buffer is let go once no event is pending
+    /// again. So a chunk is not copied on its way through, and an idle stream between events
+    /// holds no buffer (performance goal 3).
     pub fn feed(&mut self, bytes: &[u8], mut on_event: impl FnMut(Event<'_>)) {
         let pending = !self.buf.is_empty();
+        // (Skipping an over-cap event always leaves its last 2 bytes pending.)
+        debug_assert!(pending || (!self.skipping && self.searched == 0));
         if pending {
             self.buf.extend_from_slice(bytes);
         }
@@ -68,6 +71,9 @@ impl Splitter {
         }
         if pending {
             buf.drain(..start);
+            if buf.is_empty() {
+                *buf = Vec::new();
+            }
         } else {
             buf.extend_from_slice(&bytes[start..]);
         }
@@ -94,10 +100,14 @@ fn emit(block: &[u8], on_event: &mut impl FnMut(Event<'_>)) {
             name = Some(v.trim_start());
         } else if let Some(v) = line.strip_prefix("data:") {
             let v = v.strip_prefix(' ').unwrap_or(v);
-            data = Some(match data {
-                None => Cow::Borrowed(v),
-                Some(joined) => Cow::Owned(format!("{joined}\n{v}")),
-            });
+            match &mut data {
+                None => data = Some(Cow::Borrowed(v)),
+                Some(joined) => {
+                    let joined = joined.to_mut();
+                    joined.push('\n');
+                    joined.push_str(v);
+                }
+            }
         }
     }
     if name.is_some() || data.is_some() {
@@ -201,15 +211,34 @@ mod tests {
         s.feed(b"ta: 4\n", |e| out.push(e.data.into_owned()));
         s.feed(b"\ndata: 5\n\n", |e| out.push(e.data.into_owned()));
         assert_eq!(out, ["1", "2", "3", "4", "5"]);
-        assert!(s.buf.is_empty() && s.at_boundary());
+        assert!(s.at_boundary());
+        assert_eq!(s.buf.capacity(), 0, "the buffer is let go once nothing is pending");
+    }
+
+    #[test]
+    fn a_crlf_separator_split_after_whole_events_and_empty_chunks() {
+        let mut s = Splitter::default();
+        let mut out = Vec::new();
+        s.feed(b"", |e| out.push(e.data.into_owned()));
+        s.feed(b"data: 1\n\ndata: 2\n\r", |e| out.push(e.data.into_owned()));
+        assert_eq!(out, ["1"]);
+        s.feed(b"", |e| out.push(e.data.into_owned()));
+        s.feed(b"\nevent: only-a-name\n\n", |e| out.push(e.data.into_owned()));
+        assert_eq!(out, ["1", "2", ""]);
+        assert!(s.at_boundary());
     }
 
     #[test]
     fn one_data_line_is_borrowed_and_several_are_joined() {
         let mut s = Splitter::default();
         let mut borrowed = Vec::new();
-        s.feed(b"data: one\n\ndata: a\ndata: b\n\n", |e| borrowed.push(matches!(e.data, Cow::Borrowed(_))));
+        let mut joined = Vec::new();
+        s.feed(b"data: one\n\ndata: a\ndata:b\r\ndata: c\n\n", |e| {
+            borrowed.push(matches!(e.data, Cow::Borrowed(_)));
+            joined.push(e.data.into_owned());
+        });
         assert_eq!(borrowed, [true, false]);
+        assert_eq!(joined, ["one", "a\nb\nc"]);
     }
 
     #[test]
