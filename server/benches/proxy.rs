@@ -274,10 +274,16 @@ async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfil
     if let Ok(threads) = std::env::var("SUBLANE_SERVE_THREADS") {
         vars.push(("SUBLANE_SERVE_THREADS".to_owned(), threads));
     }
+    if let Ok(allowed) = std::env::var("SUBLANE_HUGE_PAGES") {
+        vars.push(("SUBLANE_HUGE_PAGES".to_owned(), allowed));
+    }
     let cli = <Cli as clap::Parser>::try_parse_from(["sublane"]).unwrap();
     let config =
         sublane::config::Config::load(cli, |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
             .unwrap();
+    // The binary's setting, here for the whole bench process (its client and mock too), as
+    // SubLane runs in it.
+    sublane::huge_pages::apply(config.huge_pages).unwrap();
     let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
     let base = format!("http://{}", server.addr);
     (server, base, dir)

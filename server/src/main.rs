@@ -16,8 +16,7 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let config = match Config::load(Cli::parse(), |k| std::env::var(k).ok()) {
         Ok(c) => c,
         Err(e) => {
@@ -25,26 +24,38 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let telemetry = match telemetry::subscriber(&config.observability, filter, std::io::stderr) {
-        Ok((subscriber, telemetry)) => {
-            if tracing::subscriber::set_global_default(subscriber).is_err() {
-                eprintln!("sublane: a log subscriber was already installed");
-            }
-            telemetry
-        }
+    // Before the runtime's threads and the first buffers exist, so none of them is backed by a
+    // huge page the setting forbids.
+    let huge_pages = sublane::huge_pages::apply(config.huge_pages);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("sublane: configuration error: {e}");
-            return ExitCode::from(2);
+            eprintln!("sublane: cannot start: {e}");
+            return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = sublane::huge_pages::apply(config.huge_pages) {
-        tracing::warn!(error = %e, "cannot set whether the heap may use transparent huge pages");
-    }
-    let code = run(config).await;
-    // Spans still buffered go to the collector before the process ends.
-    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
-    code
+    runtime.block_on(async move {
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        let telemetry = match telemetry::subscriber(&config.observability, filter, std::io::stderr) {
+            Ok((subscriber, telemetry)) => {
+                if tracing::subscriber::set_global_default(subscriber).is_err() {
+                    eprintln!("sublane: a log subscriber was already installed");
+                }
+                telemetry
+            }
+            Err(e) => {
+                eprintln!("sublane: configuration error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if let Err(e) = huge_pages {
+            tracing::warn!(error = %e, "cannot forbid transparent huge pages; memory per open stream will be higher");
+        }
+        let code = run(config).await;
+        // Spans still buffered go to the collector before the process ends.
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        code
+    })
 }
 
 async fn run(config: Config) -> ExitCode {
