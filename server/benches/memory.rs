@@ -11,6 +11,9 @@
 //! `SUBLANE_BENCH_STREAMS` (default 8,000: SubLane holds two sockets per stream, and this
 //! machine's file limit is 20,000). `SUBLANE_BENCH_ONLY_STREAMS=1` measures only the streams.
 //!
+//! What `SUBLANE_HUGE_PAGES=true` trades, both sides in the same run: SubLane's CPU time per
+//! ordinary call (alternating rounds, best of each), and its memory per open stream.
+//!
 //! The mock upstream runs in this process, so its memory is not counted; SubLane is a process
 //! of its own, measured through `/proc/<pid>/status`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -36,20 +39,38 @@ async fn main() {
         .send()
         .await
         .unwrap();
-    if std::env::var_os("SUBLANE_BENCH_ONLY_STREAMS").is_some() {
-        return streams(&mock).await;
+    if std::env::var_os("SUBLANE_BENCH_ONLY_STREAMS").is_none() {
+        println!(
+            "SubLane resident memory after {CALLS} calls ({CONCURRENCY} at a time, real binary, mock upstream)"
+        );
+        let ordinary = run(&http, &mock, Kind::Ordinary, &[]).await;
+        let hostile = run(&http, &mock, Kind::FreshSessionsAndJunkModels, &[]).await;
+        println!(
+            "  fresh session ids + random 200-byte models use {:.2}x the memory of ordinary calls (RSS after the run)",
+            hostile.after_kib as f64 / ordinary.after_kib as f64
+        );
+        // What the huge-page setting trades: CPU per call here, memory per stream below.
+        // Alternating rounds, the best of each.
+        let (mut off, mut on) = (ordinary.cpu_us_per_call, f64::INFINITY);
+        for _ in 0..2 {
+            on = on.min(run(&http, &mock, Kind::Ordinary, HUGE_PAGES).await.cpu_us_per_call);
+            off = off.min(run(&http, &mock, Kind::Ordinary, &[]).await.cpu_us_per_call);
+        }
+        println!(
+            "  CPU per ordinary call: {off:.1} us by default, {on:.1} us with SUBLANE_HUGE_PAGES=true (the default uses {:.2}x)",
+            off / on
+        );
     }
+    let default = streams(&mock, &[]).await;
+    let huge = streams(&mock, HUGE_PAGES).await;
     println!(
-        "SubLane resident memory after {CALLS} calls ({CONCURRENCY} at a time, real binary, mock upstream)"
+        "  per open stream: {default:.1} KiB by default, {huge:.1} KiB with SUBLANE_HUGE_PAGES=true (the default holds {:.2}x)",
+        default / huge
     );
-    let ordinary = run(&http, &mock, Kind::Ordinary).await;
-    let hostile = run(&http, &mock, Kind::FreshSessionsAndJunkModels).await;
-    println!(
-        "  fresh session ids + random 200-byte models use {:.2}x the memory of ordinary calls (RSS after the run)",
-        hostile.after_kib as f64 / ordinary.after_kib as f64
-    );
-    streams(&mock).await;
 }
+
+/// The setting that lets the kernel back SubLane's memory with transparent huge pages.
+const HUGE_PAGES: &[(&str, &str)] = &[("SUBLANE_HUGE_PAGES", "true")];
 
 /// A running `sublane` binary pointed at the mock, with its data directory.
 struct Launched {
@@ -67,6 +88,8 @@ async fn launch(mock: &MockUpstream, env: &[(&str, &str)]) -> Launched {
         .env("SUBLANE_ADMIN_PASSWORD", "memory-bench-password")
         .env("SUBLANE_OPENAI_BASE_URL", format!("{}/v1", mock.url()))
         .env("RUST_LOG", "error")
+        // The runs name their setting; one in the shell would make "by default" untrue.
+        .env_remove("SUBLANE_HUGE_PAGES")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -83,8 +106,9 @@ async fn launch(mock: &MockUpstream, env: &[(&str, &str)]) -> Launched {
     Launched { child, base, pid, dir }
 }
 
-/// Goal 3 of the performance issue: many open SSE streams through SubLane.
-async fn streams(mock: &MockUpstream) {
+/// Goal 3 of the performance issue: many open SSE streams through SubLane, launched with `env`;
+/// its resident memory per open stream, KiB.
+async fn streams(mock: &MockUpstream, env: &[(&str, &str)]) -> f64 {
     let n: usize = std::env::var("SUBLANE_BENCH_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(8_000);
     let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
@@ -93,7 +117,9 @@ async fn streams(mock: &MockUpstream) {
         .await
         .unwrap();
     let capacity = (n + 1_000).to_string();
-    let mut s = launch(mock, &[("SUBLANE_WORKSPACE_CAPACITY", &capacity)]).await;
+    let mut vars = vec![("SUBLANE_WORKSPACE_CAPACITY", capacity.as_str())];
+    vars.extend_from_slice(env);
+    let mut s = launch(mock, &vars).await;
     let key = setup(&http, &s.base, n / 1_000 + 1).await;
     let sublane = format!("{}/v1/responses", s.base);
     let direct = format!("{}/v1/responses", mock.url());
@@ -145,12 +171,12 @@ async fn streams(mock: &MockUpstream) {
         v[v.len() * 99 / 100]
     };
     let (dp99, tp99) = (p99(&mut d), p99(&mut t));
-    println!("{n} concurrent SSE streams through SubLane (one delta a second each, 30 s):");
+    let per_stream = open.saturating_sub(before) as f64 / n as f64;
+    println!("{n} concurrent SSE streams through SubLane (one delta a second each, 30 s){}:", setting(env));
     println!(
-        "  RSS {:.1} MiB -> {:.1} MiB with all open: {:.1} KiB per open stream (target <= 32 KiB)",
+        "  RSS {:.1} MiB -> {:.1} MiB with all open: {per_stream:.1} KiB per open stream (target <= 32 KiB)",
         before as f64 / 1024.0,
         open as f64 / 1024.0,
-        open.saturating_sub(before) as f64 / n as f64
     );
     println!(
         "  largest gap between a stream's chunks: {:.2} s (the upstream's own: 1 s; target: no stall over 1 s beyond it)",
@@ -162,6 +188,12 @@ async fn streams(mock: &MockUpstream) {
     );
     let _ = s.child.kill().await;
     drop(s.dir);
+    per_stream
+}
+
+/// How a run's launch differs from the default, for its heading.
+fn setting(env: &[(&str, &str)]) -> String {
+    env.iter().map(|(k, v)| format!(", {k}={v}")).collect()
 }
 
 /// Opens a stream, waits for its first body byte, and leaves; microseconds.
@@ -199,14 +231,17 @@ enum Kind {
 
 struct Figures {
     after_kib: u64,
+    /// SubLane's user and system time over the calls, per call.
+    cpu_us_per_call: f64,
 }
 
-async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind) -> Figures {
-    let Launched { mut child, base, pid, dir } = launch(mock, &[]).await;
+async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind, env: &[(&str, &str)]) -> Figures {
+    let Launched { mut child, base, pid, dir } = launch(mock, env).await;
     let key = setup(http, &base, 1).await;
     // Warm up (allocator arenas, connection pools) before the baseline.
     calls(http, &base, &key, Kind::Ordinary, 2_000).await;
     let before = rss_kib(pid);
+    let cpu_before = cpu_ticks(pid);
     let started = Instant::now();
     let mut steps = Vec::new();
     for _ in 0..STEPS {
@@ -214,6 +249,7 @@ async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind) -> Figures
         steps.push(format!("{:.0}", rss_kib(pid) as f64 / 1024.0));
     }
     let took = started.elapsed();
+    let cpu_us_per_call = (cpu_ticks(pid) - cpu_before) as f64 * 1e6 / USER_HZ / CALLS as f64;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let after = rss_kib(pid);
     let db: u64 = ["sublane.db", "sublane.db-wal"]
@@ -222,7 +258,8 @@ async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind) -> Figures
         .map(|m| m.len())
         .sum();
     println!(
-        "  {kind:?}: RSS {:.1} MiB -> {:.1} MiB (+{:.1} MiB), peak {:.1} MiB; database {:.1} MiB; {:.0} calls/s",
+        "  {kind:?}{}: RSS {:.1} MiB -> {:.1} MiB (+{:.1} MiB), peak {:.1} MiB; database {:.1} MiB; {:.0} calls/s, {cpu_us_per_call:.1} us CPU per call",
+        setting(env),
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         after.saturating_sub(before) as f64 / 1024.0,
@@ -232,7 +269,20 @@ async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind) -> Figures
     );
     println!("    RSS (MiB) after each {}: {}", CALLS / STEPS, steps.join(", "));
     let _ = child.kill().await;
-    Figures { after_kib: after }
+    Figures { after_kib: after, cpu_us_per_call }
+}
+
+/// Clock ticks per second in `/proc/<pid>/stat`: Linux's `USER_HZ`, 100 on every architecture
+/// this runs on.
+const USER_HZ: f64 = 100.0;
+
+/// User plus system time of the whole process (all its threads), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces: utime and stime
+    // are the 14th and 15th of the line, so the 12th and 13th after it.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
 fn rss_kib(pid: u32) -> u64 {
