@@ -5,7 +5,7 @@
 //! but never written count too: hyper keeps four 8 KiB buffers per proxied stream (its read
 //! buffer and head buffer on each side) of which a stream writes a few hundred bytes. With 8,000
 //! open streams that took SubLane from 32.9 to 49.8 KiB of resident memory per stream
-//! (`make bench`, performance goal 3). Huge pages save about 6 % of CPU per call at full load
+//! (`make bench`, performance goal 3). Huge pages save 3-6 % of CPU per call at full load
 //! (fewer TLB misses), which a deployment that is CPU-bound rather than memory-bound may prefer.
 
 /// Forbids transparent huge pages for this whole process from now on (pages already backed stay
