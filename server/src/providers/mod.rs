@@ -12,6 +12,7 @@
 //! (`anthropic-beta`) is joined into one line. Query parameters pass only where the upstream route
 //! defines them (`beta` on Anthropic's Messages).
 
+mod lenient;
 pub mod observe;
 pub mod sse;
 

@@ -6,11 +6,10 @@
 
 use std::{borrow::Cow, time::Duration};
 
-use serde::{
-    Deserialize, Deserializer,
-    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
-};
+use serde::Deserialize;
 use serde_json::Value;
+
+use super::lenient::{Loose, lenient_object};
 
 use crate::records::{Outcome, Usage};
 
@@ -279,55 +278,6 @@ impl Observer {
     }
 }
 
-/// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
-/// comes twice keeps its last value, as in a `Value` map (a derived struct refuses the whole
-/// object), and other keys are skipped. A field's JSON name is its Rust name (so no raw
-/// identifiers).
-macro_rules! lenient_object {
-    ($(#[$m:meta])* $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Default)]
-        struct $name $(<$a>)? {
-            $($field: $ty,)*
-        }
-
-        impl<'de $(, $a)?> Expected<'de> for $name $(<$a>)? $(where 'de: $a)? {
-            fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
-                let mut this = Self::default();
-                while let Some(key) = map.next_key_seed(Known(&[$(stringify!($field)),*]))? {
-                    match key {
-                        $(Some(stringify!($field)) => this.$field = map.next_value()?,)*
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(Some(this))
-            }
-        }
-    };
-}
-
-/// An object's key, matched against the names a reader knows without building a string.
-struct Known(&'static [&'static str]);
-
-impl<'de> DeserializeSeed<'de> for Known {
-    type Value = Option<&'static str>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl Visitor<'_> for Known {
-    type Value = Option<&'static str>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an object key")
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.0.iter().copied().find(|name| *name == v))
-    }
-}
-
 lenient_object! {
     /// What a Responses or Messages answer (the JSON body, or the response of a terminal event)
     /// says about how it ended and what it used. Read typed and borrowed: every other field is
@@ -374,93 +324,6 @@ lenient_object! {
 lenient_object! {
     AnswerError<'a> {
         code: Loose<Cow<'a, str>>,
-    }
-}
-
-/// A value of the expected JSON type, or `None` for any other (skipped, nothing built): an
-/// answer with an odd field still yields the fields that are right.
-#[derive(Debug)]
-struct Loose<T>(Option<T>);
-
-impl<T> Default for Loose<T> {
-    fn default() -> Self {
-        Loose(None)
-    }
-}
-
-/// The JSON types a [`Loose`] value accepts; every other type reads as `None`.
-trait Expected<'de>: Sized {
-    fn from_int(_: i128) -> Option<Self> {
-        None
-    }
-    /// A string borrowed from the input (one without escapes).
-    fn from_borrowed(_: &'de str) -> Option<Self> {
-        None
-    }
-    /// A string that had to be unescaped, valid only during the call.
-    fn from_transient(_: &str) -> Option<Self> {
-        None
-    }
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-}
-
-/// An integer that fits an `i64`, as `Value::as_i64` reads it (a float is not one).
-impl Expected<'_> for i64 {
-    fn from_int(v: i128) -> Option<Self> {
-        i64::try_from(v).ok()
-    }
-}
-
-impl<'de: 'a, 'a> Expected<'de> for Cow<'a, str> {
-    fn from_borrowed(v: &'de str) -> Option<Self> {
-        Some(Cow::Borrowed(v))
-    }
-    fn from_transient(v: &str) -> Option<Self> {
-        Some(Cow::Owned(v.to_owned()))
-    }
-}
-
-impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Expected<'de>> Visitor<'de> for Visit<T> {
-            type Value = Loose<T>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(Loose(T::from_int(v.into())))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(Loose(T::from_int(v.into())))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Loose(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Loose(None))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Loose(None))
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Loose(T::from_borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Loose(T::from_transient(v)))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Loose(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::from_map(map).map(Loose)
-            }
-        }
-        d.deserialize_any(Visit(std::marker::PhantomData))
     }
 }
 

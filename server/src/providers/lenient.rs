@@ -1,0 +1,151 @@
+//! A lenient typed reader for the few fields SubLane reads from an upstream's JSON answer: a
+//! field of another JSON type than expected reads as absent, a key given twice keeps its last
+//! value, and every other field is skipped unbuilt, which is how `Value`'s accessors read (and
+//! what they read is the oracle of the observer's tests), without building the document.
+
+use std::borrow::Cow;
+
+use serde::{
+    Deserialize, Deserializer,
+    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+};
+
+/// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
+/// comes twice keeps its last value, as in a `Value` map (a derived struct refuses the whole
+/// object), and other keys are skipped. A field's JSON name is its Rust name (so no raw
+/// identifiers).
+macro_rules! lenient_object {
+    ($(#[$m:meta])* $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Default)]
+        struct $name $(<$a>)? {
+            $($field: $ty,)*
+        }
+
+        impl<'de $(, $a)?> $crate::providers::lenient::Expected<'de> for $name $(<$a>)? $(where 'de: $a)? {
+            fn from_map<A: ::serde::de::MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+                let mut this = Self::default();
+                let known = $crate::providers::lenient::Known(&[$(stringify!($field)),*]);
+                while let Some(key) = map.next_key_seed(known)? {
+                    match key {
+                        $(Some(stringify!($field)) => this.$field = map.next_value()?,)*
+                        _ => {
+                            map.next_value::<::serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Some(this))
+            }
+        }
+    };
+}
+
+/// An object's key, matched against the names a reader knows without building a string.
+#[derive(Clone, Copy)]
+pub struct Known(pub &'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Known {
+    type Value = Option<&'static str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Known {
+    type Value = Option<&'static str>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().copied().find(|name| *name == v))
+    }
+}
+
+/// A value of the expected JSON type, or `None` for any other (skipped, nothing built): an
+/// answer with an odd field still yields the fields that are right.
+#[derive(Debug)]
+pub struct Loose<T>(pub Option<T>);
+
+impl<T> Default for Loose<T> {
+    fn default() -> Self {
+        Loose(None)
+    }
+}
+
+/// The JSON types a [`Loose`] value accepts; every other type reads as `None`.
+pub trait Expected<'de>: Sized {
+    fn from_int(_: i128) -> Option<Self> {
+        None
+    }
+    /// A string borrowed from the input (one without escapes).
+    fn from_borrowed(_: &'de str) -> Option<Self> {
+        None
+    }
+    /// A string that had to be unescaped, valid only during the call.
+    fn from_transient(_: &str) -> Option<Self> {
+        None
+    }
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// An integer that fits an `i64`, as `Value::as_i64` reads it (a float is not one).
+impl Expected<'_> for i64 {
+    fn from_int(v: i128) -> Option<Self> {
+        i64::try_from(v).ok()
+    }
+}
+
+impl<'de: 'a, 'a> Expected<'de> for Cow<'a, str> {
+    fn from_borrowed(v: &'de str) -> Option<Self> {
+        Some(Cow::Borrowed(v))
+    }
+    fn from_transient(v: &str) -> Option<Self> {
+        Some(Cow::Owned(v.to_owned()))
+    }
+}
+
+impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Expected<'de>> Visitor<'de> for Visit<T> {
+            type Value = Loose<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_int(v.into())))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_int(v.into())))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Loose(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Loose(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Loose(None))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_transient(v)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::from_map(map).map(Loose)
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+pub(crate) use lenient_object;
