@@ -9,7 +9,8 @@
 //!   member's, the workspace's) against the same SubLane without, in alternating rounds;
 //! - the cost of metrics (OPS-4): the same figures against a second SubLane with metrics off;
 //! - at a fixed, open-loop 5,000 req/s (performance goal 5), the mean latency of both paths and
-//!   SubLane's added mean;
+//!   SubLane's added mean, with median and p99 beside them (`SUBLANE_BENCH_ONLY_OPEN_LOOP=1` runs
+//!   only this);
 //! - Chat Completions (BEY-3): the translation's added cost per call against Responses through
 //!   the same SubLane, and per streamed chunk, for each upstream protocol, against the relay's
 //!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope).
@@ -70,6 +71,10 @@ async fn main() {
     let responses_whole = Path { whole: true, ..sublane.clone() };
     let chat = Path { url: format!("{base}/v1/chat/completions"), key: gateway_key, chat: true, whole: true };
 
+    if std::env::var_os("SUBLANE_BENCH_ONLY_OPEN_LOOP").is_some() {
+        report_open_loop(&http, &direct, &sublane).await;
+        return server.shutdown().await.unwrap();
+    }
     println!(
         "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
     );
@@ -149,30 +154,7 @@ async fn main() {
         100.0 * on_rps / off_rps
     );
     quiet.shutdown().await.unwrap();
-    // Performance goal 5: a fixed, open-loop rate, the mean latency of both paths (two
-    // alternating rounds each).
-    let (mut d, mut s) = (Vec::new(), Vec::new());
-    for _ in 0..2 {
-        d.push(open_loop(&http, &direct).await);
-        s.push(open_loop(&http, &sublane).await);
-    }
-    let mean = |v: &[OpenLoop]| v.iter().map(|r| r.mean_us).sum::<f64>() / v.len() as f64;
-    let refused = |v: &[OpenLoop]| v.iter().map(|r| r.refused).sum::<u32>();
-    let (dm, sm) = (mean(&d), mean(&s));
-    println!(
-        "open loop at {OPEN_LOOP_RATE} req/s, non-streaming, instant upstream ({} s per path and round, 2 rounds):",
-        OPEN_LOOP_WINDOW.as_secs()
-    );
-    println!("  direct  mean {dm:>7.1} us");
-    println!("  sublane mean {sm:>7.1} us   added {:.1} us (target <= 10 us)", sm - dm);
-    let (rd, rs) = (refused(&d), refused(&s));
-    if rd + rs > 0 {
-        // The rate is over what this machine sustains with client, mock and SubLane sharing its
-        // cores: the backlog reached the workspace capacity. Said, not hidden in the mean.
-        println!(
-            "  refused: direct {rd}, sublane {rs} (backlog over capacity: the rate is above this machine's)"
-        );
-    }
+    report_open_loop(&http, &direct, &sublane).await;
     // Real upstreams take time to answer; with 20 ms per call the gateway's own cost shows as
     // lost concurrency rather than CPU.
     http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
@@ -458,11 +440,118 @@ async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Performance goal 5: a fixed, open-loop rate, both paths in two alternating rounds each; the
+/// mean (the goal's figure) with the median and p99 beside it, which tell a shifted whole from a
+/// few slow calls. Where Debian's nginx is installed, a bare nginx reverse proxy in front of the
+/// same mock takes its turn in each round: what any proxy adds at this rate on this machine.
+async fn report_open_loop(http: &reqwest::Client, direct: &Path, sublane: &Path) {
+    let mock = direct.url.trim_end_matches("/v1/responses");
+    let nginx = NginxProxy::start(mock);
+    let bare = nginx.as_ref().map(|n| Path { url: format!("{}/v1/responses", n.url), ..direct.clone() });
+    let (mut d, mut n, mut s) = (OpenLoop::default(), OpenLoop::default(), OpenLoop::default());
+    for _ in 0..2 {
+        open_loop(http, direct, &mut d).await;
+        if let Some(bare) = &bare {
+            open_loop(http, bare, &mut n).await;
+        }
+        open_loop(http, sublane, &mut s).await;
+    }
+    println!(
+        "open loop at {OPEN_LOOP_RATE} req/s, non-streaming, instant upstream ({} s per path and round, 2 rounds):",
+        OPEN_LOOP_WINDOW.as_secs()
+    );
+    let dm = d.summary("direct ");
+    let nm = bare.is_some().then(|| n.summary("nginx  "));
+    let sm = s.summary("sublane");
+    match nm {
+        Some(nm) => {
+            let ratio =
+                if nm > dm { format!(" ({:.2}x nginx's)", (sm - dm) / (nm - dm)) } else { String::new() };
+            println!(
+                "  added mean: sublane {:.1} us (target <= 10 us), nginx proxy {:.1} us{ratio}",
+                sm - dm,
+                nm - dm
+            );
+        }
+        None => println!("  added mean: sublane {:.1} us (target <= 10 us); no nginx to compare", sm - dm),
+    }
+    if d.refused + n.refused + s.refused > 0 {
+        // Calls piled up behind a stall until SubLane's workspace capacity refused them (on this
+        // 2-core machine its serving threads are at times preempted for tens of milliseconds).
+        // Said, not hidden in the mean.
+        println!(
+            "  refused: direct {}, nginx {}, sublane {} (a backlog behind a stall reached the workspace capacity)",
+            d.refused, n.refused, s.refused
+        );
+    }
+}
+
+/// A bare nginx reverse proxy (one worker, keep-alive to the upstream, as
+/// `../shared/bench/side-by-side.sh` runs it) in front of `upstream`, stopped on drop. Without a
+/// master process, so the one process killed is the one that serves.
+struct NginxProxy {
+    url: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl NginxProxy {
+    /// `None` (said on stdout) where nginx is not installed or does not start.
+    fn start(upstream: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let upstream = upstream.trim_start_matches("http://");
+        let d = dir.path().display();
+        let conf = format!(
+            "master_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n  access_log off;\n  keepalive_requests 100000;\n\
+             client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             upstream mock {{ server {upstream}; keepalive 128; }}\n\
+             server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+             proxy_pass http://mock;\n      proxy_http_version 1.1;\n\
+             proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        // Debian puts it in /usr/sbin, which a user's PATH may not hold.
+        let spawned = ["nginx", "/usr/sbin/nginx"].into_iter().find_map(|bin| {
+            std::process::Command::new(bin)
+                .arg("-c")
+                .arg(dir.path().join("nginx.conf"))
+                .args(["-g", "daemon off;"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()
+        });
+        let Some(child) = spawned else {
+            println!("(nginx is not installed: the open-loop run has no bare-proxy baseline)");
+            return None;
+        };
+        let proxy = NginxProxy { url: format!("http://127.0.0.1:{port}"), child, _dir: dir };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(proxy);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("(nginx did not start: the open-loop run has no bare-proxy baseline)");
+        None
+    }
+}
+
+impl Drop for NginxProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Requests sent at [`OPEN_LOOP_RATE`] whatever the answers do, paced by a thread of their own;
 /// each is timed from when it was due, so a slow answer delays the ones queued behind it as it
 /// would a real client's (no coordinated omission). A refused call (the backlog over the
-/// workspace capacity) counts as refused, its time still in the mean.
-async fn open_loop(http: &reqwest::Client, path: &Path) -> OpenLoop {
+/// workspace capacity) counts as refused, its time still in the figures.
+async fn open_loop(http: &reqwest::Client, path: &Path, into: &mut OpenLoop) {
     let n = (f64::from(OPEN_LOOP_RATE) * OPEN_LOOP_WINDOW.as_secs_f64()) as u32;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Duration, bool)>();
     let (http, path, handle) = (http.clone(), Arc::new(path.clone()), tokio::runtime::Handle::current());
@@ -483,20 +572,33 @@ async fn open_loop(http: &reqwest::Client, path: &Path) -> OpenLoop {
             });
         }
     });
-    let (mut total, mut refused) = (Duration::ZERO, 0);
     for _ in 0..n {
         let (took, ok) = rx.recv().await.unwrap();
-        total += took;
-        refused += u32::from(!ok);
+        into.took.push(took);
+        into.refused += u32::from(!ok);
     }
     pacer.join().unwrap();
-    OpenLoop { mean_us: us(total) / f64::from(n), refused }
 }
 
-/// One open-loop round: mean latency from when each call was due, and how many were refused.
+/// Open-loop rounds of one path: each call's time from when it was due, and how many were refused.
+#[derive(Default)]
 struct OpenLoop {
-    mean_us: f64,
+    took: Vec<Duration>,
     refused: u32,
+}
+
+impl OpenLoop {
+    /// Prints mean, median and p99, and returns the mean in microseconds.
+    fn summary(&mut self, label: &str) -> f64 {
+        self.took.sort_unstable();
+        let mean = us(self.took.iter().sum::<Duration>()) / self.took.len() as f64;
+        println!(
+            "  {label} mean {mean:>7.1} us  p50 {:>7.1} us  p99 {:>7.1} us",
+            us(pct(&self.took, 0.5)),
+            us(pct(&self.took, 0.99))
+        );
+        mean
+    }
 }
 
 fn pct(sorted: &[Duration], q: f64) -> Duration {
