@@ -513,21 +513,23 @@ impl NginxProxy {
              proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-        // Debian puts it in /usr/sbin, which a user's PATH may not hold.
-        let spawned = ["nginx", "/usr/sbin/nginx"].into_iter().find_map(|bin| {
-            std::process::Command::new(bin)
-                .arg("-c")
-                .arg(dir.path().join("nginx.conf"))
-                .args(["-g", "daemon off;"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .ok()
-        });
-        let Some(child) = spawned else {
+        // Under a shell that ends nginx with the bench, however the bench ends (a Ctrl-C runs no
+        // destructor): once the shell's parent is no longer the bench. Debian puts nginx in /usr/sbin, which a user's PATH may not hold.
+        if !which_nginx() {
             println!("(nginx is not installed: the open-loop run has no bare-proxy baseline)");
             return None;
-        };
+        }
+        let watch = "PATH=$PATH:/usr/sbin
+            nginx -c \"$1\" -g 'daemon off;' >/dev/null 2>&1 & n=$!
+            trap 'kill $n; wait $n; exit' TERM
+            while [ \"$(cut -d' ' -f4 /proc/$$/stat)\" = \"$2\" ] && kill -0 $n 2>/dev/null; do sleep 0.2; done
+            kill $n 2>/dev/null; wait $n";
+        let child = std::process::Command::new("sh")
+            .args(["-c", watch, "sh"])
+            .arg(dir.path().join("nginx.conf"))
+            .arg(std::process::id().to_string())
+            .spawn()
+            .unwrap();
         let proxy = NginxProxy { url: format!("http://127.0.0.1:{port}"), child, _dir: dir };
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -542,9 +544,18 @@ impl NginxProxy {
 
 impl Drop for NginxProxy {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // TERM, which the watching shell passes on to nginx (a KILL would leave nginx running).
+        let _ = std::process::Command::new("kill").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
     }
+}
+
+fn which_nginx() -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", "PATH=$PATH:/usr/sbin; command -v nginx"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Requests sent at [`OPEN_LOOP_RATE`] whatever the answers do, paced by a thread of their own;
