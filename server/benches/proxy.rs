@@ -72,7 +72,7 @@ async fn main() {
     let chat = Path { url: format!("{base}/v1/chat/completions"), key: gateway_key, chat: true, whole: true };
 
     if std::env::var_os("SUBLANE_BENCH_ONLY_OPEN_LOOP").is_some() {
-        report_open_loop(&http, &direct, &sublane).await;
+        report_open_loop(&http, &mock_url, &direct, &sublane).await;
         return server.shutdown().await.unwrap();
     }
     println!(
@@ -154,7 +154,7 @@ async fn main() {
         100.0 * on_rps / off_rps
     );
     quiet.shutdown().await.unwrap();
-    report_open_loop(&http, &direct, &sublane).await;
+    report_open_loop(&http, &mock_url, &direct, &sublane).await;
     // Real upstreams take time to answer; with 20 ms per call the gateway's own cost shows as
     // lost concurrency rather than CPU.
     http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
@@ -440,13 +440,12 @@ async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Performance goal 5: a fixed, open-loop rate, both paths in two alternating rounds each; the
-/// mean (the goal's figure) with the median and p99 beside it, which tell a shifted whole from a
-/// few slow calls. Where Debian's nginx is installed, a bare nginx reverse proxy in front of the
-/// same mock takes its turn in each round: what any proxy adds at this rate on this machine.
-async fn report_open_loop(http: &reqwest::Client, direct: &Path, sublane: &Path) {
-    let mock = direct.url.trim_end_matches("/v1/responses");
-    let nginx = NginxProxy::start(mock);
+/// Performance goal 5: a fixed, open-loop rate, the paths taking turns in two rounds; the mean
+/// (the goal's figure) with the median and p99 beside it, which tell a shifted whole from a few
+/// slow calls. Where Debian's nginx is installed, a bare nginx reverse proxy in front of the same
+/// mock takes its turn in each round: what any proxy adds at this rate on this machine.
+async fn report_open_loop(http: &reqwest::Client, mock_url: &str, direct: &Path, sublane: &Path) {
+    let nginx = NginxProxy::start(mock_url);
     let bare = nginx.as_ref().map(|n| Path { url: format!("{}/v1/responses", n.url), ..direct.clone() });
     let (mut d, mut n, mut s) = (OpenLoop::default(), OpenLoop::default(), OpenLoop::default());
     for _ in 0..2 {
@@ -476,8 +475,8 @@ async fn report_open_loop(http: &reqwest::Client, direct: &Path, sublane: &Path)
         None => println!("  added mean: sublane {:.1} us (target <= 10 us); no nginx to compare", sm - dm),
     }
     if d.refused + n.refused + s.refused > 0 {
-        // Calls piled up behind a stall until SubLane's workspace capacity refused them (on this
-        // 2-core machine its serving threads are at times preempted for tens of milliseconds).
+        // Calls piled up behind a stall (on this 2-core VM, stretches of tens of milliseconds in
+        // which a path's threads do not run) until SubLane's workspace capacity refused them.
         // Said, not hidden in the mean.
         println!(
             "  refused: direct {}, nginx {}, sublane {} (a backlog behind a stall reached the workspace capacity)",
@@ -498,6 +497,10 @@ struct NginxProxy {
 impl NginxProxy {
     /// `None` (said on stdout) where nginx is not installed or does not start.
     fn start(upstream: &str) -> Option<Self> {
+        let Some(nginx) = nginx_binary() else {
+            println!("(nginx is not installed: the open-loop run has no bare-proxy baseline)");
+            return None;
+        };
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let upstream = upstream.trim_start_matches("http://");
@@ -513,19 +516,15 @@ impl NginxProxy {
              proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-        // Under a shell that ends nginx with the bench, however the bench ends (a Ctrl-C runs no
-        // destructor): once the shell's parent is no longer the bench. Debian puts nginx in /usr/sbin, which a user's PATH may not hold.
-        if !which_nginx() {
-            println!("(nginx is not installed: the open-loop run has no bare-proxy baseline)");
-            return None;
-        }
-        let watch = "PATH=$PATH:/usr/sbin
-            nginx -c \"$1\" -g 'daemon off;' >/dev/null 2>&1 & n=$!
+        // Under a shell that ends nginx with the bench however the bench ends (a Ctrl-C runs no
+        // destructor): once the shell's parent is no longer the bench.
+        let watch = "\"$1\" -c \"$2\" -g 'daemon off;' >/dev/null 2>&1 & n=$!
             trap 'kill $n; wait $n; exit' TERM
-            while [ \"$(cut -d' ' -f4 /proc/$$/stat)\" = \"$2\" ] && kill -0 $n 2>/dev/null; do sleep 0.2; done
+            while [ \"$(cut -d' ' -f4 /proc/$$/stat)\" = \"$3\" ] && kill -0 $n 2>/dev/null; do sleep 0.2; done
             kill $n 2>/dev/null; wait $n";
         let child = std::process::Command::new("sh")
             .args(["-c", watch, "sh"])
+            .arg(nginx)
             .arg(dir.path().join("nginx.conf"))
             .arg(std::process::id().to_string())
             .spawn()
@@ -550,12 +549,13 @@ impl Drop for NginxProxy {
     }
 }
 
-fn which_nginx() -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", "PATH=$PATH:/usr/sbin; command -v nginx"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// nginx's path: on PATH, or in /usr/sbin where Debian puts it (which a user's PATH may lack).
+fn nginx_binary() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([std::path::PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join("nginx"))
+        .find(|bin| bin.is_file())
 }
 
 /// Requests sent at [`OPEN_LOOP_RATE`] whatever the answers do, paced by a thread of their own;
