@@ -4,7 +4,9 @@
 //! - added latency at concurrency 1 (samples of both paths interleaved): p50/p99 of SubLane minus
 //!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
 //!   streaming one;
-//! - throughput at concurrency 64 for both paths, and SubLane's share of direct;
+//! - throughput at concurrency 64 for both paths, and SubLane's share of direct; then, in one
+//!   more round, SubLane's CPU time per call on its serving threads and on its SQLite threads
+//!   (the record writer's work in the database);
 //! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
 //!   member's, the workspace's) against the same SubLane without, in alternating rounds;
 //! - the cost of metrics (OPS-4): the same figures against a second SubLane with metrics off;
@@ -97,6 +99,12 @@ async fn main() {
     );
     println!("  direct  {d:>8.0} req/s");
     println!("  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %)", 100.0 * s / d);
+    let cpu = cpu_per_call(&http, &sublane).await;
+    println!(
+        "  CPU per SubLane call (one more round, by thread): serving {}, SQLite {} (target: single-digit us)",
+        cpu.serving.map_or_else(|| "n/a (SUBLANE_SERVE_THREADS=0)".to_owned(), |us| format!("{us:.1} us")),
+        cpu.sqlite.map_or_else(|| "n/a".to_owned(), |us| format!("{us:.1} us")),
+    );
     // Chat Completions (BEY-3) against Responses through the same SubLane and account, samples
     // interleaved: the translation's added cost per call, and per streamed answer (3 deltas).
     println!("c=1 Chat Completions translation (against Responses pass-through, same SubLane):");
@@ -417,6 +425,60 @@ fn best(v: &[f64]) -> f64 {
 }
 
 async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
+    let (calls, took) = calls_in_window(http, path).await;
+    calls as f64 / took.as_secs_f64()
+}
+
+/// CPU time per call of SubLane's threads during one c=64 round, from `/proc`: its serving
+/// threads (HTTP, auth, admission, selection, the upstream call) and its SQLite threads (sqlx's,
+/// one per connection; under load only the record writer's works). The record writer's task
+/// itself runs on the shared runtime with the bench's client and mock, so it is not counted.
+struct CpuPerCall {
+    serving: Option<f64>,
+    sqlite: Option<f64>,
+}
+
+async fn cpu_per_call(http: &reqwest::Client, sublane: &Path) -> CpuPerCall {
+    let before = thread_ticks();
+    let (calls, _) = calls_in_window(http, sublane).await;
+    let after = thread_ticks();
+    // Let the writer catch up, so the records of this round are all counted.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = thread_ticks();
+    let per_call = |ticks: u64| (ticks > 0).then(|| ticks as f64 * 1e6 / TICKS_PER_SEC / calls as f64);
+    CpuPerCall { serving: per_call(after.0 - before.0), sqlite: per_call(settled.1 - before.1) }
+}
+
+/// `/proc` counts thread CPU time in clock ticks, 100 a second on Linux.
+const TICKS_PER_SEC: f64 = 100.0;
+
+/// CPU ticks (user + system) so far of this process's threads named `sublane-serve-*` and of
+/// those named `sqlx-sqlite-worker-*` (the name is cut to 15 bytes).
+fn thread_ticks() -> (u64, u64) {
+    let (mut serving, mut sqlite) = (0, 0);
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(task.path().join("comm")),
+            std::fs::read_to_string(task.path().join("stat")),
+        ) else {
+            continue; // a thread that ended meanwhile
+        };
+        // The fields after the name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        // utime and stime are the 14th and 15th fields; the name was the 2nd.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        if comm.starts_with("sublane-serve") {
+            serving += ticks;
+        } else if comm.starts_with("sqlx-sqlite") {
+            sqlite += ticks;
+        }
+    }
+    (serving, sqlite)
+}
+
+/// How many calls `CONCURRENCY` clients completed in one window, and how long it took.
+async fn calls_in_window(http: &reqwest::Client, path: &Path) -> (u64, Duration) {
     let path = Arc::new(path.clone());
     let until = Instant::now() + THROUGHPUT_WINDOW;
     let start = Instant::now();
@@ -437,7 +499,7 @@ async fn throughput(http: &reqwest::Client, path: &Path) -> f64 {
     for t in tasks {
         total += t.await.unwrap();
     }
-    total as f64 / start.elapsed().as_secs_f64()
+    (total, start.elapsed())
 }
 
 /// Performance goal 5: a fixed, open-loop rate, the paths taking turns in two rounds; the mean
