@@ -18,6 +18,7 @@ pub mod crypto;
 pub mod db;
 pub mod directory;
 pub mod error;
+pub mod file_limit;
 pub mod huge_pages;
 pub mod keys;
 pub mod members;

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
     // Before the runtime's threads and the first buffers exist, so none of them is backed by a
     // huge page the setting forbids.
     let huge_pages = sublane::huge_pages::apply(config.huge_pages);
+    let file_limit = sublane::file_limit::raise();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -51,11 +52,40 @@ fn main() -> ExitCode {
         if let Err(e) = huge_pages {
             tracing::warn!(error = %e, "cannot forbid transparent huge pages; memory per open stream will be higher");
         }
+        report_file_limit(file_limit);
         let code = run(config).await;
         // Spans still buffered go to the collector before the process ends.
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         code
     })
+}
+
+/// Says what the open-file limit allows, and warns when it is below what a busy team needs (the
+/// hard limit is the administrator's to raise).
+fn report_file_limit(limit: std::io::Result<Option<sublane::file_limit::Limit>>) {
+    /// Fewer open streams than this is worth a warning.
+    const ENOUGH_STREAMS: u64 = 10_000;
+    match limit {
+        Ok(Some(limit)) => {
+            if limit.now > limit.was {
+                tracing::info!(
+                    from = limit.was,
+                    to = limit.now,
+                    "raised the open-file limit to its hard limit"
+                );
+            }
+            if limit.streams() < ENOUGH_STREAMS {
+                tracing::warn!(
+                    files = limit.now,
+                    streams = limit.streams(),
+                    "the open-file limit allows only about this many open streams (two files each); \
+                     raise the hard limit (systemd: LimitNOFILE=, shell: ulimit -Hn) for more"
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
 }
 
 async fn run(config: Config) -> ExitCode {
