@@ -21,6 +21,9 @@
 //! of its own, measured through `/proc/<pid>/status`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
 use std::{process::Stdio, sync::Arc, time::Instant};
 
 use serde_json::json;
@@ -299,7 +302,7 @@ async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind, env: &[(&s
         steps.push(format!("{:.0}", rss_kib(pid) as f64 / 1024.0));
     }
     let took = started.elapsed();
-    let cpu_us_per_call = (cpu_ticks(pid) - cpu_before) as f64 * 1e6 / USER_HZ / CALLS as f64;
+    let cpu_us_per_call = (cpu_ticks(pid) - cpu_before) as f64 * 1e6 / cpu::USER_HZ / CALLS as f64;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let after = rss_kib(pid);
     let db: u64 = ["sublane.db", "sublane.db-wal"]
@@ -322,17 +325,9 @@ async fn run(http: &reqwest::Client, mock: &MockUpstream, kind: Kind, env: &[(&s
     Figures { after_kib: after, cpu_us_per_call }
 }
 
-/// Clock ticks per second in `/proc/<pid>/stat`: Linux's `USER_HZ`, 100 on every architecture
-/// this runs on.
-const USER_HZ: f64 = 100.0;
-
 /// User plus system time of the whole process (all its threads), in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name, which is in parentheses and may hold spaces: utime and stime
-    // are the 14th and 15th of the line, so the 12th and 13th after it.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    cpu::stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap()).1
 }
 
 fn rss_kib(pid: u32) -> u64 {

@@ -20,6 +20,9 @@
 //! Targets (proxy issue): added p99 at c=1 under 200 us; SubLane throughput >= 70 % of direct.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -445,32 +448,22 @@ async fn cpu_per_call(http: &reqwest::Client, sublane: &Path) -> CpuPerCall {
     // Let the writer catch up, so the records of this round are all counted.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let settled = thread_ticks();
-    let per_call = |ticks: u64| (ticks > 0).then(|| ticks as f64 * 1e6 / TICKS_PER_SEC / calls as f64);
+    let per_call = |ticks: u64| (ticks > 0).then(|| ticks as f64 * 1e6 / cpu::USER_HZ / calls as f64);
     CpuPerCall { serving: per_call(after.0 - before.0), sqlite: per_call(settled.1 - before.1) }
 }
-
-/// `/proc` counts thread CPU time in clock ticks, 100 a second on Linux.
-const TICKS_PER_SEC: f64 = 100.0;
 
 /// CPU ticks (user + system) so far of this process's threads named `sublane-serve-*` and of
 /// those named `sqlx-sqlite-worker-*` (the name is cut to 15 bytes).
 fn thread_ticks() -> (u64, u64) {
     let (mut serving, mut sqlite) = (0, 0);
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let (Ok(comm), Ok(stat)) = (
-            std::fs::read_to_string(task.path().join("comm")),
-            std::fs::read_to_string(task.path().join("stat")),
-        ) else {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
             continue; // a thread that ended meanwhile
         };
-        // The fields after the name, which is in parentheses and may hold spaces.
-        let fields: Vec<&str> =
-            stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        // utime and stime are the 14th and 15th fields; the name was the 2nd.
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        if comm.starts_with("sublane-serve") {
+        let (name, ticks) = cpu::stat_ticks(&stat);
+        if name.starts_with("sublane-serve") {
             serving += ticks;
-        } else if comm.starts_with("sqlx-sqlite") {
+        } else if name.starts_with("sqlx-sqlite") {
             sqlite += ticks;
         }
     }
