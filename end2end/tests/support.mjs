@@ -19,12 +19,12 @@ export async function newPage(browser, options = {}) {
   const context = await browser.newContext(options);
   const page = await context.newPage();
   const errors = [];
-  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('pageerror', (e) => errors.push(`${page.url()}: ${e.message}`));
   // Expected 4xx answers (a wrong password is a 401) are logged by Chromium as resource errors;
   // anything else logged as an error, 5xx included, fails the test.
   page.on('console', (m) => {
     if (m.type() === 'error' && !/Failed to load resource: the server responded with a status of 4\d\d/.test(m.text())) {
-      errors.push(m.text());
+      errors.push(`${page.url()}: ${m.text()}`);
     }
   });
   page.assertNoErrors = () => { if (errors.length) throw new Error(`page errors: ${errors.join(' | ')}`); };
