@@ -16,9 +16,11 @@ pub fn Shell() -> impl IntoView {
     let me = Resource::new(|| (), |_| get_me());
     view! {
         <Suspense fallback=|| view! { <p class="p-6 text-sm text-slate-500">"Loading…"</p> }>
-            {move || Suspend::new(async move {
+            // A bare `Suspend`, not a closure returning one: a closure is called again on each of
+            // the server's walks over a Suspense's children, and would build the frame each time.
+            {Suspend::new(async move {
                 match me.await {
-                    Ok(Some(member)) => EitherOf3::A(view! { <Frame member /> }),
+                    Ok(Some(member)) => EitherOf3::A(built_once(view! { <Frame member /> }.into_any()).await),
                     Ok(None) => EitherOf3::B(view! { <Redirect path="/login" /> }),
                     Err(e) => EitherOf3::C(view! {
                         <div class="p-6"><crate::components::ErrorNote message=e.message /></div>
@@ -27,6 +29,25 @@ pub fn Shell() -> impl IntoView {
             })}
         </Suspense>
     }
+}
+
+/// The frame with the page inside it, built once on the server.
+///
+/// The router's `<Outlet/>` is a function that builds the page (and creates its resources) each
+/// time it is called, and the server calls it once per walk: when it looks for resources to wait
+/// on (`dry_resolve`) and again when it renders. Each build serializes its resources' data for
+/// hydration; the browser hydrates with the first copy, while the HTML comes from the last. When a
+/// record or a quota changed in between, the two differ and hydration panics on the mismatch.
+/// Resolving the view here calls the page's function once and keeps what it built. In the browser
+/// the outlet must stay a function, so that it follows navigation between pages.
+#[cfg(feature = "ssr")]
+async fn built_once(view: AnyView) -> AnyView {
+    view.resolve().await
+}
+
+#[cfg(not(feature = "ssr"))]
+async fn built_once(view: AnyView) -> AnyView {
+    view
 }
 
 /// The signed-in member, in context for the pages inside the frame (e.g. to spare an admin
