@@ -8,7 +8,8 @@
 //! delta a second each, 30 s long), SubLane's resident memory per open stream, the largest gap
 //! between a stream's chunks beyond the upstream's own second, and the added time to first byte at
 //! concurrency 1 while they are open, against calling the mock directly in the same run. N is
-//! `SUBLANE_BENCH_STREAMS` (default 10,000, the goal's). SubLane holds two sockets per stream and
+//! `SUBLANE_BENCH_STREAMS` (default 10,000, the goal's). SubLane's CPU time per stream, over the
+//! streams' whole life, shows what relaying costs. SubLane holds two sockets per stream and
 //! so does this process (the client's and the mock's): the bench raises its open-file limit to
 //! what N needs, which takes the privilege to raise a hard limit; without it, N is cut to what the
 //! hard limit allows, and the bench says so. `SUBLANE_BENCH_ONLY_STREAMS=1` measures only the
@@ -17,8 +18,9 @@
 //! What `SUBLANE_HUGE_PAGES=true` trades, both sides in the same run: SubLane's CPU time per
 //! ordinary call (alternating rounds, best of each), and its memory per open stream.
 //!
-//! The mock upstream runs in this process, so its memory is not counted; SubLane is a process
-//! of its own, measured through `/proc/<pid>/status`.
+//! `SUBLANE_BENCH_BINARY=<path>` runs another build of `sublane` instead, to compare two builds in
+//! runs back to back. The mock upstream runs in this process, so its memory is not counted;
+//! SubLane is a process of its own, measured through `/proc/<pid>/status`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/cpu.rs"]
@@ -95,7 +97,10 @@ struct Launched {
 
 async fn launch(mock: &MockUpstream, env: &[(&str, &str)]) -> Launched {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sublane"))
+    // Another build to compare with this one (two runs back to back), else the one cargo built.
+    let binary =
+        std::env::var_os("SUBLANE_BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_sublane").into());
+    let mut child = tokio::process::Command::new(binary)
         .env("SUBLANE_ADDR", "127.0.0.1:0")
         .env("SUBLANE_DATA_DIR", dir.path())
         .env("SUBLANE_ADMIN_PASSWORD", "memory-bench-password")
@@ -141,6 +146,7 @@ async fn streams(mock: &MockUpstream, n: usize, env: &[(&str, &str)]) -> f64 {
     }
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let before = rss_kib(s.pid);
+    let cpu_before = cpu_ticks(s.pid);
     let opened = Arc::new(tokio::sync::Semaphore::new(0));
     let tasks: Vec<_> = (0..n)
         .map(|_| {
@@ -178,6 +184,9 @@ async fn streams(mock: &MockUpstream, n: usize, env: &[(&str, &str)]) -> f64 {
     for task in tasks {
         worst = worst.max(task.await.unwrap());
     }
+    // Every stream's whole life: opened, 30 deltas relayed, recorded; with the 300 first-byte
+    // calls above (3 % more streams at 10,000), which end after their first chunk.
+    let cpu_us_per_stream = (cpu_ticks(s.pid) - cpu_before) as f64 * 1e6 / cpu::USER_HZ / n as f64;
     let p99 = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() * 99 / 100]
@@ -193,6 +202,9 @@ async fn streams(mock: &MockUpstream, n: usize, env: &[(&str, &str)]) -> f64 {
     println!(
         "  largest gap between a stream's chunks: {:.2} s (the upstream's own: 1 s; target: no stall over 1 s beyond it)",
         worst.as_secs_f64()
+    );
+    println!(
+        "  SubLane CPU per stream over its life (opened, 30 deltas relayed, recorded): {cpu_us_per_stream:.0} us"
     );
     println!(
         "  c=1 time to first byte with them open: direct p99 {dp99:.0} us, sublane p99 {tp99:.0} us, added {:.0} us (target <= 300 us)",
