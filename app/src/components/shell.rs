@@ -18,6 +18,8 @@ pub fn Shell() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="p-6 text-sm text-slate-500">"Loading…"</p> }>
             // A bare `Suspend`, not a closure returning one: a closure is called again on each of
             // the server's walks over a Suspense's children, and would build the frame each time.
+            // Nothing tracks `me` here (a component's body runs untracked): the frame is built
+            // for the member loaded once, and a `me.refetch()` would not rebuild it.
             {Suspend::new(async move {
                 match me.await {
                     Ok(Some(member)) => EitherOf3::A(built_once(view! { <Frame member /> }.into_any()).await),
@@ -39,7 +41,9 @@ pub fn Shell() -> impl IntoView {
 /// hydration; the browser hydrates with the first copy, while the HTML comes from the last. When a
 /// record or a quota changed in between, the two differ and hydration panics on the mismatch.
 /// Resolving the view here calls the page's function once and keeps what it built. In the browser
-/// the outlet must stay a function, so that it follows navigation between pages.
+/// the outlet must stay a function, so that it follows navigation between pages: the switch is
+/// the `ssr` feature, which the WASM build (`frontend`, `hydrate` only) must never enable, or
+/// navigation would silently stop swapping pages.
 #[cfg(feature = "ssr")]
 async fn built_once(view: AnyView) -> AnyView {
     view.resolve().await
