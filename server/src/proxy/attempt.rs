@@ -162,8 +162,10 @@ pub(super) struct Attempt {
     lifecycle: std::sync::Arc<crate::app_state::Lifecycle>,
     /// Recorded (or deliberately not): a drop does nothing more.
     done: bool,
-    /// The record being queued: if queueing is cut short, the drop queues this one.
-    pending: Option<NewRecord>,
+    /// The record being queued: if queueing is cut short, the drop queues this one. Boxed: it is
+    /// empty until the end, yet inline it took 296 of the attempt's 776 bytes, carried by every
+    /// open stream's relay (performance goal 3).
+    pending: Option<Box<NewRecord>>,
 }
 
 /// The end of an attempt, as recorded.
@@ -291,7 +293,7 @@ impl Attempt {
     }
 
     pub(super) async fn finish(mut self, end: Ending) {
-        self.pending = Some(self.record(end));
+        self.pending = Some(Box::new(self.record(end)));
         // If this is cut short while the queue is full, the drop queues the pending record.
         // (The writer commits records in batches; this span is the call's part: the hand-over.)
         let span = tracing::debug_span!(parent: &self.span, "record_write");
@@ -349,7 +351,7 @@ impl Drop for Attempt {
         }
         self.done = true;
         let record = match self.pending.take() {
-            Some(r) => r,
+            Some(r) => *r,
             None => {
                 let stopped = self.lifecycle.hard_stop.is_cancelled();
                 let code = if stopped { "server_shutdown" } else { "client_cancelled" };

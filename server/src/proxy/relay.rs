@@ -141,8 +141,23 @@ enum Delivery {
     ShutDown,
 }
 
+/// Why the relay loop stopped (at most one reason, so the ending's flags are built from it).
+#[derive(PartialEq, Eq)]
+enum Stop {
+    /// The upstream finished, or the client left and there is nothing (more) to drain.
+    Done,
+    Broken,
+    TimedOut,
+    IdleTimedOut,
+    ShutDown,
+    Stalled,
+    Unreadable,
+}
+
 /// Sends `bytes` to the client without ever blocking past the write deadline, the total deadline
-/// or the hard stop. A channel with room takes it at once, without arming any timer.
+/// or the hard stop. A channel with room takes it at once, without arming any timer; only a full
+/// one (a client reading slower than the upstream writes) waits, in a boxed future, so that an
+/// open stream's relay does not carry the room of two timers and a send it almost never needs.
 async fn deliver(
     tx: &mpsc::Sender<Result<Bytes, io::Error>>,
     bytes: Bytes,
@@ -154,21 +169,29 @@ async fn deliver(
         Err(mpsc::error::TrySendError::Closed(_)) => return Delivery::ClientGone,
         Err(mpsc::error::TrySendError::Full(b)) => b,
     };
-    tokio::select! {
-        biased;
-        sent = tx.send(bytes) => if sent.is_ok() { Delivery::Sent } else { Delivery::ClientGone },
-        () = hard_stop.hard_stop.cancelled() => Delivery::ShutDown,
-        () = sleep_until(timing.deadline) => Delivery::TimedOut,
-        () = tokio::time::sleep(timing.write_timeout) => Delivery::Stalled,
-    }
+    Box::pin(async move {
+        tokio::select! {
+            biased;
+            sent = tx.send(bytes) => if sent.is_ok() { Delivery::Sent } else { Delivery::ClientGone },
+            () = hard_stop.hard_stop.cancelled() => Delivery::ShutDown,
+            () = sleep_until(timing.deadline) => Delivery::TimedOut,
+            () = tokio::time::sleep(timing.write_timeout) => Delivery::Stalled,
+        }
+    })
+    .await
 }
 
 /// Prepares relaying `upstream`: returns the client's response body and the relay task, which
 /// the caller spawns (on the tracker a shutdown waits for). `first` is a chunk already read from
 /// the upstream (it is queued at once, so it leaves with the response headers). `on_end` runs
 /// once when the relay stops, whoever stopped it.
+///
+/// The task lives as long as the stream, so its size is paid per open stream (performance goal
+/// 3): it waits on one timer for the earliest of the total deadline, the drain window and the
+/// idle timeout, and on one wait each for the client's leaving and the hard stop, made once
+/// rather than anew for every chunk (which also armed and disarmed a timer per chunk).
 pub fn relay<S, E, F, Fut>(
-    upstream: S,
+    mut upstream: S,
     first: Option<Bytes>,
     mut observer: Observer,
     timing: Timing,
@@ -190,16 +213,22 @@ where
         let _ = tx.try_send(Ok(out)); // a fresh channel always has room
     }
     let task = async move {
-        let mut upstream = upstream;
-        let mut end = End::default();
         let mut client_gone: Option<Instant> = None;
         let mut last_upstream = Instant::now();
         let mut beat = interval_at(Instant::now() + timing.heartbeat, timing.heartbeat);
         beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let far = timing.deadline + Duration::from_secs(86_400);
-        loop {
+        let mut left = std::pin::pin!(tx.closed());
+        let mut stopped = std::pin::pin!(hard_stop.hard_stop.cancelled());
+        let mut wake = std::pin::pin!(sleep_until(timing.deadline));
+        let stop = loop {
             let drain_until = client_gone.zip(timing.drain_after_cancel).map(|(t, d)| t + d);
             let idle_until = timing.idle_timeout.map(|d| last_upstream + d);
+            let earliest =
+                [drain_until, idle_until].into_iter().flatten().fold(timing.deadline, Instant::min);
+            if wake.deadline() != earliest {
+                // Usually later (the idle timeout moving on): tokio then only notes the new time.
+                wake.as_mut().reset(earliest);
+            }
             let delivery = tokio::select! {
                 biased;
                 next = upstream.next() => match next {
@@ -208,8 +237,7 @@ where
                         let out = process(bytes, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed());
                         if rewrite.is_some() && splitter.overflowed() {
                             // A rewritten stream cannot skip an event it could not read.
-                            end.unreadable = true;
-                            break;
+                            break Stop::Unreadable;
                         }
                         match out.filter(|_| client_gone.is_none()) {
                             Some(out) => {
@@ -219,57 +247,62 @@ where
                             None => Delivery::Sent,
                         }
                     }
-                    Some(Err(_)) => { end.broken = true; break; }
-                    None => break,
+                    Some(Err(_)) => break Stop::Broken,
+                    None => break Stop::Done,
                 },
-                _ = tx.closed(), if client_gone.is_none() => Delivery::ClientGone,
+                () = &mut left, if client_gone.is_none() => Delivery::ClientGone,
                 _ = beat.tick(), if client_gone.is_none() && splitter.at_boundary() => {
                     deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
                 }
-                _ = sleep_until(timing.deadline) => { end.timed_out = true; break; }
-                _ = hard_stop.hard_stop.cancelled() => { end.shut_down = true; break; }
-                _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break,
-                _ = sleep_until(idle_until.unwrap_or(far)), if idle_until.is_some() => { end.idle_timed_out = true; break; }
+                // `wake` is the earliest of the three; on a tie the deadline counts, then the drain.
+                () = &mut wake => {
+                    let at = wake.deadline();
+                    if at >= timing.deadline {
+                        break Stop::TimedOut;
+                    } else if drain_until == Some(at) {
+                        break Stop::Done;
+                    }
+                    break Stop::IdleTimedOut;
+                }
+                () = &mut stopped => break Stop::ShutDown,
             };
             match delivery {
                 Delivery::Sent => {}
                 Delivery::ClientGone => {
                     client_gone.get_or_insert_with(Instant::now);
                 }
-                Delivery::Stalled => {
-                    end.stalled = true;
-                    break;
-                }
-                Delivery::TimedOut => {
-                    end.timed_out = true;
-                    break;
-                }
-                Delivery::ShutDown => {
-                    end.shut_down = true;
-                    break;
-                }
+                Delivery::Stalled => break Stop::Stalled,
+                Delivery::TimedOut => break Stop::TimedOut,
+                Delivery::ShutDown => break Stop::ShutDown,
             }
             if client_gone.is_some()
                 && (timing.drain_after_cancel.is_none() || observer.seen.outcome.is_some())
             {
-                break;
+                break Stop::Done;
             }
-        }
+        };
         // Dropping the upstream stream here closes (cancels) the upstream request.
         drop(upstream);
         // A Chat Completions client cannot tell a cut stream from a finished one by its end (no
         // terminal event of its own but `[DONE]`): it is told, as an error object.
         if let Some(error) = rewrite.as_ref().and_then(Rewrite::cut)
             && client_gone.is_none()
-            && !end.stalled
+            && stop != Stop::Stalled
         {
             let _ = tx.try_send(Ok(Bytes::from(format!("data: {error}\n\n"))));
         }
-        end.cancelled = client_gone.is_some();
-        // An event too large to watch may have been the terminal one: say so rather than
-        // calling the stream cut short (which would count against the model, CD-2).
-        end.unreadable |= splitter.overflowed();
-        end.observation = observer.seen;
+        let end = End {
+            observation: observer.seen,
+            cancelled: client_gone.is_some(),
+            broken: stop == Stop::Broken,
+            timed_out: stop == Stop::TimedOut,
+            idle_timed_out: stop == Stop::IdleTimedOut,
+            shut_down: stop == Stop::ShutDown,
+            stalled: stop == Stop::Stalled,
+            // An event too large to watch may have been the terminal one: say so rather than
+            // calling the stream cut short (which would count against the model, CD-2).
+            unreadable: stop == Stop::Unreadable || splitter.overflowed(),
+        };
         // Boxed: the ending (the record and its hand-over) is larger than the whole relay loop,
         // and an inline future would make every open stream carry its size.
         Box::pin(on_end(end)).await;

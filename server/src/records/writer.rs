@@ -41,19 +41,20 @@ pub struct RecordSink {
 impl RecordSink {
     /// Queues a record. Waits only when the writer is thousands of records behind.
     pub async fn send(&self, record: NewRecord) {
-        self.send_from(&mut Some(record)).await;
+        self.send_from(&mut Some(Box::new(record))).await;
     }
 
     /// Queues the record in `slot`, waiting only when the writer is thousands behind. The record
     /// leaves `slot` only when it is queued: if this is cancelled while waiting, it is still there.
-    pub async fn send_from(&self, slot: &mut Option<NewRecord>) {
+    /// (Boxed: the slot sits in every call's attempt, which a stream holds while it is open.)
+    pub async fn send_from(&self, slot: &mut Option<Box<NewRecord>>) {
         let Some(record) = slot.take() else { return };
-        let Some(record) = self.try_send(record) else { return };
-        *slot = Some(record);
+        let Some(record) = self.try_send(*record) else { return };
+        *slot = Some(Box::new(record));
         match self.tx.reserve().await {
             Ok(permit) => {
                 if let Some(record) = slot.take() {
-                    permit.send(record);
+                    permit.send(*record);
                 }
             }
             Err(_) => {
