@@ -254,12 +254,16 @@ where
                 _ = beat.tick(), if client_gone.is_none() && splitter.at_boundary() => {
                     deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
                 }
-                // `wake` is the earliest of the three; on a tie the deadline counts, then the drain.
+                // `wake` is the earliest of the three. When several have passed by the time the
+                // task runs, the same order decides as when each had a timer of its own: the total
+                // deadline, the hard stop, the drain window, then the idle timeout.
                 () = &mut wake => {
-                    let at = wake.deadline();
-                    if at >= timing.deadline {
+                    let now = Instant::now();
+                    if now >= timing.deadline {
                         break Stop::TimedOut;
-                    } else if drain_until == Some(at) {
+                    } else if hard_stop.hard_stop.is_cancelled() {
+                        break Stop::ShutDown;
+                    } else if drain_until.is_some_and(|d| d <= now) {
                         break Stop::Done;
                     }
                     break Stop::IdleTimedOut;
