@@ -41,15 +41,15 @@ pub struct RecordSink {
 impl RecordSink {
     /// Queues a record. Waits only when the writer is thousands of records behind.
     pub async fn send(&self, record: NewRecord) {
-        self.send_from(&mut Some(Box::new(record))).await;
+        self.send_into(record, &mut None).await;
     }
 
-    /// Queues the record in `slot`, waiting only when the writer is thousands behind. The record
-    /// leaves `slot` only when it is queued: if this is cancelled while waiting, it is still there.
-    /// (Boxed: the slot sits in every call's attempt, which a stream holds while it is open.)
-    pub async fn send_from(&self, slot: &mut Option<Box<NewRecord>>) {
-        let Some(record) = slot.take() else { return };
-        let Some(record) = self.try_send(*record) else { return };
+    /// Queues `record`, waiting only when the writer is thousands behind: then the record waits
+    /// in `slot`, and leaves it only when queued, so a wait cut short leaves it there for the
+    /// caller to hand over. (Boxed, and filled only when the queue is full: the slot sits in
+    /// every call's attempt, which a stream holds while it is open.)
+    pub async fn send_into(&self, record: NewRecord, slot: &mut Option<Box<NewRecord>>) {
+        let Some(record) = self.try_send(record) else { return };
         *slot = Some(Box::new(record));
         match self.tx.reserve().await {
             Ok(permit) => {
