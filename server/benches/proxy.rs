@@ -4,6 +4,9 @@
 //! - added latency at concurrency 1 (samples of both paths interleaved): p50/p99 of SubLane minus
 //!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
 //!   streaming one;
+//! - the stack floor (goals 1 and 2): SubLane's serving threads, hyper connection and upstream
+//!   client alone, with no key, admission, selection or record (`support/floor.rs`), at c=1 and
+//!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's;
 //! - throughput at concurrency 64 for both paths, and SubLane's share of direct; then, in one
 //!   more round, SubLane's CPU time per call on its serving threads and on its SQLite threads
 //!   (the record writer's work in the database);
@@ -22,6 +25,8 @@
 
 #[path = "support/cpu.rs"]
 mod cpu;
+#[path = "support/floor.rs"]
+mod floor;
 
 use std::{
     sync::Arc,
@@ -73,6 +78,7 @@ async fn main() {
         Path { url: format!("{mock_url}/v1/responses"), key: ACCOUNT_KEY.into(), chat: false, whole: false };
     let sublane =
         Path { url: format!("{base}/v1/responses"), key: gateway_key.clone(), chat: false, whole: false };
+    let floor = start_floor(&mock_url).await;
     let responses_whole = Path { whole: true, ..sublane.clone() };
     let chat = Path { url: format!("{base}/v1/chat/completions"), key: gateway_key, chat: true, whole: true };
 
@@ -96,12 +102,28 @@ async fn main() {
             us(sp99) - us(dp99)
         );
     }
-    let (d, s) = alternating(&http, &direct, &sublane).await;
+    {
+        let (d, f) = latencies(&http, &direct, &floor, false).await;
+        println!(
+            "c=1 stack floor (SubLane's serving threads, hyper and upstream client; no key, admission, selection or record), non-streaming JSON:"
+        );
+        println!(
+            "  added    p50 {:>7.1} us  p99 {:>7.1} us   (SubLane's own work is its added figure above minus this)",
+            us(pct(&f, 0.50)) - us(pct(&d, 0.50)),
+            us(pct(&f, 0.99)) - us(pct(&d, 0.99))
+        );
+    }
+    let [d, f, s] = alternating(&http, [&direct, &floor, &sublane]).await;
     println!(
         "c={CONCURRENCY} throughput, non-streaming, instant upstream (CPU-bound: client, mock and SubLane share the cores), best of 2 alternating rounds:"
     );
     println!("  direct  {d:>8.0} req/s");
-    println!("  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %)", 100.0 * s / d);
+    println!("  floor   {f:>8.0} req/s   = {:.0} % of direct (the stack alone)", 100.0 * f / d);
+    println!(
+        "  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %), {:.2}x the floor",
+        100.0 * s / d,
+        s / f
+    );
     let cpu = cpu_per_call(&http, &sublane).await;
     println!(
         "  CPU per SubLane call (one more round, by thread): serving {}, SQLite {} (target: single-digit us)",
@@ -152,7 +174,7 @@ async fn main() {
         let (on, off_lat) = latencies(&http, &sublane, &off, false).await;
         (pct(&on, 0.5), pct(&off_lat, 0.5))
     };
-    let (on_rps, off_rps) = alternating(&http, &sublane, &off).await;
+    let [on_rps, off_rps] = alternating(&http, [&sublane, &off]).await;
     println!("metrics on against metrics off (two SubLanes, same mock, alternating rounds):");
     println!(
         "  c=1 JSON p50      on {:>7.1} us  off {:>7.1} us   = {:.3}x",
@@ -173,7 +195,7 @@ async fn main() {
         .send()
         .await
         .unwrap();
-    let (d, s) = alternating(&http, &direct, &sublane).await;
+    let [d, s] = alternating(&http, [&direct, &sublane]).await;
     println!(
         "c={CONCURRENCY} throughput, non-streaming, 20 ms upstream latency, best of 2 alternating rounds:"
     );
@@ -280,6 +302,23 @@ async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfil
     let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
     let base = format!("http://{}", server.addr);
     (server, base, dir)
+}
+
+/// Starts the stack floor in front of the mock, on as many serving threads as SubLane has.
+async fn start_floor(mock_url: &str) -> Path {
+    let threads = std::env::var("SUBLANE_SERVE_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1/responses", listener.local_addr().unwrap());
+    let upstream = format!("{mock_url}/v1/responses").parse().unwrap();
+    tokio::spawn(async move {
+        if let Err(e) = floor::serve(listener, threads, upstream).await {
+            eprintln!("the stack floor stopped: {e}");
+        }
+    });
+    Path { url, key: ACCOUNT_KEY.into(), chat: false, whole: false }
 }
 
 /// The admin's session and gateway key.
@@ -412,15 +451,16 @@ async fn latencies(
     (va, vb)
 }
 
-/// Throughput of `a` and of `b`, each the best of two rounds taken in turn, so that a passing
+/// Throughput of each path, each the best of two rounds taken in turn, so that a passing
 /// disturbance of this shared machine lowers one round, not one path.
-async fn alternating(http: &reqwest::Client, a: &Path, b: &Path) -> (f64, f64) {
-    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+async fn alternating<const N: usize>(http: &reqwest::Client, paths: [&Path; N]) -> [f64; N] {
+    let mut rounds = [(); N].map(|()| Vec::new());
     for _ in 0..2 {
-        ra.push(throughput(http, a).await);
-        rb.push(throughput(http, b).await);
+        for (path, r) in paths.iter().zip(&mut rounds) {
+            r.push(throughput(http, path).await);
+        }
     }
-    (best(&ra), best(&rb))
+    rounds.map(|r| best(&r))
 }
 
 fn best(v: &[f64]) -> f64 {

@@ -325,6 +325,18 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
+/// Serves `app` on `listener` as SubLane serves its own router (the serving threads, each with
+/// its own upstream pool lane; hyper's HTTP/1 connection; the default write deadline), until the
+/// process ends. For the benches' stack floor (`benches/support/floor.rs`): what a call costs on
+/// this stack before SubLane does anything of its own.
+pub async fn serve_forever(listener: TcpListener, threads: usize, app: Router) -> std::io::Result<()> {
+    let write_timeout = crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT * 2;
+    let connections = Connections { tcp: listener, write_timeout };
+    let Serving { ended, closed, abandon, release } = serve(threads, connections, app).await?;
+    let _keep = [closed, abandon, release].map(CancellationToken::drop_guard);
+    ended.await
+}
+
 /// Connections being served, and how they end.
 struct Serving {
     /// Resolves once no thread accepts any more and the connections are done (or abandoned);
