@@ -1,13 +1,14 @@
 //! `make bench`: the proxy's cost, measured against calling the mock upstream directly in the
 //! same run (same machine, same client, same mock), so the figures are ratios, not absolutes.
 //!
-//! - added latency at concurrency 1 (samples of both paths interleaved): p50/p99 of SubLane minus
+//! - added latency at concurrency 1 (samples of the paths interleaved): p50/p99 of SubLane minus
 //!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
 //!   streaming one;
 //! - the stack floor (goals 1 and 2): SubLane's serving threads, hyper connection and upstream
 //!   client alone, with no key, admission, selection or record (`support/floor.rs`), at c=1 and
-//!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's;
-//! - throughput at concurrency 64 for both paths, and SubLane's share of direct; then, in one
+//!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's
+//!   (a process of its own for side-by-side runs: `examples/floor.rs`);
+//! - throughput at concurrency 64 for the three paths, and SubLane's share of direct; then, in one
 //!   more round, SubLane's CPU time per call on its serving threads and on its SQLite threads
 //!   (the record writer's work in the database);
 //! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
@@ -78,7 +79,6 @@ async fn main() {
         Path { url: format!("{mock_url}/v1/responses"), key: ACCOUNT_KEY.into(), chat: false, whole: false };
     let sublane =
         Path { url: format!("{base}/v1/responses"), key: gateway_key.clone(), chat: false, whole: false };
-    let floor = start_floor(&mock_url).await;
     let responses_whole = Path { whole: true, ..sublane.clone() };
     let chat = Path { url: format!("{base}/v1/chat/completions"), key: gateway_key, chat: true, whole: true };
 
@@ -86,31 +86,26 @@ async fn main() {
         report_open_loop(&http, &mock_url, &direct, &sublane).await;
         return server.shutdown().await.unwrap();
     }
+    let floor = start_floor(&mock_url).await;
     println!(
         "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
     );
+    // The stack floor's samples are interleaved with the other two, so SubLane's own work is its
+    // added figure minus the floor's, from one pass.
     for (label, stream) in [("non-streaming JSON", false), ("streaming, time to first byte", true)] {
-        let (d, s) = latencies(&http, &direct, &sublane, stream).await;
+        let [d, f, s] = latencies(&http, [&direct, &floor, &sublane], stream).await;
         let (dp50, dp99) = (pct(&d, 0.50), pct(&d, 0.99));
+        let (fp50, fp99) = (pct(&f, 0.50), pct(&f, 0.99));
         let (sp50, sp99) = (pct(&s, 0.50), pct(&s, 0.99));
         println!("c=1 {label}:");
         println!("  direct   p50 {:>7.1} us  p99 {:>7.1} us", us(dp50), us(dp99));
+        println!("  floor    p50 {:>7.1} us  p99 {:>7.1} us", us(fp50), us(fp99));
         println!("  sublane  p50 {:>7.1} us  p99 {:>7.1} us", us(sp50), us(sp99));
         println!(
-            "  added    p50 {:>7.1} us  p99 {:>7.1} us   (target p99 < 200 us)",
+            "  added    p50 {:>7.1} us  p99 {:>7.1} us   (target p99 < 200 us); the floor adds p50 {:.1} us",
             us(sp50) - us(dp50),
-            us(sp99) - us(dp99)
-        );
-    }
-    {
-        let (d, f) = latencies(&http, &direct, &floor, false).await;
-        println!(
-            "c=1 stack floor (SubLane's serving threads, hyper and upstream client; no key, admission, selection or record), non-streaming JSON:"
-        );
-        println!(
-            "  added    p50 {:>7.1} us  p99 {:>7.1} us   (SubLane's own work is its added figure above minus this)",
-            us(pct(&f, 0.50)) - us(pct(&d, 0.50)),
-            us(pct(&f, 0.99)) - us(pct(&d, 0.99))
+            us(sp99) - us(dp99),
+            us(fp50) - us(dp50)
         );
     }
     let [d, f, s] = alternating(&http, [&direct, &floor, &sublane]).await;
@@ -134,7 +129,7 @@ async fn main() {
     // interleaved: the translation's added cost per call, and per streamed answer (3 deltas).
     println!("c=1 Chat Completions translation (against Responses pass-through, same SubLane):");
     for (label, stream) in [("non-streaming JSON   ", false), ("streaming, whole body", true)] {
-        let (r, c) = latencies(&http, &responses_whole, &chat, stream).await;
+        let [r, c] = latencies(&http, [&responses_whole, &chat], stream).await;
         println!(
             "  {label}  responses p50 {:>6.1} us  chat p50 {:>6.1} us  added {:>5.1} us ({:.2}x)",
             us(pct(&r, 0.5)),
@@ -171,7 +166,7 @@ async fn main() {
     let quiet_key = setup(&http, &quiet_base).await.key;
     let off = Path { url: format!("{quiet_base}/v1/responses"), key: quiet_key, chat: false, whole: false };
     let (on_p50, off_p50) = {
-        let (on, off_lat) = latencies(&http, &sublane, &off, false).await;
+        let [on, off_lat] = latencies(&http, [&sublane, &off], false).await;
         (pct(&on, 0.5), pct(&off_lat, 0.5))
     };
     let [on_rps, off_rps] = alternating(&http, [&sublane, &off]).await;
@@ -429,35 +424,38 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
     }
 }
 
-/// Samples both paths alternately, so both see the same machine conditions (this box is shared
-/// by the client, the mock and SubLane; drift would otherwise land on one path only).
-async fn latencies(
+/// Samples the paths in turn, so all see the same machine conditions (this box is shared by the
+/// client, the mock and SubLane; drift would otherwise land on one path only).
+async fn latencies<const N: usize>(
     http: &reqwest::Client,
-    a: &Path,
-    b: &Path,
+    paths: [&Path; N],
     stream: bool,
-) -> (Vec<Duration>, Vec<Duration>) {
+) -> [Vec<Duration>; N] {
     for _ in 0..WARMUP {
-        once(http, a, stream).await;
-        once(http, b, stream).await;
+        for path in paths {
+            once(http, path, stream).await;
+        }
     }
-    let (mut va, mut vb) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
+    let mut samples = [(); N].map(|()| Vec::with_capacity(SAMPLES));
     for _ in 0..SAMPLES {
-        va.push(once(http, a, stream).await);
-        vb.push(once(http, b, stream).await);
+        for (path, v) in paths.iter().zip(&mut samples) {
+            v.push(once(http, path, stream).await);
+        }
     }
-    va.sort();
-    vb.sort();
-    (va, vb)
+    samples.map(|mut v| {
+        v.sort();
+        v
+    })
 }
 
-/// Throughput of each path, each the best of two rounds taken in turn, so that a passing
-/// disturbance of this shared machine lowers one round, not one path.
+/// Throughput of each path, the best of two rounds: in turn, then in reverse order, so that
+/// neither a passing disturbance of this shared machine nor a steady drift favours one path.
 async fn alternating<const N: usize>(http: &reqwest::Client, paths: [&Path; N]) -> [f64; N] {
     let mut rounds = [(); N].map(|()| Vec::new());
-    for _ in 0..2 {
-        for (path, r) in paths.iter().zip(&mut rounds) {
-            r.push(throughput(http, path).await);
+    for reverse in [false, true] {
+        for i in 0..N {
+            let i = if reverse { N - 1 - i } else { i };
+            rounds[i].push(throughput(http, paths[i]).await);
         }
     }
     rounds.map(|r| best(&r))

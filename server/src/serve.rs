@@ -283,7 +283,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
 
     let (stop, cut) = (shutdown.clone(), hard_stop.clone());
     let Serving { ended, closed, abandon, release } =
-        serve(serve_threads, connections, app).await.map_err(StartError::Serve)?;
+        serve(serve_threads, connections, app, "sublane-serve").await.map_err(StartError::Serve)?;
     // However this task ends, even dropped unfinished with its runtime, the serving threads stop.
     let stop_threads = [&closed, &abandon, &release].map(|t| t.clone().drop_guard());
     let task = tokio::spawn(async move {
@@ -325,14 +325,21 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     Ok(Server { addr, bootstrap, shutdown, hard_stop, task })
 }
 
-/// Serves `app` on `listener` as SubLane serves its own router (the serving threads, each with
-/// its own upstream pool lane; hyper's HTTP/1 connection; the default write deadline), until the
-/// process ends. For the benches' stack floor (`benches/support/floor.rs`): what a call costs on
-/// this stack before SubLane does anything of its own.
-pub async fn serve_forever(listener: TcpListener, threads: usize, app: Router) -> std::io::Result<()> {
+/// Serves `app` on `listener` as SubLane serves its own router (its serving threads, named
+/// `{name}-1` and on; hyper's HTTP/1 connection; the default write deadline) until the returned
+/// future is dropped. For the benches' stack floor (`benches/support/floor.rs`): what a call
+/// costs on this stack before SubLane does anything of its own. Each thread calls through its
+/// own pool of a model-call client made `with_lanes(threads)`, as SubLane's do.
+#[doc(hidden)]
+pub async fn serve_forever(
+    listener: TcpListener,
+    threads: usize,
+    app: Router,
+    name: &'static str,
+) -> std::io::Result<()> {
     let write_timeout = crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT * 2;
     let connections = Connections { tcp: listener, write_timeout };
-    let Serving { ended, closed, abandon, release } = serve(threads, connections, app).await?;
+    let Serving { ended, closed, abandon, release } = serve(threads, connections, app, name).await?;
     let _keep = [closed, abandon, release].map(CancellationToken::drop_guard);
     ended.await
 }
@@ -361,7 +368,12 @@ struct Serving {
 /// The cost: work never moves between threads, so connections are spread only as they are
 /// accepted, and a long computation holds up the other connections of its thread. With 0 it
 /// serves on the calling runtime (tests that watch what its thread logs).
-async fn serve(threads: usize, connections: Connections, app: Router) -> std::io::Result<Serving> {
+async fn serve(
+    threads: usize,
+    connections: Connections,
+    app: Router,
+    name: &'static str,
+) -> std::io::Result<Serving> {
     let (closed, abandon, release) =
         (CancellationToken::new(), CancellationToken::new(), CancellationToken::new());
     if threads == 0 {
@@ -378,7 +390,7 @@ async fn serve(threads: usize, connections: Connections, app: Router) -> std::io
         let (ready, is_ready) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
         let (done, end) = tokio::sync::oneshot::channel();
         let started = listener.try_clone().and_then(|listener| {
-            std::thread::Builder::new().name(format!("sublane-serve-{lane}")).spawn(move || {
+            std::thread::Builder::new().name(format!("{name}-{lane}")).spawn(move || {
                 let (closed, abandon, release, app) = tokens;
                 crate::proxy::client::enter_lane(lane);
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

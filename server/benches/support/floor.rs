@@ -1,9 +1,11 @@
 //! The stack floor: SubLane's HTTP stack with none of SubLane's per-call work, as a baseline
 //! for performance goals 1 and 2. It serves `POST /v1/responses` on SubLane's serving threads and
 //! hyper connection ([`sublane::serve::serve_forever`]) and forwards the body to one upstream URL
-//! through SubLane's model-call client, streaming the answer back: no key, no admission, no
-//! selection, no record. What SubLane costs above it is SubLane's own work; what the floor costs
-//! above a bare nginx proxy is the stack's.
+//! through SubLane's model-call client, with the key `sk-proj-bench`, sending the answer back
+//! with the upstream's status, type and length: no key check, no admission, no selection, no
+//! record. SubLane's own side of the split also holds what its router has and this one lacks: the
+//! panic catcher, the front door (in-flight tracking) and the watching of the answer's events
+//! and usage. What the floor costs above a bare nginx proxy is the stack's.
 
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::post,
 };
+use futures_util::StreamExt as _;
 use sublane::proxy::client::Client;
 
 struct Floor {
@@ -32,24 +35,44 @@ pub async fn serve(
     let client = Client::from_env().map_err(std::io::Error::other)?.with_lanes(threads);
     let app =
         Router::new().route("/v1/responses", post(forward)).with_state(Arc::new(Floor { client, upstream }));
-    sublane::serve::serve_forever(listener, threads, app).await
+    sublane::serve::serve_forever(listener, threads, app, "floor-serve").await
 }
 
-/// The call as it came, with a key of the floor's own, and the answer's status, type and body.
+/// The call's body as it came, and the answer's status, type, length and body. As SubLane does,
+/// an answer of known length leaves whole (one write to the client) and a stream leaves with its
+/// first chunk, so the floor writes no more often than SubLane.
 async fn forward(State(floor): State<Arc<Floor>>, body: Bytes) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk-proj-bench"));
-    match floor.client.post(&floor.upstream, headers, body).await {
-        Ok(answer) => {
-            let mut response = Response::new(Body::empty());
-            *response.status_mut() = answer.status();
-            if let Some(kind) = answer.headers().get(header::CONTENT_TYPE) {
-                response.headers_mut().insert(header::CONTENT_TYPE, kind.clone());
-            }
-            *response.body_mut() = Body::from_stream(answer.bytes_stream());
-            response
+    let answer = match floor.client.post(&floor.upstream, headers, body).await {
+        Ok(answer) => answer,
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = answer.status();
+    for name in [header::CONTENT_TYPE, header::CONTENT_LENGTH] {
+        if let Some(value) = answer.headers().get(&name) {
+            response.headers_mut().insert(name, value.clone());
         }
-        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     }
+    let whole = answer.content_length().is_some();
+    let mut chunks = answer.bytes_stream();
+    let first = match chunks.next().await.transpose() {
+        Ok(first) => first.unwrap_or_default(),
+        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    *response.body_mut() = if whole {
+        let mut all = first;
+        while let Some(chunk) = chunks.next().await {
+            match chunk {
+                Ok(chunk) => all = [all, chunk].concat().into(),
+                Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+            }
+        }
+        Body::from(all)
+    } else {
+        Body::from_stream(futures_util::stream::once(async { Ok(first) }).chain(chunks))
+    };
+    response
 }
