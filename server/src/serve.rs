@@ -360,7 +360,8 @@ struct Serving {
     release: CancellationToken,
 }
 
-/// Starts serving `connections` with `app`. With `threads` > 0 it serves on that many threads,
+/// Starts serving `connections` with `app`. With `threads` > 0 it serves on that many threads
+/// (named `{name}-1` and on, which the benches' CPU figures go by),
 /// each running a single-threaded runtime that accepts from the one listening socket: a
 /// connection, the tasks its calls spawn and the upstream connections they use (each thread has
 /// its own pool, see [`crate::proxy::client::enter_lane`]) stay on one thread, so a call wakes no
