@@ -72,7 +72,7 @@ async fn main() {
         .await
         .unwrap();
 
-    let (server, base, _dir) = start(&mock_url, true).await;
+    let (server, base, _dir, serve_threads) = start(&mock_url, true).await;
     let Admin { key: gateway_key, key_id, cookie } = setup(&http, &base).await;
 
     let direct =
@@ -86,7 +86,7 @@ async fn main() {
         report_open_loop(&http, &mock_url, &direct, &sublane).await;
         return server.shutdown().await.unwrap();
     }
-    let floor = start_floor(&mock_url).await;
+    let floor = start_floor(&mock_url, serve_threads).await;
     println!(
         "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
     );
@@ -162,7 +162,7 @@ async fn main() {
     println!("  three budgets {with:>8.0} req/s   = {:.1} % of no budgets", 100.0 * with / without);
     // OPS-4: what counting metrics costs, against a second SubLane on the same mock with metrics
     // switched off (SUBLANE_METRICS=false), in alternating rounds.
-    let (quiet, quiet_base, _quiet_dir) = start(&mock_url, false).await;
+    let (quiet, quiet_base, _quiet_dir, _) = start(&mock_url, false).await;
     let quiet_key = setup(&http, &quiet_base).await.key;
     let off = Path { url: format!("{quiet_base}/v1/responses"), key: quiet_key, chat: false, whole: false };
     let (on_p50, off_p50) = {
@@ -268,8 +268,9 @@ fn per_chunk() {
     }
 }
 
-/// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off.
-async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfile::TempDir) {
+/// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off; with
+/// its base URL, the directory and its number of serving threads.
+async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfile::TempDir, usize) {
     let dir = tempfile::tempdir().unwrap();
     let mut vars = vec![
         ("SUBLANE_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
@@ -294,17 +295,14 @@ async fn start(mock_url: &str, metrics: bool) -> (serve::Server, String, tempfil
     // The binary's setting, here for the whole bench process (its client and mock too), as
     // SubLane runs in it.
     sublane::huge_pages::apply(config.huge_pages).unwrap();
+    let threads = config.serve_threads;
     let server = serve::start(config, Arc::new(SystemClock)).await.unwrap();
     let base = format!("http://{}", server.addr);
-    (server, base, dir)
+    (server, base, dir, threads)
 }
 
-/// Starts the stack floor in front of the mock, on as many serving threads as SubLane has.
-async fn start_floor(mock_url: &str) -> Path {
-    let threads = std::env::var("SUBLANE_SERVE_THREADS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+/// Starts the stack floor in front of the mock, on `threads` serving threads (SubLane's number).
+async fn start_floor(mock_url: &str, threads: usize) -> Path {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/responses", listener.local_addr().unwrap());
     let upstream = format!("{mock_url}/v1/responses").parse().unwrap();

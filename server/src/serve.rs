@@ -139,6 +139,15 @@ pub struct Connections {
     write_timeout: Duration,
 }
 
+impl Connections {
+    /// Connections for a server whose relays give up on a client after `client_write_timeout`.
+    /// The connection's own write deadline outlasts the relay's, so a stalled stream is ended
+    /// (and recorded) by its relay first; the connection goes after.
+    fn new(tcp: TcpListener, client_write_timeout: Duration) -> Self {
+        Connections { tcp, write_timeout: client_write_timeout * 2 }
+    }
+}
+
 impl Listener for Connections {
     type Io = Pin<Box<TimeoutStream<TcpStream>>>;
     type Addr = PeerAddr;
@@ -209,9 +218,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         tasks: TaskTracker::new(),
     });
     let tasks = lifecycle.tasks.clone();
-    // The connection write deadline outlasts the relay's, so a stalled stream is ended (and
-    // recorded) by its relay first; the connection goes after.
-    let connections = Connections { tcp: listener, write_timeout: config.client_write_timeout * 2 };
+    let connections = Connections::new(listener, config.client_write_timeout);
     let serve_threads = config.serve_threads;
     let grace = config.shutdown_grace;
     let tokens = Arc::new(Tokens::new(
@@ -337,8 +344,7 @@ pub async fn serve_forever(
     app: Router,
     name: &'static str,
 ) -> std::io::Result<()> {
-    let write_timeout = crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT * 2;
-    let connections = Connections { tcp: listener, write_timeout };
+    let connections = Connections::new(listener, crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT);
     let Serving { ended, closed, abandon, release } = serve(threads, connections, app, name).await?;
     let _keep = [closed, abandon, release].map(CancellationToken::drop_guard);
     ended.await

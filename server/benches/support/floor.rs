@@ -39,16 +39,17 @@ pub async fn serve(
 }
 
 /// The call's body as it came, and the answer's status, type, length and body. As SubLane does,
-/// an answer of known length leaves whole (one write to the client) and a stream leaves with its
+/// an answer of known length is read whole and leaves in one write, and a stream leaves with its
 /// first chunk, so the floor writes no more often than SubLane.
 async fn forward(State(floor): State<Arc<Floor>>, body: Bytes) -> Response {
+    pass_on(&floor, body).await.unwrap_or_else(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())
+}
+
+async fn pass_on(floor: &Floor, body: Bytes) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk-proj-bench"));
-    let answer = match floor.client.post(&floor.upstream, headers, body).await {
-        Ok(answer) => answer,
-        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-    };
+    let answer = floor.client.post(&floor.upstream, headers, body).await?;
     let mut response = Response::new(Body::empty());
     *response.status_mut() = answer.status();
     for name in [header::CONTENT_TYPE, header::CONTENT_LENGTH] {
@@ -58,21 +59,15 @@ async fn forward(State(floor): State<Arc<Floor>>, body: Bytes) -> Response {
     }
     let whole = answer.content_length().is_some();
     let mut chunks = answer.bytes_stream();
-    let first = match chunks.next().await.transpose() {
-        Ok(first) => first.unwrap_or_default(),
-        Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-    };
     *response.body_mut() = if whole {
-        let mut all = first;
+        let mut all = Vec::new();
         while let Some(chunk) = chunks.next().await {
-            match chunk {
-                Ok(chunk) => all = [all, chunk].concat().into(),
-                Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-            }
+            all.extend_from_slice(&chunk?);
         }
         Body::from(all)
     } else {
+        let first = chunks.next().await.transpose()?.unwrap_or_default();
         Body::from_stream(futures_util::stream::once(async { Ok(first) }).chain(chunks))
     };
-    response
+    Ok(response)
 }
