@@ -91,6 +91,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn rebuilding_the_records_table_keeps_rows_and_never_reuses_an_id() {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../../migrations/0002_request_records.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let insert = "INSERT INTO request_records (request_id, member_id, model, operation, started_at_ms,
+                duration_ms, outcome) VALUES (?, 7, 'm', 'responses', 1, 2, 'success')";
+        for id in ["req_a", "req_b", "req_c"] {
+            sqlx::query(insert).bind(id).execute(&pool).await.unwrap();
+        }
+        // The newest row pruned: the table's highest id (2) is below the ids handed out (3).
+        sqlx::query("DELETE FROM request_records WHERE id = 3").execute(&pool).await.unwrap();
+        sqlx::raw_sql(include_str!("../../migrations/0011_request_records_one_index.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(insert).bind("req_d").execute(&pool).await.unwrap();
+        let rows: Vec<(i64, String, i64)> =
+            sqlx::query_as("SELECT id, request_id, member_id FROM request_records ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            rows,
+            [(1, "req_a".into(), 7), (2, "req_b".into(), 7), (4, "req_d".into(), 7)],
+            "rows kept, and id 3 not handed out again"
+        );
+        let indexes: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'request_records'",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(indexes, ["request_records_by_member"]);
+    }
+
+    #[tokio::test]
     async fn database_runs_in_wal_mode_with_foreign_keys() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("t.db").display());

@@ -24,10 +24,14 @@ const BATCH: usize = 512;
 /// Rows per INSERT statement (18 parameters each; SQLite allows 32,766 per statement).
 const INSERT_ROWS: usize = 128;
 /// How long a small batch waits for more records before it is written. Each commit rewrites the
-/// partly filled tail pages of the table and its three indexes, the pruned head and the daily
+/// partly filled tail pages of the table and its index, the pruned head and the daily
 /// totals, whatever its size: at 20,000 calls a second, 20 ms makes batches of about 400 instead
 /// of about 100, and a record on a quiet server is readable 20 ms after its call ended.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+/// How often the writer prunes by age. By count it prunes with every batch (a range of ids, found
+/// by the primary key); by age it has to read every row's start, for which no index is kept, and
+/// a record a minute past its seven days harms no one: every read prunes exactly first (REC-5).
+const AGE_PRUNE_EVERY_MS: i64 = 60_000;
 
 /// Where finished attempts are sent. Cheap to clone: it is cloned with `AppState` on every
 /// request, so the close signal sits behind an `Arc` (cloning a `CancellationToken` takes a lock).
@@ -116,6 +120,8 @@ pub fn spawn_writer(
         let mut names = crate::usage::Names::default();
         // Taken at the first batch; given back after an error, so a broken one is not kept.
         let mut conn: Option<PoolConnection<Sqlite>> = None;
+        // The first batch prunes by age, then one a minute.
+        let mut next_age_prune_ms = i64::MIN;
         loop {
             let received = tokio::select! {
                 biased;
@@ -130,7 +136,7 @@ pub fn spawn_writer(
                 break;
             }
             // A batch that came alone waits a moment for company: each commit rewrites the tail
-            // pages of the table and its indexes (and the pruned head) and may checkpoint, so
+            // pages of the table and its index (and the pruned head) and may checkpoint, so
             // under load fewer, larger commits write far less per record; a quiet server's record
             // is merely written a few milliseconds later.
             if received < BATCH / 8 && !rx.is_closed() {
@@ -141,16 +147,24 @@ pub fn spawn_writer(
                 }
             }
             let now_ms = clock.now().timestamp_millis();
+            // (and at once after the wall clock went back more than a minute)
+            let by_age =
+                now_ms >= next_age_prune_ms || now_ms < next_age_prune_ms.saturating_sub(AGE_PRUNE_EVERY_MS);
             let span = tracing::debug_span!("write_records", records = batch.len());
             let written = async {
                 let c = match conn.as_mut() {
                     Some(c) => c,
                     None => conn.insert(db.acquire().await?),
                 };
-                write_batch(c, &batch, now_ms, retention, zone, &mut names).await
+                write_batch(c, &batch, now_ms, retention, by_age, zone, &mut names).await
             };
             match written.instrument(span).await {
-                Ok(()) => metrics.records_written(batch.len()),
+                Ok(()) => {
+                    metrics.records_written(batch.len());
+                    if by_age {
+                        next_age_prune_ms = now_ms.saturating_add(AGE_PRUNE_EVERY_MS);
+                    }
+                }
                 Err(e) => {
                     // Replaced, never given back: after `OR ROLLBACK` SQLite has ended the
                     // transaction that sqlx still counts as open, so the next `begin` on it
@@ -173,6 +187,7 @@ async fn write_batch(
     batch: &[NewRecord],
     now_ms: i64,
     retention: Retention,
+    by_age: bool,
     zone: chrono_tz::Tz,
     names: &mut crate::usage::Names,
 ) -> sqlx::Result<()> {
@@ -214,7 +229,11 @@ async fn write_batch(
     touch_keys(&mut tx, batch).await?;
     crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
     crate::usage::add(&mut tx, batch, zone, names).await?;
-    prune(&mut tx, now_ms, retention).await?;
+    if by_age {
+        prune(&mut tx, now_ms, retention).await?;
+    } else {
+        prune_by_count(&mut tx, retention).await?;
+    }
     crate::usage::prune(&mut tx, now_ms, zone).await?;
     tx.commit().await
 }
@@ -236,6 +255,17 @@ async fn touch_keys(conn: &mut sqlx::SqliteConnection, batch: &[NewRecord]) -> s
             .await?;
     }
     Ok(())
+}
+
+/// Deletes records beyond the newest `max_rows` (REC-5), the writer's prune between its prunes by
+/// age: a range of the primary key, so it reads no row it does not delete.
+async fn prune_by_count(conn: &mut sqlx::SqliteConnection, retention: Retention) -> sqlx::Result<u64> {
+    let done =
+        sqlx::query("DELETE FROM request_records WHERE id <= (SELECT MAX(id) FROM request_records) - ?")
+            .bind(retention.max_rows)
+            .execute(conn)
+            .await?;
+    Ok(done.rows_affected())
 }
 
 /// Deletes records older than the window or beyond the newest `max_rows` (REC-5).
@@ -331,9 +361,17 @@ mod tests {
         );
         sink.send(record(1, now)).await;
         settled(&metrics, 1.0).await;
-        // One batch: a new record, and one whose request id is taken (the UNIQUE constraint).
+        // One batch: a new record, and one the database refuses. A row breaking a constraint
+        // ends the transaction (`INSERT OR ROLLBACK`); this trigger does the same to one id.
+        sqlx::query(
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON request_records WHEN NEW.request_id = 'req_9'
+             BEGIN SELECT RAISE(ROLLBACK, 'refused'); END",
+        )
+        .execute(&db)
+        .await
+        .unwrap();
         sink.send(record(2, now)).await;
-        sink.send(record(1, now)).await;
+        sink.send(record(9, now)).await;
         settled(&metrics, 3.0).await;
         assert_eq!(counted(&metrics, "sublane_records_dropped_total"), 2.0);
         // The writer's connection ended with that batch's transaction; the next batch gets another.
@@ -371,5 +409,51 @@ mod tests {
         drop(sink);
         task.await.unwrap();
         assert_eq!(ids(&db).await, vec![2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_running_writer_prunes_by_count_every_batch_and_by_age_once_a_minute() {
+        let (_dir, db, _lock) = open_db().await;
+        let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let t0 = clock.now().timestamp_millis();
+        let retention = Retention { max_age_ms: 10_000, max_rows: 3 };
+        let metrics = Arc::new(crate::metrics::Metrics::new(true));
+        let (sink, task) = spawn_writer(
+            db.clone(),
+            Arc::new(clock.clone()),
+            retention,
+            chrono_tz::UTC,
+            Arc::clone(&metrics),
+        );
+        sink.send(record(1, t0)).await;
+        settled(&metrics, 1.0).await;
+
+        // 30 s on, record 1 is past its 10 s; the last prune by age was 30 s ago, so it stays
+        // (a read would not see it: reads prune exactly).
+        clock.advance(TimeDelta::seconds(30));
+        let t30 = clock.now().timestamp_millis();
+        sink.send(record(2, t30)).await;
+        settled(&metrics, 2.0).await;
+        assert_eq!(ids(&db).await, vec![1, 2]);
+        sink.send(record(3, t30)).await;
+        settled(&metrics, 3.0).await;
+        sink.send(record(4, t30)).await;
+        settled(&metrics, 4.0).await;
+        assert_eq!(ids(&db).await, vec![2, 3, 4], "by count, with every batch");
+
+        // A minute after the first prune by age, the next batch prunes by age again.
+        clock.advance(TimeDelta::seconds(30));
+        sink.send(record(5, clock.now().timestamp_millis())).await;
+        settled(&metrics, 5.0).await;
+        assert_eq!(ids(&db).await, vec![5], "by age, once the minute is up");
+
+        // The wall clock set back two minutes: the next batch prunes by age at once (record 6
+        // started 20 s before the new now, so pruning removes it in the batch that wrote it).
+        clock.advance(TimeDelta::minutes(-2));
+        sink.send(record(6, clock.now().timestamp_millis() - 20_000)).await;
+        settled(&metrics, 6.0).await;
+        assert_eq!(ids(&db).await, vec![5], "a clock set back does not stop pruning by age");
+        drop(sink);
+        task.await.unwrap();
     }
 }
