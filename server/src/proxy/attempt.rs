@@ -37,11 +37,25 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
 
 /// A server-generated request id (REC-9); client-supplied ids are ignored. The first 12 hex
 /// digits are the time in milliseconds (`now_ms`), the other 20 random (80 bits): ids made later
-/// sort later, so the records' unique index on them grows at one end and is pruned at the other,
-/// instead of every commit rewriting pages all over it.
+/// sort later, and ids made in the same millisecond differ by chance alone, one in 2^80. That is
+/// what keeps them unique: the records table keeps no index on them (migration 0011).
 pub fn new_request_id(now_ms: i64) -> String {
     let ms = u64::try_from(now_ms).unwrap_or(0) & 0xffff_ffff_ffff;
     format!("req_{ms:012x}{:020x}", rand::random::<u128>() >> 48)
+}
+
+/// When a call began, by both clocks, each read once: the monotonic one times the call, the
+/// wall clock makes its request id, dates its record and checks its key's circuit breaker.
+#[derive(Debug, Clone, Copy)]
+pub struct Start {
+    pub at: Instant,
+    pub unix_ms: i64,
+}
+
+impl Start {
+    pub fn now(clock: &dyn crate::clock::Clock) -> Self {
+        Start { at: Instant::now(), unix_ms: clock.now().timestamp_millis() }
+    }
 }
 
 /// Where a call's time went (BEY-4): in a pool's queue and on its upstream, the rest being the
@@ -72,7 +86,10 @@ impl Stopwatch {
         Duration::from_micros(self.upstream_us.load(Ordering::Relaxed))
     }
 
-    /// Times `f` as upstream time, from its first poll to its end.
+    /// Times `f` as upstream time: from the end of its first poll, if that poll leaves it
+    /// waiting, to its end. The first poll's own work (building and queuing the request, copying
+    /// a body already in) is the gateway's; a future done at its first poll (a token at hand)
+    /// waited on nothing, and reads no clock.
     pub fn on_upstream<F: Future>(&self, f: F) -> OnUpstream<'_, F> {
         OnUpstream { f, watch: self, start: None }
     }
@@ -96,10 +113,20 @@ impl<F: Future> Future for OnUpstream<'_, F> {
 
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
         let this = self.project();
-        let start = *this.start.get_or_insert_with(Instant::now);
-        let out = std::task::ready!(this.f.poll(cx));
-        this.watch.upstream(start.elapsed());
-        std::task::Poll::Ready(out)
+        match this.f.poll(cx) {
+            std::task::Poll::Pending => {
+                if this.start.is_none() {
+                    *this.start = Some(Instant::now());
+                }
+                std::task::Poll::Pending
+            }
+            std::task::Poll::Ready(out) => {
+                if let Some(start) = *this.start {
+                    this.watch.upstream(start.elapsed());
+                }
+                std::task::Poll::Ready(out)
+            }
+        }
     }
 }
 
@@ -199,7 +226,7 @@ impl Attempt {
         request_id: String,
         protocol: Protocol,
         operation: &'static str,
-        started: Instant,
+        start: Start,
         principal: Principal,
         model: String,
     ) -> Self {
@@ -208,8 +235,8 @@ impl Attempt {
             request_id,
             protocol,
             operation,
-            started,
-            started_at_ms: s.clock.now().timestamp_millis(),
+            started: start.at,
+            started_at_ms: start.unix_ms,
             principal,
             model,
             account: None,
@@ -413,7 +440,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn upstream_time_runs_from_the_first_poll_to_the_end() {
+    async fn upstream_time_runs_from_the_first_wait_to_the_end() {
         let watch = Stopwatch::default();
         let waiting = watch.on_upstream(async { tokio::time::sleep(Duration::from_millis(50)).await });
         tokio::time::advance(Duration::from_secs(1)).await;
@@ -424,6 +451,19 @@ mod tests {
             "made earlier, timed from its first poll"
         );
         assert_eq!(watch.queue(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_future_done_at_its_first_poll_waited_on_nothing() {
+        let watch = Stopwatch::default();
+        // Work in the first poll (a body already in, copied) is the gateway's own time.
+        let busy = std::future::poll_fn(|_| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(2) {}
+            std::task::Poll::Ready(())
+        });
+        watch.on_upstream(busy).await;
+        assert_eq!(watch.upstream_total(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

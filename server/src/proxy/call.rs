@@ -23,7 +23,9 @@ use crate::{directory::Account, quota};
 
 use super::{
     Spec,
-    attempt::{Attempt, Ending, REQUEST_DEADLINE, member_rpm, member_slot, new_request_id, stream_verdict},
+    attempt::{
+        Attempt, Ending, REQUEST_DEADLINE, Start, member_rpm, member_slot, new_request_id, stream_verdict,
+    },
     auth::authenticate_request,
     client,
     error::GatewayError,
@@ -65,14 +67,14 @@ pub fn handle(
     req: Request,
     path_model: Option<String>,
 ) -> impl Future<Output = Response> + Send {
-    let started = Instant::now();
-    let request_id = new_request_id(s.clock.now().timestamp_millis());
+    let start = Start::now(&*s.clock);
+    let request_id = new_request_id(start.unix_ms);
     // The call's trace (BEY-5), and with `RUST_LOG=debug` the context of every line written
     // during it. A debug span costs nothing unless a collector or debug logs want it (at info,
     // making it was 2 % of CPU at c=64); SubLane's own warnings and errors about a call name its
     // request id themselves.
     let span = tracing::debug_span!("call", request_id = %request_id, operation = spec.op.record_name());
-    handle_call(s, spec, req, path_model, started, request_id).instrument(span)
+    handle_call(s, spec, req, path_model, start, request_id).instrument(span)
 }
 
 async fn handle_call(
@@ -80,7 +82,7 @@ async fn handle_call(
     spec: Spec,
     req: Request,
     path_model: Option<String>,
-    started: Instant,
+    start: Start,
     request_id: String,
 ) -> Response {
     let (parts, body) = req.into_parts();
@@ -91,14 +93,14 @@ async fn handle_call(
         Ok(p) => p,
         Err(e) => {
             s.metrics.refused(e.code);
-            return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, started, None);
+            return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, start.at, None);
         }
     };
     // BUD-4: a blocked or banned key is refused first, neither recorded nor counted.
     let key_id = principal.key_id;
-    if let Err(e) = s.breaker.check(key_id, s.clock.now().timestamp_millis()) {
+    if let Err(e) = s.breaker.check(key_id, start.unix_ms) {
         s.metrics.refused(e.code);
-        return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, started, None);
+        return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, start.at, None);
     }
     let mut stopwatch = None;
     let admitted = tokio::select! {
@@ -114,7 +116,7 @@ async fn handle_call(
             let refused = checked.refused.map(|st| st.refusal());
             budget = Some(checked);
             let mut attempt =
-                Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model);
+                Attempt::new(&s, request_id.clone(), spec.protocol, operation, start, principal, model);
             attempt.slots = Some(slots);
             stopwatch = Some(std::sync::Arc::clone(&attempt.stopwatch));
             if let Some(e) = refused {
@@ -136,7 +138,7 @@ async fn handle_call(
         }
         Err(Refused::Recorded(e, principal, model)) => {
             let operation = spec.op.record_name();
-            Attempt::new(&s, request_id.clone(), spec.protocol, operation, started, principal, model)
+            Attempt::new(&s, request_id.clone(), spec.protocol, operation, start, principal, model)
                 .fail(e, Outcome::Rejected, None)
                 .await
         }
@@ -146,7 +148,7 @@ async fn handle_call(
         checked.add_headers(resp.headers_mut());
     }
     count_for_breaker(&s, key_id, resp.status().as_u16() >= 400).await;
-    answered(&s, resp, &request_id, started, stopwatch.as_deref())
+    answered(&s, resp, &request_id, start.at, stopwatch.as_deref())
 }
 
 /// The answer's request id and, BEY-4, the time the gateway itself spent on it (everything but
@@ -618,15 +620,19 @@ async fn send_to(
             (Some(_), None) => Some(relay::Rewrite::Envelope),
             (None, None) => None,
         };
-        let sending =
-            upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)
-                .instrument(tracing::debug_span!(
-                    "upstream",
-                    provider = account.provider.as_str(),
-                    account_id = account.id
-                ));
-        let response =
-            watch.on_upstream(sending).await.map_err(|(e, outcome)| Unsent::Refused(e, outcome))?;
+        // Built in the await, not bound to a name first: a future held in a local and then
+        // awaited takes room in this one twice.
+        let response = watch
+            .on_upstream(
+                upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)
+                    .instrument(tracing::debug_span!(
+                        "upstream",
+                        provider = account.provider.as_str(),
+                        account_id = account.id
+                    )),
+            )
+            .await
+            .map_err(|(e, outcome)| Unsent::Refused(e, outcome))?;
         if response.status() == StatusCode::UNAUTHORIZED && account.provider.uses_oauth() {
             watch
                 .on_upstream(s.tokens.refused(&account.tokens, &credentials, retried))

@@ -51,20 +51,21 @@ pub(super) async fn send_with_retries(
 ) -> Result<Answer, (GatewayError, Outcome)> {
     let mut retries = 0;
     loop {
-        let send = post(&s.model_http, &target, body.clone());
-        let upstream = match tokio::time::timeout(HEADER_TIMEOUT, send).await {
-            Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
-            Ok(Err(e)) => {
-                tracing::warn!(
-                    request_id = %attempt.request_id,
-                    account_id = account.id,
-                    error = %error_chain(&e),
-                    "upstream call failed before an answer"
-                );
-                return Err((GatewayError::upstream_unavailable(), Outcome::Error));
-            }
-            Ok(Ok(r)) => r,
-        };
+        // (the call built inside the timeout: a future bound to a local first is held twice)
+        let upstream =
+            match tokio::time::timeout(HEADER_TIMEOUT, post(&s.model_http, &target, body.clone())).await {
+                Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
+                Ok(Err(e)) => {
+                    tracing::warn!(
+                        request_id = %attempt.request_id,
+                        account_id = account.id,
+                        error = %error_chain(&e),
+                        "upstream call failed before an answer"
+                    );
+                    return Err((GatewayError::upstream_unavailable(), Outcome::Error));
+                }
+                Ok(Ok(r)) => r,
+            };
         s.metrics.upstream_answer(account.provider.as_str(), upstream.status().as_u16());
         if upstream.status().is_redirection() {
             tracing::warn!(
@@ -75,11 +76,11 @@ pub(super) async fn send_with_retries(
             );
             return Err((GatewayError::upstream_redirected(), Outcome::Error));
         }
+        if !schedule::retryable(upstream.status()) || retries >= schedule::MAX_RETRIES {
+            return Ok(upstream);
+        }
         let hint = retry_after_header(upstream.headers(), s.clock.now());
-        if !schedule::retryable(upstream.status())
-            || retries >= schedule::MAX_RETRIES
-            || hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT)
-        {
+        if hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT) {
             return Ok(upstream);
         }
         drop(upstream);

@@ -35,7 +35,7 @@ use crate::{credentials::TokenError, directory::Account, quota, scheduler::Rule}
 
 use super::{
     Spec,
-    attempt::{Attempt, Ending, REQUEST_DEADLINE, member_admission, new_request_id, stream_verdict},
+    attempt::{Attempt, Ending, REQUEST_DEADLINE, Start, member_admission, new_request_id, stream_verdict},
     auth::authenticate_request,
     call,
     error::{GatewayError, Protocol},
@@ -125,8 +125,9 @@ async fn session(
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
             Some(Ok(_)) => continue,
         };
-        let request_id = new_request_id(s.clock.now().timestamp_millis());
-        let started = Instant::now();
+        let start = Start::now(&*s.clock);
+        let request_id = new_request_id(start.unix_ms);
+        let started = start.at;
         // Each turn is a call: its log lines and trace carry its request id (BEY-5).
         let span = tracing::debug_span!("call", request_id = %request_id, operation = OPERATION);
         // ADM-7 per turn: a key revoked, a member disabled or taken off the pool ends the socket.
@@ -183,7 +184,7 @@ async fn session(
             request_id.clone(),
             Protocol::OpenAi,
             OPERATION,
-            started,
+            start,
             principal.clone(),
             model.clone(),
         );
