@@ -620,8 +620,9 @@ async fn send_to(
             (Some(_), None) => Some(relay::Rewrite::Envelope),
             (None, None) => None,
         };
-        // Built in the await, not bound to a name first: a future held in a local and then
-        // awaited takes room in this one twice.
+        // Built in the await, not bound to a name first: in a debug build, binding it first
+        // made this function's future 5,192 bytes instead of 2,024 (a small release-mode
+        // repro did not show it; no release layout was measured).
         let response = watch
             .on_upstream(
                 upstream::send_with_retries(s, r.headers, attempt, account, upstream_model, target, body)

@@ -51,7 +51,8 @@ pub(super) async fn send_with_retries(
 ) -> Result<Answer, (GatewayError, Outcome)> {
     let mut retries = 0;
     loop {
-        // (the call built inside the timeout: a future bound to a local first is held twice)
+        // (the call built inside the timeout, as in `send_to`: bound to a local first, its
+        // future took room twice in a debug build)
         let upstream =
             match tokio::time::timeout(HEADER_TIMEOUT, post(&s.model_http, &target, body.clone())).await {
                 Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
