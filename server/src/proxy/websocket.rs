@@ -127,7 +127,6 @@ async fn session(
         };
         let start = Start::now(&*s.clock);
         let request_id = new_request_id(start.unix_ms);
-        let started = start.at;
         // Each turn is a call: its log lines and trace carry its request id (BEY-5).
         let span = tracing::debug_span!("call", request_id = %request_id, operation = OPERATION);
         // ADM-7 per turn: a key revoked, a member disabled or taken off the pool ends the socket.
@@ -261,7 +260,7 @@ async fn session(
             account: &binding.account,
             model: &model,
             request_id: &request_id,
-            started,
+            started: start.at,
             lease: attempt.lease.as_mut(),
         };
         // The answer is the upstream's time; the relay's own work is small beside it.
