@@ -31,13 +31,14 @@ use axum::{
     routing::get,
     serve::Listener,
 };
+use futures_util::FutureExt as _;
 use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use leptos::config::{Env, LeptosOptions};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_io_timeout::TimeoutStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::{Layer as _, ServiceExt as _};
-use tower_http::{catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, trace::TraceLayer};
+use tower_http::{limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 use crate::{
     app_state::{AppState, CHANGE_APPLIED, Lifecycle},
@@ -338,10 +339,10 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
 /// costs on this stack before SubLane does anything of its own. Each thread calls through its
 /// own pool of a model-call client made `with_lanes(threads)`, as SubLane's do.
 #[doc(hidden)]
-pub async fn serve_forever(
+pub async fn serve_forever<A: Serves>(
     listener: TcpListener,
     threads: usize,
-    app: Router,
+    app: A,
     name: &'static str,
 ) -> std::io::Result<()> {
     let connections = Connections::new(listener, crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT);
@@ -375,10 +376,10 @@ struct Serving {
 /// The cost: work never moves between threads, so connections are spread only as they are
 /// accepted, and a long computation holds up the other connections of its thread. With 0 it
 /// serves on the calling runtime (tests that watch what its thread logs).
-async fn serve(
+async fn serve<A: Serves>(
     threads: usize,
     connections: Connections,
-    app: Router,
+    app: A,
     name: &'static str,
 ) -> std::io::Result<Serving> {
     let (closed, abandon, release) =
@@ -447,9 +448,9 @@ async fn serve(
 
 /// Serves until `closed` (open connections may finish) or `abandon` (they are left to their
 /// runtime: a serving thread's ends after `release`).
-async fn serve_until(
+async fn serve_until<A: Serves>(
     mut connections: Connections,
-    app: Router,
+    app: A,
     closed: CancellationToken,
     abandon: CancellationToken,
 ) {
@@ -485,10 +486,10 @@ async fn serve_until(
 /// hands them back as hyper's whole first read, so hyper's head parse needed a second read,
 /// which doubled its 8 KiB read buffer: 8 KiB more for every open connection, every open stream
 /// included (performance goal 3).
-async fn serve_connection(
+async fn serve_connection<A: Serves>(
     io: <Connections as Listener>::Io,
     peer: PeerAddr,
-    app: Router,
+    app: A,
     closed: CancellationToken,
 ) {
     let service = axum::Extension(ConnectInfo(peer))
@@ -510,12 +511,34 @@ async fn serve_connection(
     }
 }
 
-/// The whole application with its layer stack, outermost last: panic -> front door (503 while
-/// shutting down, `HEAD /` probe, in-flight tracking) -> routes. People's routes (the JSON API
-/// and the web app) add: trace -> body limit -> client address -> same-origin check -> change
+/// The whole application: the [`FrontDoor`] (panics, 503 while shutting down, the `HEAD /` probe,
+/// in-flight tracking) around the routes. People's routes (the JSON API and the web app) add
+/// layers, outermost first: trace -> body limit -> client address -> same-origin check -> change
 /// tracking. The model proxy reads its own bodies after authenticating the key (see
 /// `proxy::call`), so it has no body limit layer and stays lean.
-pub fn router(state: AppState) -> Router {
+pub type App = FrontDoor<Router>;
+
+/// What the serving threads serve: the [`App`], or the benches' floor (a bare router).
+pub trait Serves:
+    tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<A> Serves for A where
+    A: tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Builds the [`App`].
+pub fn router(state: AppState) -> App {
     let people = Router::new()
         .nest("/api", crate::api::router())
         .merge(web::router(&state))
@@ -529,47 +552,121 @@ pub fn router(state: AppState) -> Router {
             // Path only: query strings may carry keys (`?key=`), and headers carry secrets.
             tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
         }));
-    Router::new()
+    let lifecycle = Arc::clone(&state.lifecycle);
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(crate::metrics::endpoint::scrape))
         .merge(crate::proxy::router())
         .merge(people)
-        .layer(middleware::from_fn_with_state(Arc::clone(&state.lifecycle), front_door))
-        .layer(CatchPanicLayer::custom(|_panic| {
-            crate::error::Error::Internal("handler panicked".into()).into_response()
-        }))
-        .with_state(state)
+        .with_state(state);
+    FrontDoor { inner: routes, lifecycle }
 }
 
-/// What every request passes first (its state is only the lifecycle, so no `AppState` is
-/// cloned here):
+/// What every request passes first:
 /// - OPS-3: once shutdown starts nothing new is admitted: 503 with `Connection: close`, in the
 ///   caller's protocol shape (the model paths) or the API's;
 /// - Claude Code probes `HEAD /` before its first call: answered without rendering a page;
-/// - every request in flight is work a shutdown waits for (up to the grace period).
-async fn front_door(State(lifecycle): State<Arc<Lifecycle>>, req: Request, next: Next) -> Response {
-    if lifecycle.shutdown.is_cancelled() {
-        return draining(req.uri().path());
+/// - every request in flight is work a shutdown waits for (up to the grace period);
+/// - a panic while serving one request is that request's 500, not the connection's end.
+///
+/// A service around the whole router rather than router layers (`from_fn`, `CatchPanicLayer`):
+/// axum wraps every route in a router layer apart and, per call, clones the boxed route and boxes
+/// its future at each level, `from_fn` clones and boxes once more, and `CatchPanic` boxes the
+/// response body. Here a call costs none of that (performance goal 1).
+#[derive(Clone)]
+pub struct FrontDoor<S> {
+    inner: S,
+    lifecycle: Arc<Lifecycle>,
+}
+
+impl<S> tower::Service<Request> for FrontDoor<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = FrontDoorFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
     }
-    if req.method() == Method::HEAD && req.uri().path() == "/" {
-        return StatusCode::OK.into_response();
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        if self.lifecycle.shutdown.is_cancelled() {
+            return FrontDoorFuture::Answered { resp: Some(draining(req.uri().path())) };
+        }
+        if req.method() == Method::HEAD && req.uri().path() == "/" {
+            return FrontDoorFuture::Answered { resp: Some(StatusCode::OK.into_response()) };
+        }
+        let (parts, body) = req.into_parts();
+        let read = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(AtomicBool::new(false)));
+        let body = match &read {
+            Some(read) => Body::new(Watched { body, read: Arc::clone(read) }),
+            None => body,
+        };
+        let req = Request::from_parts(parts, body);
+        let inner = &mut self.inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || inner.call(req))) {
+            Ok(serving) => FrontDoorFuture::Serving {
+                serving: self
+                    .lifecycle
+                    .tasks
+                    .track_future(std::panic::AssertUnwindSafe(serving).catch_unwind()),
+                read,
+            },
+            Err(_) => FrontDoorFuture::Answered { resp: Some(panicked()) },
+        }
     }
-    let (parts, body) = req.into_parts();
-    let read = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(AtomicBool::new(false)));
-    let body = match &read {
-        Some(read) => Body::new(Watched { body, read: Arc::clone(read) }),
-        None => body,
-    };
-    let mut resp = lifecycle.tasks.track_future(next.run(Request::from_parts(parts, body))).await;
-    let refused = resp.status().is_client_error() || resp.status().is_server_error();
-    if refused && read.is_some_and(|read| !read.load(Ordering::Relaxed)) {
-        // A body refused before it was read to its end (too large; a key, limit or origin
-        // checked from the headers): hyper keeps such a connection only when the rest of the
-        // body happens to be in already, so the client is told it ends, or it may send its next
-        // request on it as it closes. (A success that leaves a small body unread keeps it.)
-        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+pin_project_lite::pin_project! {
+    /// A call through the [`FrontDoor`]: answered there, or served by the routes.
+    #[project = Call]
+    pub enum FrontDoorFuture<F> {
+        Answered { resp: Option<Response> },
+        Serving {
+            #[pin]
+            serving: tokio_util::task::task_tracker::TrackedFuture<futures_util::future::CatchUnwind<std::panic::AssertUnwindSafe<F>>>,
+            read: Option<Arc<AtomicBool>>,
+        },
     }
-    resp
+}
+
+impl<F> std::future::Future for FrontDoorFuture<F>
+where
+    F: std::future::Future<Output = Result<Response, std::convert::Infallible>>,
+{
+    type Output = Result<Response, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        match self.project() {
+            Call::Answered { resp } => {
+                std::task::Poll::Ready(Ok(resp.take().expect("a call's future polled after its answer")))
+            }
+            Call::Serving { serving, read } => {
+                let mut resp = match std::task::ready!(serving.poll(cx)) {
+                    Ok(Ok(resp)) => resp,
+                    Ok(Err(never)) => match never {},
+                    Err(_panic) => panicked(),
+                };
+                let refused = resp.status().is_client_error() || resp.status().is_server_error();
+                if refused && read.as_ref().is_some_and(|read| !read.load(Ordering::Relaxed)) {
+                    // A body refused before it was read to its end (too large; a key, limit or
+                    // origin checked from the headers): hyper keeps such a connection only when
+                    // the rest of the body happens to be in already, so the client is told it
+                    // ends, or it may send its next request on it as it closes. (A success that
+                    // leaves a small body unread keeps it.)
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                std::task::Poll::Ready(Ok(resp))
+            }
+        }
+    }
+}
+
+/// A handler that panicked: its caller gets a 500 (Rust's panic hook has printed where).
+fn panicked() -> Response {
+    crate::error::Error::Internal("handler panicked".into()).into_response()
 }
 
 /// A request body that notes when it has been read to its end.
@@ -672,5 +769,93 @@ mod tests {
         assert!(!changes_configuration(&Method::POST, "/api/session"), "signing in changes nothing");
         assert!(!changes_configuration(&Method::DELETE, "/api/session"));
         assert!(!changes_configuration(&Method::POST, "/rpc/me"), "server functions bump for themselves");
+    }
+
+    fn door<S>(inner: S) -> (FrontDoor<S>, Arc<Lifecycle>) {
+        let lifecycle = Arc::new(Lifecycle {
+            shutdown: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        (FrontDoor { inner, lifecycle: Arc::clone(&lifecycle) }, lifecycle)
+    }
+
+    fn post(path: &str, body: &'static str) -> Request {
+        Request::post(path).body(Body::from(body)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_serving_is_that_calls_500_and_the_next_call_is_served() {
+        let routes = tower::service_fn(|req: Request| {
+            if req.uri().path() == "/panics-at-call" {
+                panic!("test: a panic while the route is chosen");
+            }
+            async move {
+                if req.uri().path() == "/panics-when-polled" {
+                    panic!("test: a panic in the handler");
+                }
+                Ok::<_, std::convert::Infallible>(StatusCode::NO_CONTENT.into_response())
+            }
+        });
+        let (app, lifecycle) = door(routes);
+        for path in ["/panics-at-call", "/panics-when-polled"] {
+            let resp = app.clone().oneshot(post(path, "")).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+        }
+        let resp = app.clone().oneshot(post("/fine", "")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+        assert!(lifecycle.tasks.is_empty(), "a panicked call is no longer in flight");
+    }
+
+    #[tokio::test]
+    async fn the_door_tracks_calls_in_flight_answers_probes_and_refuses_after_shutdown() {
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let released = Arc::new(tokio::sync::Mutex::new(Some(released)));
+        let routes = tower::service_fn(move |_req: Request| {
+            let released = Arc::clone(&released);
+            async move {
+                if let Some(released) = released.lock().await.take() {
+                    let _ = released.await;
+                }
+                Ok::<_, std::convert::Infallible>(StatusCode::OK.into_response())
+            }
+        });
+        let (app, lifecycle) = door(routes);
+        let call = tokio::spawn(app.clone().oneshot(post("/v1/responses", "")));
+        while lifecycle.tasks.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(lifecycle.tasks.len(), 1, "the call in flight is tracked");
+
+        let probe = Request::head("/").body(Body::empty()).unwrap();
+        let resp = app.clone().oneshot(probe).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "Claude Code's probe is answered at the door");
+
+        lifecycle.shutdown.cancel();
+        let resp = app.clone().oneshot(post("/v1/responses", "{}")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::CONNECTION], "close");
+        assert_eq!(lifecycle.tasks.len(), 1, "a refused call is not waited for");
+
+        release.send(()).unwrap();
+        assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK, "the call in flight ends normally");
+        assert!(lifecycle.tasks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_body_refused_unread_closes_the_connection_and_one_read_keeps_it() {
+        let routes = tower::service_fn(|req: Request| async move {
+            if req.uri().path() == "/reads" {
+                let _ = axum::body::to_bytes(req.into_body(), 1024).await;
+            }
+            Ok::<_, std::convert::Infallible>(StatusCode::UNAUTHORIZED.into_response())
+        });
+        let (app, _lifecycle) = door(routes);
+        let resp = app.clone().oneshot(post("/refuses", "{\"model\":\"m\"}")).await.unwrap();
+        assert_eq!(resp.headers().get(header::CONNECTION).unwrap(), "close");
+        let resp = app.clone().oneshot(post("/reads", "{\"model\":\"m\"}")).await.unwrap();
+        assert_eq!(resp.headers().get(header::CONNECTION), None);
+        let resp = app.clone().oneshot(post("/refuses", "")).await.unwrap();
+        assert_eq!(resp.headers().get(header::CONNECTION), None, "no body, nothing left unread");
     }
 }
