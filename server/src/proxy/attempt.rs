@@ -319,15 +319,26 @@ impl Attempt {
         }
     }
 
-    pub(super) async fn finish(mut self, end: Ending) {
+    /// Records the attempt and queues its record.
+    ///
+    /// A plain fn returning an async block (see `call::dispatch`): the attempt lives in the
+    /// future once, not twice. Awaited where it is called, so the record is made at the first
+    /// poll's moment.
+    // (`done` is read by `Drop`, which the lint does not see through the block's capture.)
+    #[allow(unused_assignments)]
+    pub(super) fn finish(mut self, end: Ending) -> impl Future<Output = ()> {
         let record = self.record(end);
-        // If this is cut short while the queue is full, the record waits in `pending`, and the
-        // drop queues it.
-        // (The writer commits records in batches; this span is the call's part: the hand-over.)
-        let span = tracing::debug_span!(parent: &self.span, "record_write");
-        self.records.send_into(record, &mut self.pending).instrument(span).await;
-        self.done = true;
-        // The slots are released only now (when `self` drops), after the record is queued (ADM-8).
+        async move {
+            // If this is cut short while the queue is full, the record waits in `pending`, and
+            // the drop queues it.
+            // (The writer commits records in batches; this span is the call's part: the
+            // hand-over.)
+            let span = tracing::debug_span!(parent: &self.span, "record_write");
+            self.records.send_into(record, &mut self.pending).instrument(span).await;
+            self.done = true;
+            // The slots are released only now (when `self` drops), after the record is queued
+            // (ADM-8).
+        }
     }
 
     /// Ends the attempt without a record (REC-1: WebSocket warm-ups create none).

@@ -296,67 +296,90 @@ async fn admit(
     Ok(Admitted { principal, slots: (workspace, member), read: Read { body, fields, chat }, model })
 }
 
-async fn dispatch(
-    s: &AppState,
+/// Serves an admitted call in two steps: [`choose`] an account and send the call there, then
+/// [`answer`] the client from what came back.
+///
+/// Each step is an async fn of its own: awaited one after the other, their futures share room in
+/// this one's state, where every local held across two waits of one body gets room of its own
+/// (this future is boxed and copied once per call). A plain fn returning an async block, so the
+/// arguments live in the future once: an async fn keeps each argument twice, as it came and as
+/// the body's local.
+fn dispatch<'a>(
+    s: &'a AppState,
     spec: Spec,
     mut attempt: Attempt,
-    headers: &HeaderMap,
-    query: Option<&str>,
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
     read: Read,
-) -> Response {
-    let Read { body, fields, chat } = read;
-    let conversation = Conversation::of(headers, &fields);
-    let client_streams = spec.op == Operation::GeminiStream || fields.stream == Some(true);
-    // ACC-2: before any byte is accepted, a request whose account cannot serve it now (rate
-    // limited, overloaded, credentials refused, model limited, model unsupported) moves to
-    // another account, at most MAX_SWITCHES times. A bound conversation never moves for that
-    // (RT-2), except off an account that does not support its new model (RT-3); the first
-    // request of a new conversation moves like an unbound one, since the binding is made only
-    // with the account that accepts it. When no other account can take it, the last upstream
-    // answer goes back as it came (BUD-5).
+) -> impl Future<Output = Response> + 'a {
+    async move {
+        let fields = &read.fields;
+        let request = Outgoing {
+            spec,
+            headers,
+            query,
+            conversation: Conversation::of(headers, fields),
+            client_streams: spec.op == Operation::GeminiStream || fields.stream == Some(true),
+            body: &read.body,
+            fields,
+            chat: read.chat.as_ref(),
+        };
+        match choose(s, &request, &mut attempt).await {
+            Ok((sent, account)) => answer(s, &request, attempt, sent, account).await,
+            Err(Stop::Answer(failure)) => failure.respond(attempt).await,
+            Err(Stop::Fail(e, outcome)) => attempt.fail(e, outcome, None).await,
+        }
+    }
+}
+
+/// Chooses an account for the call and sends it there (ACC-2): before any byte is accepted, a
+/// request whose account cannot serve it now (rate limited, overloaded, credentials refused,
+/// model limited, model unsupported) moves to another account, at most MAX_SWITCHES times. A
+/// bound conversation never moves for that (RT-2), except off an account that does not support
+/// its new model (RT-3); the first request of a new conversation moves like an unbound one, since
+/// the binding is made only with the account that accepts it. When no other account can take it,
+/// the last upstream answer goes back as it came (BUD-5). The accepted account's lease is left in
+/// the attempt.
+async fn choose(
+    s: &AppState,
+    r: &Outgoing<'_>,
+    attempt: &mut Attempt,
+) -> Result<(Sent, std::sync::Arc<Account>), Stop> {
     let mut tried: Vec<i64> = Vec::new();
     let mut last_failure: Option<UpstreamFailure> = None;
     let mut last_token_error: Option<GatewayError> = None;
     let mut untranslatable: Option<GatewayError> = None;
-    let request = Outgoing {
-        spec,
-        headers,
-        query,
-        conversation,
-        client_streams,
-        body: &body,
-        fields: &fields,
-        chat: chat.as_ref(),
-    };
-    let (upstream, account, force_stream, rewrite) = loop {
+    loop {
         let (lease, upstream_model) =
-            match schedule::schedule(s, spec, &mut attempt, headers, conversation, None, &tried).await {
+            match schedule::schedule(s, r.spec, attempt, r.headers, r.conversation, None, &tried).await {
                 Ok(chosen) => chosen,
                 Err((e, outcome)) => {
-                    return match (last_failure, last_token_error, untranslatable) {
-                        (Some(f), _, _) => f.respond(attempt).await,
-                        (None, Some(t), _) => attempt.fail(t, Outcome::Error, None).await,
-                        (None, None, Some(u)) => attempt.fail(u, Outcome::Rejected, None).await,
-                        (None, None, None) => attempt.fail(e, outcome, None).await,
-                    };
+                    return Err(match (last_failure, last_token_error, untranslatable) {
+                        (Some(f), _, _) => Stop::Answer(f),
+                        (None, Some(t), _) => Stop::Fail(t, Outcome::Error),
+                        (None, None, Some(u)) => Stop::Fail(u, Outcome::Rejected),
+                        (None, None, None) => Stop::Fail(e, outcome),
+                    });
                 }
             };
         let account = std::sync::Arc::clone(lease.account());
         attempt.lease = Some(lease);
         let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
-        let sent = match send_to(s, &request, &attempt, &account, &upstream_model).await {
+        let sent = match send_to(s, r, attempt, &account, &upstream_model).await {
             Ok(sent) => sent,
-            Err(Unsent::Refused(e, outcome)) => return attempt.fail(e, outcome, None).await,
+            Err(Unsent::Refused(e, outcome)) => return Err(Stop::Fail(e, outcome)),
             Err(Unsent::Untranslatable(e)) => {
                 // BEY-3: a pool mixing families may have an account whose protocol takes what
                 // this one's cannot (a JSON schema, a sampling setting): an unbound call moves.
-                let elsewhere = chat.as_ref().is_some_and(|c| {
-                    spec.op.providers_for(&upstream_model).iter().any(|p| {
-                        *p != account.provider && spec.only.is_none_or(|o| o == *p) && c.translate(*p).is_ok()
+                let elsewhere = r.chat.is_some_and(|c| {
+                    r.spec.op.providers_for(&upstream_model).iter().any(|p| {
+                        *p != account.provider
+                            && r.spec.only.is_none_or(|o| o == *p)
+                            && c.translate(*p).is_ok()
                     })
                 });
                 if bound || !elsewhere || tried.len() >= MAX_SWITCHES {
-                    return attempt.fail(e, Outcome::Rejected, None).await;
+                    return Err(Stop::Fail(e, Outcome::Rejected));
                 }
                 tried.push(account.id);
                 attempt.lease.take();
@@ -368,7 +391,7 @@ async fn dispatch(
                 // cooldown penalty. A conversation stays; anything else may move.
                 let error = token_error(&e);
                 if bound || tried.len() >= MAX_SWITCHES {
-                    return attempt.fail(error, Outcome::Error, None).await;
+                    return Err(Stop::Fail(error, Outcome::Error));
                 }
                 tried.push(account.id);
                 attempt.lease.take();
@@ -376,7 +399,7 @@ async fn dispatch(
                 continue;
             }
         };
-        let Sent { response: upstream, force_stream, rewrite } = sent;
+        let upstream = &sent.response;
         // QT-2: every answer's quota headers, success or not (the request never waits for it).
         if quota::observed(account.provider) {
             let at = s.clock.now().timestamp_millis();
@@ -388,13 +411,13 @@ async fn dispatch(
             if let Some(lease) = attempt.lease.as_mut() {
                 lease.accepted();
             }
-            break (upstream, account, force_stream, rewrite);
+            return Ok((sent, account));
         }
         let policy = &s.scheduler.settings().failure;
         let failure = attempt
             .stopwatch
             .on_upstream(UpstreamFailure::read(
-                upstream,
+                sent.response,
                 account.provider,
                 &upstream_model,
                 s.clock.now(),
@@ -413,7 +436,7 @@ async fn dispatch(
             failure.account_cannot_serve() || failure.model_unsupported()
         };
         if !may_move || tried.len() >= MAX_SWITCHES {
-            return failure.respond(attempt).await;
+            return Err(Stop::Answer(failure));
         }
         tried.push(account.id);
         // This account learns the verdict and its slot goes back; the next decision skips it.
@@ -421,34 +444,59 @@ async fn dispatch(
             lease.settle(failure.verdict);
         }
         last_failure = Some(failure);
-    };
-    let status = upstream.status();
-    let deadline = attempt.started + REQUEST_DEADLINE;
-    // A Chat Completions call is watched, and answered from, the protocol of the account that
-    // serves it.
-    let chat_upstream = chat.is_some().then(|| crate::chat::Upstream::of(account.provider));
-    let grammar = chat_upstream.map_or_else(|| spec.op.grammar(), crate::chat::Upstream::grammar);
-    let mut observer = Observer::new(grammar);
-    if client_streams {
-        let mut builder = Response::builder().status(status);
-        if let Some(h) = builder.headers_mut() {
-            copy_headers(upstream.headers(), h);
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        }
-        let timing = Timing {
-            started: attempt.started,
-            heartbeat: HEARTBEAT,
-            deadline,
-            idle_timeout: s.workspace_settings.stream_idle_timeout(),
-            drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
-            write_timeout: s.config.client_write_timeout,
-        };
-        let upstream_status = status.as_u16();
-        let mut stream = upstream.bytes_stream();
-        // Wait for the first event so it leaves together with the headers (one write, not two).
-        let first =
-            match attempt.stopwatch.on_upstream(tokio::time::timeout(HEADER_TIMEOUT, stream.next())).await {
+    }
+}
+
+/// How a call that reached no accepting account ends.
+enum Stop {
+    /// The last upstream failure, answered in the client's shape.
+    Answer(UpstreamFailure),
+    /// A gateway error.
+    Fail(GatewayError, Outcome),
+}
+
+/// Passes the accepted upstream answer on: relayed as a stream, collected (a Codex JSON client),
+/// or read whole; the attempt is recorded when it ends. A plain fn returning an async block, as
+/// [`dispatch`], so `attempt` and the answer live in the future once.
+fn answer<'a>(
+    s: &'a AppState,
+    r: &'a Outgoing<'a>,
+    attempt: Attempt,
+    Sent { response: upstream, force_stream, rewrite }: Sent,
+    account: std::sync::Arc<Account>,
+) -> impl Future<Output = Response> + 'a {
+    async move {
+        let (spec, chat, client_streams) = (r.spec, r.chat, r.client_streams);
+        let status = upstream.status();
+        let deadline = attempt.started + REQUEST_DEADLINE;
+        // A Chat Completions call is watched, and answered from, the protocol of the account that
+        // serves it.
+        let chat_upstream = chat.is_some().then(|| crate::chat::Upstream::of(account.provider));
+        let grammar = chat_upstream.map_or_else(|| spec.op.grammar(), crate::chat::Upstream::grammar);
+        let mut observer = Observer::new(grammar);
+        if client_streams {
+            let mut builder = Response::builder().status(status);
+            if let Some(h) = builder.headers_mut() {
+                copy_headers(upstream.headers(), h);
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+            }
+            let timing = Timing {
+                started: attempt.started,
+                heartbeat: HEARTBEAT,
+                deadline,
+                idle_timeout: s.workspace_settings.stream_idle_timeout(),
+                drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
+                write_timeout: s.config.client_write_timeout,
+            };
+            let upstream_status = status.as_u16();
+            let mut stream = upstream.bytes_stream();
+            // Wait for the first event so it leaves together with the headers (one write, not two).
+            let first = match attempt
+                .stopwatch
+                .on_upstream(tokio::time::timeout(HEADER_TIMEOUT, stream.next()))
+                .await
+            {
                 Ok(Some(Ok(bytes))) => Some(bytes),
                 Ok(None) => None,
                 Ok(Some(Err(_))) => {
@@ -467,43 +515,46 @@ async fn dispatch(
                         .await;
                 }
             };
-        let (body, relaying) = relay::relay(
-            stream,
-            first,
-            observer,
-            timing,
-            std::sync::Arc::clone(&s.lifecycle),
-            rewrite,
-            move |end| async move {
-                let (outcome, error_code) = stream_outcome(&end);
-                let verdict = stream_verdict(outcome, error_code.as_deref());
-                let o = end.observation;
-                attempt
-                    .finish(Ending {
-                        outcome,
-                        error_code,
-                        upstream_status: Some(upstream_status),
-                        usage: o.usage,
-                        first_output: o.first_output,
-                        verdict,
-                    })
-                    .await;
-            },
-        );
-        s.lifecycle.tasks.spawn(relaying.instrument(tracing::Span::current()));
-        return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
-    }
-    if force_stream {
-        // Boxed: only Codex JSON clients come here, and collecting is the largest future a call
-        // awaits; in place, every call's dispatch would carry its room.
-        return Box::pin(collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()))
-            .await;
-    }
-    // A plain JSON answer: pass the bytes through, read usage from them.
-    let mut passed = HeaderMap::new();
-    copy_headers(upstream.headers(), &mut passed);
-    let mut bytes =
-        match attempt.stopwatch.on_upstream(tokio::time::timeout_at(deadline, read_capped(upstream))).await {
+            let (body, relaying) = relay::relay(
+                stream,
+                first,
+                observer,
+                timing,
+                std::sync::Arc::clone(&s.lifecycle),
+                rewrite,
+                move |end| async move {
+                    let (outcome, error_code) = stream_outcome(&end);
+                    let verdict = stream_verdict(outcome, error_code.as_deref());
+                    let o = end.observation;
+                    attempt
+                        .finish(Ending {
+                            outcome,
+                            error_code,
+                            upstream_status: Some(upstream_status),
+                            usage: o.usage,
+                            first_output: o.first_output,
+                            verdict,
+                        })
+                        .await;
+                },
+            );
+            s.lifecycle.tasks.spawn(relaying.instrument(tracing::Span::current()));
+            return builder.body(body).unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
+        if force_stream {
+            // Boxed: only Codex JSON clients come here, and collecting is the largest future a call
+            // awaits; in place, every call's dispatch would carry its room.
+            return Box::pin(collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()))
+                .await;
+        }
+        // A plain JSON answer: pass the bytes through, read usage from them.
+        let mut passed = HeaderMap::new();
+        copy_headers(upstream.headers(), &mut passed);
+        let mut bytes = match attempt
+            .stopwatch
+            .on_upstream(tokio::time::timeout_at(deadline, read_capped(upstream)))
+            .await
+        {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return attempt.fail(e, Outcome::Error, Some(status.as_u16())).await,
             Err(_) => {
@@ -512,56 +563,61 @@ async fn dispatch(
                     .await;
             }
         };
-    // An answer passed through as it came needs only what the record reads from it: those
-    // fields, without building the whole document.
-    if rewrite.is_none() && chat_upstream.is_none() {
-        observer.json(&bytes);
-    } else if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
-        observer.body(&v);
-        // Antigravity: the client gets the inner response, taken from the value already parsed.
-        if matches!(rewrite, Some(relay::Rewrite::Envelope))
-            && let Some(inner) = v.get_mut("response").map(Value::take)
-            && let Ok(b) = serde_json::to_vec(&inner)
-        {
-            bytes = Bytes::from(b);
-        }
-        // BEY-3: a Chat Completions client gets a chat.completion (error answers never come here:
-        // the failure path answers them in the client's protocol, PX-7).
-        if let Some(upstream) = chat_upstream
-            && status.is_success()
-        {
-            if let Some((e, verdict)) = chat_failure(&v, observer.seen.error_code.as_deref()) {
-                return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
-            }
-            let now = s.clock.now().timestamp();
-            let answer = match upstream {
-                crate::chat::Upstream::Messages => {
-                    crate::chat::messages::from_messages(&v, &attempt.model, now)
-                }
-                crate::chat::Upstream::Gemini => crate::chat::gemini::from_gemini(&v, &attempt.model, now),
-                crate::chat::Upstream::Responses => crate::chat::response::from_responses(&v, &attempt.model),
-            };
-            if let Ok(b) = serde_json::to_vec(&answer) {
+        // An answer passed through as it came needs only what the record reads from it: those
+        // fields, without building the whole document.
+        if rewrite.is_none() && chat_upstream.is_none() {
+            observer.json(&bytes);
+        } else if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
+            observer.body(&v);
+            // Antigravity: the client gets the inner response, taken from the value already parsed.
+            if matches!(rewrite, Some(relay::Rewrite::Envelope))
+                && let Some(inner) = v.get_mut("response").map(Value::take)
+                && let Ok(b) = serde_json::to_vec(&inner)
+            {
                 bytes = Bytes::from(b);
             }
+            // BEY-3: a Chat Completions client gets a chat.completion (error answers never come here:
+            // the failure path answers them in the client's protocol, PX-7).
+            if let Some(upstream) = chat_upstream
+                && status.is_success()
+            {
+                if let Some((e, verdict)) = chat_failure(&v, observer.seen.error_code.as_deref()) {
+                    return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+                }
+                let now = s.clock.now().timestamp();
+                let answer = match upstream {
+                    crate::chat::Upstream::Messages => {
+                        crate::chat::messages::from_messages(&v, &attempt.model, now)
+                    }
+                    crate::chat::Upstream::Gemini => {
+                        crate::chat::gemini::from_gemini(&v, &attempt.model, now)
+                    }
+                    crate::chat::Upstream::Responses => {
+                        crate::chat::response::from_responses(&v, &attempt.model)
+                    }
+                };
+                if let Ok(b) = serde_json::to_vec(&answer) {
+                    bytes = Bytes::from(b);
+                }
+            }
         }
+        let o = observer.seen;
+        let outcome = o.outcome.unwrap_or(Outcome::Success);
+        attempt
+            .finish(Ending {
+                outcome,
+                error_code: o.error_code,
+                upstream_status: Some(status.as_u16()),
+                usage: o.usage,
+                first_output: None,
+                verdict: if outcome == Outcome::Success { Verdict::Success } else { Verdict::Neutral },
+            })
+            .await;
+        let mut resp = Response::new(Body::from(bytes));
+        *resp.status_mut() = status;
+        *resp.headers_mut() = passed;
+        resp
     }
-    let o = observer.seen;
-    let outcome = o.outcome.unwrap_or(Outcome::Success);
-    attempt
-        .finish(Ending {
-            outcome,
-            error_code: o.error_code,
-            upstream_status: Some(status.as_u16()),
-            usage: o.usage,
-            first_output: None,
-            verdict: if outcome == Outcome::Success { Verdict::Success } else { Verdict::Neutral },
-        })
-        .await;
-    let mut resp = Response::new(Body::from(bytes));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = passed;
-    resp
 }
 
 /// What one call asks of the upstream, the same for every account it may try.

@@ -40,21 +40,29 @@ pub async fn post(http: &Client, target: &providers::Target, body: Bytes) -> Res
 /// Sends the upstream request. CD-3: explicit 408/5xx answers are retried on the same account, at
 /// most twice, before any byte is accepted, re-checking policy each time; a long upstream hint
 /// goes back to the client instead of being waited out. Same lease, request id and record.
-pub(super) async fn send_with_retries(
-    s: &AppState,
-    headers: &HeaderMap,
-    attempt: &Attempt,
-    account: &Account,
-    upstream_model: &str,
+///
+/// A plain fn returning an async block (see `call::dispatch`): `target` and `body` live in the
+/// future once, not twice.
+pub(super) fn send_with_retries<'a>(
+    s: &'a AppState,
+    headers: &'a HeaderMap,
+    attempt: &'a Attempt,
+    account: &'a Account,
+    upstream_model: &'a str,
     target: providers::Target,
     body: Bytes,
-) -> Result<Answer, (GatewayError, Outcome)> {
-    let mut retries = 0;
-    loop {
-        // (the call built inside the timeout, as in `send_to`: bound to a local first, its
-        // future took room twice in a debug build)
-        let upstream =
-            match tokio::time::timeout(HEADER_TIMEOUT, post(&s.model_http, &target, body.clone())).await {
+) -> impl Future<Output = Result<Answer, (GatewayError, Outcome)>> + 'a {
+    async move {
+        let mut retries = 0;
+        loop {
+            // (the call built inside the timeout, as in `send_to`: bound to a local first, its
+            // future took room twice in a debug build)
+            let upstream = match tokio::time::timeout(
+                HEADER_TIMEOUT,
+                post(&s.model_http, &target, body.clone()),
+            )
+            .await
+            {
                 Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
                 Ok(Err(e)) => {
                     tracing::warn!(
@@ -67,27 +75,28 @@ pub(super) async fn send_with_retries(
                 }
                 Ok(Ok(r)) => r,
             };
-        s.metrics.upstream_answer(account.provider.as_str(), upstream.status().as_u16());
-        if upstream.status().is_redirection() {
-            tracing::warn!(
-                request_id = %attempt.request_id,
-                account_id = account.id,
-                status = upstream.status().as_u16(),
-                "upstream answered a redirect; not followed (check the upstream base URL)"
-            );
-            return Err((GatewayError::upstream_redirected(), Outcome::Error));
+            s.metrics.upstream_answer(account.provider.as_str(), upstream.status().as_u16());
+            if upstream.status().is_redirection() {
+                tracing::warn!(
+                    request_id = %attempt.request_id,
+                    account_id = account.id,
+                    status = upstream.status().as_u16(),
+                    "upstream answered a redirect; not followed (check the upstream base URL)"
+                );
+                return Err((GatewayError::upstream_redirected(), Outcome::Error));
+            }
+            if !schedule::retryable(upstream.status()) || retries >= schedule::MAX_RETRIES {
+                return Ok(upstream);
+            }
+            let hint = retry_after_header(upstream.headers(), s.clock.now());
+            if hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT) {
+                return Ok(upstream);
+            }
+            drop(upstream);
+            retries += 1;
+            tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
+            schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
         }
-        if !schedule::retryable(upstream.status()) || retries >= schedule::MAX_RETRIES {
-            return Ok(upstream);
-        }
-        let hint = retry_after_header(upstream.headers(), s.clock.now());
-        if hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT) {
-            return Ok(upstream);
-        }
-        drop(upstream);
-        retries += 1;
-        tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
-        schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
     }
 }
 
