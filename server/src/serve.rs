@@ -640,9 +640,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
         match self.project() {
-            Call::Answered { resp } => {
-                std::task::Poll::Ready(Ok(resp.take().expect("a call's future polled after its answer")))
-            }
+            // (polled again after its answer, which hyper never does: a 500 rather than a panic)
+            Call::Answered { resp } => std::task::Poll::Ready(Ok(resp.take().unwrap_or_else(panicked))),
             Call::Serving { serving, read } => {
                 let mut resp = match std::task::ready!(serving.poll(cx)) {
                     Ok(Ok(resp)) => resp,

@@ -322,13 +322,13 @@ impl Attempt {
     /// Records the attempt and queues its record.
     ///
     /// A plain fn returning an async block (see `call::dispatch`): the attempt lives in the
-    /// future once, not twice. Awaited where it is called, so the record is made at the first
-    /// poll's moment.
+    /// future once, not twice. The record is made inside the block, so a future dropped before
+    /// its first poll leaves the attempt to its drop, which records it once.
     // (`done` is read by `Drop`, which the lint does not see through the block's capture.)
     #[allow(unused_assignments)]
     pub(super) fn finish(mut self, end: Ending) -> impl Future<Output = ()> {
-        let record = self.record(end);
         async move {
+            let record = self.record(end);
             // If this is cut short while the queue is full, the record waits in `pending`, and
             // the drop queues it.
             // (The writer commits records in batches; this span is the call's part: the

@@ -299,7 +299,7 @@ async fn admit(
 /// Serves an admitted call in two steps: [`choose`] an account and send the call there, then
 /// [`answer`] the client from what came back.
 ///
-/// Each step is an async fn of its own: awaited one after the other, their futures share room in
+/// Each step is a future of its own: awaited one after the other, their futures share room in
 /// this one's state, where every local held across two waits of one body gets room of its own
 /// (this future is boxed and copied once per call). A plain fn returning an async block, so the
 /// arguments live in the future once: an async fn keeps each argument twice, as it came and as
