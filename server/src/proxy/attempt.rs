@@ -326,6 +326,7 @@ impl Attempt {
     /// its first poll leaves the attempt to its drop, which records it once.
     // (`done` is read by `Drop`, which the lint does not see through the block's capture.)
     #[allow(unused_assignments)]
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
     pub(super) fn finish(mut self, end: Ending) -> impl Future<Output = ()> {
         async move {
             let record = self.record(end);

@@ -304,6 +304,7 @@ async fn admit(
 /// (this future is boxed and copied once per call). A plain fn returning an async block, so the
 /// arguments live in the future once: an async fn keeps each argument twice, as it came and as
 /// the body's local.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 fn dispatch<'a>(
     s: &'a AppState,
     spec: Spec,
@@ -458,6 +459,7 @@ enum Stop {
 /// Passes the accepted upstream answer on: relayed as a stream, collected (a Codex JSON client),
 /// or read whole; the attempt is recorded when it ends. A plain fn returning an async block, as
 /// [`dispatch`], so `attempt` and the answer live in the future once.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 fn answer<'a>(
     s: &'a AppState,
     r: &'a Outgoing<'a>,

@@ -43,6 +43,7 @@ pub async fn post(http: &Client, target: &providers::Target, body: Bytes) -> Res
 ///
 /// A plain fn returning an async block (see `call::dispatch`): `target` and `body` live in the
 /// future once, not twice.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 pub(super) fn send_with_retries<'a>(
     s: &'a AppState,
     headers: &'a HeaderMap,
