@@ -23,7 +23,7 @@ const QUEUE: usize = 8192;
 const BATCH: usize = 512;
 /// Rows per INSERT statement (18 parameters each; SQLite allows 32,766 per statement).
 const INSERT_ROWS: usize = 128;
-const _: () = assert!(INSERT_ROWS.is_power_of_two(), "see `statement_sized`");
+const _: () = assert!(INSERT_ROWS.is_power_of_two(), "eight statement shapes: see `db::statement_sized`");
 /// How long a small batch waits for more records before it is written. Each commit rewrites the
 /// partly filled tail pages of the table and its index, the pruned head and the daily
 /// totals, whatever its size: at 20,000 calls a second, 20 ms makes batches of about 400 instead
@@ -199,7 +199,8 @@ async fn write_batch(
     // error here does anyway (the batch is dropped). With the default `ABORT`, SQLite would copy
     // every page the statement touches into a statement journal first, to undo just that
     // statement. SQLite only; PostgreSQL has no such clause and needs none.
-    for chunk in statement_sized(batch) {
+    // (in eight statement shapes, each prepared once: see `db::statement_sized`)
+    for chunk in crate::db::statement_sized(batch, INSERT_ROWS) {
         let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT OR ROLLBACK INTO request_records (request_id, member_id, key_id, pool_id, account_id, provider, model,
                 operation, started_at_ms, duration_ms, first_output_ms, outcome, error_code, upstream_status,
@@ -237,23 +238,6 @@ async fn write_batch(
     }
     crate::usage::prune(&mut tx, now_ms, zone).await?;
     tx.commit().await
-}
-
-/// Splits `rows` into chunks of [`INSERT_ROWS`], then the rest into powers of two, largest
-/// first: eight statement shapes in all, each parsed once and kept in the connection's statement
-/// cache. A rest of any length as one chunk was a statement of a new shape nearly every batch,
-/// parsed afresh: under callgrind, about 850k instructions for one of 128 rows, 3 % of all the
-/// instructions per call at a low rate. The price is at most six statements more per batch.
-fn statement_sized<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
-    std::iter::from_fn(move || {
-        let n = rows.len().min(INSERT_ROWS);
-        if n == 0 {
-            return None;
-        }
-        let (chunk, rest) = rows.split_at(1 << n.ilog2());
-        rows = rest;
-        Some(chunk)
-    })
 }
 
 /// Stamps each used key's `last_used_at` (unix seconds) once per batch, never moving it back.
@@ -316,7 +300,7 @@ mod tests {
     fn inserts_come_in_eight_shapes_whatever_the_batch() {
         let sizes = |n: usize| {
             let rows: Vec<usize> = (0..n).collect();
-            let chunks: Vec<&[usize]> = statement_sized(&rows).collect();
+            let chunks: Vec<&[usize]> = crate::db::statement_sized(&rows, INSERT_ROWS).collect();
             assert_eq!(chunks.concat(), rows, "every row once, in order (ids follow it)");
             chunks.iter().map(|c| c.len()).collect::<Vec<_>>()
         };

@@ -141,7 +141,7 @@ pub async fn add(
         count(rows.entry(key).or_default(), r);
     }
     let rows: Vec<(Key, UsageTotals)> = rows.into_iter().collect();
-    for chunk in rows.chunks(UPSERT_ROWS) {
+    for chunk in crate::db::statement_sized(&rows, UPSERT_ROWS) {
         let mut upsert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO usage_daily (day, member_id, key_id, pool_id, account_id, model, requests, succeeded,
                 incomplete, errors, cancelled, rejected, input_tokens, output_tokens, cached_tokens,
