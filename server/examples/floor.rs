@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     // SubLane's default, before any thread or buffer exists, as its binary does.
     sublane::huge_pages::apply(false)?;
+    sublane::file_limit::raise()?;
+    sublane::file_limit::reserve_table()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr).await?;

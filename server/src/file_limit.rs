@@ -11,6 +11,10 @@
 /// Each open stream holds this many files.
 pub const FILES_PER_STREAM: u64 = 2;
 
+/// Slots [`reserve_table`] gives the file table at start: 16,000 open streams before it grows
+/// again.
+pub const TABLE_SLOTS: u64 = 32_768;
+
 /// What [`raise`] did: the soft limit before and after (equal when there was nothing to raise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
@@ -44,14 +48,50 @@ pub fn raise() -> std::io::Result<Option<Limit>> {
     Ok(None)
 }
 
+/// Grows this process's table of open files, at start, to [`TABLE_SLOTS`] or the soft limit
+/// if that is lower; returns the slots asked for, `None` where the limit is not known. Call it
+/// after [`raise`] and before the runtime starts its threads.
+///
+/// The kernel grows the table by doubling when a new file needs a slot past its end (64, 128,
+/// ... slots), and in a process with more than one thread each growth first waits for an RCU
+/// grace period, 10-40 ms on our 2-core VM; meanwhile every other thread that opens a file waits
+/// for the growth. A serving thread that accepts a connection or dials an upstream then holds up
+/// every call on it. A gateway meeting its first surge grows the table several times in quick
+/// succession: in `make bench`'s open-loop run at 5,000 calls a second, nothing ran for about
+/// 40 ms at a time, and the backlog reached the workspace capacity. The table never shrinks, so
+/// one growth here, while the process has a single thread (no grace period to wait for), is the
+/// last until the process holds more files than that. Its cost is 8 bytes of kernel memory per
+/// slot: 256 KiB for 32,768.
+pub fn reserve_table() -> std::io::Result<Option<u64>> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{Resource, getrlimit};
+        let Some(limit) = getrlimit(Resource::Nofile).current else { return Ok(None) };
+        let slots = limit.min(TABLE_SLOTS);
+        // A file in the last slot wanted (the lowest free one at or above it) makes the kernel
+        // grow the table to hold it; closing it keeps the table.
+        let last = rustix::fd::RawFd::try_from(slots.saturating_sub(1)).unwrap_or(rustix::fd::RawFd::MAX);
+        let null = std::fs::File::open("/dev/null")?;
+        drop(rustix::io::fcntl_dupfd_cloexec(&null, last)?);
+        Ok(Some(slots))
+    }
+    #[cfg(not(target_os = "linux"))]
+    Ok(None)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
     use super::*;
 
+    /// Held by the tests that read or change this process's limit (`cargo test` runs them on
+    /// threads of one process).
+    static LIMIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_soft_limit_is_raised_to_the_hard_one() {
+        let _limit = LIMIT.lock().unwrap_or_else(|p| p.into_inner());
         let Rlimit { maximum: Some(hard), .. } = getrlimit(Resource::Nofile) else {
             eprintln!("skipped: no hard limit on open files");
             return;
@@ -71,6 +111,28 @@ mod tests {
             raise().unwrap().unwrap(),
             Limit { was: hard, now: hard },
             "a second raise changes nothing"
+        );
+    }
+
+    /// Slots in this process's table of open files, as the kernel reports them.
+    fn table_slots() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find_map(|l| l.strip_prefix("FDSize:")).unwrap();
+        line.trim().parse().unwrap()
+    }
+
+    #[test]
+    fn the_file_table_is_grown_once_at_start() {
+        let _limit = LIMIT.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted = getrlimit(Resource::Nofile).current.unwrap().min(TABLE_SLOTS);
+        assert!(table_slots() < wanted, "a test process starts with a small table ({})", table_slots());
+
+        assert_eq!(reserve_table().unwrap(), Some(wanted));
+
+        assert!(table_slots() >= wanted, "the table has {} slots, {wanted} wanted", table_slots());
+        assert!(
+            !std::path::Path::new(&format!("/proc/self/fd/{}", wanted - 1)).exists(),
+            "the file that grew the table is closed again"
         );
     }
 }

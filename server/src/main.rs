@@ -28,6 +28,8 @@ fn main() -> ExitCode {
     // huge page the setting forbids.
     let huge_pages = sublane::huge_pages::apply(config.huge_pages);
     let file_limit = sublane::file_limit::raise();
+    // After the limit is raised (it caps the table), while this is the only thread.
+    let file_table = sublane::file_limit::reserve_table();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -53,6 +55,9 @@ fn main() -> ExitCode {
             tracing::warn!(error = %e, "cannot forbid transparent huge pages; memory per open stream will be higher");
         }
         report_file_limit(file_limit);
+        if let Err(e) = file_table {
+            tracing::warn!(error = %e, "cannot grow the table of open files at start; the first surge of connections may stall");
+        }
         let code = run(config).await;
         // Spans still buffered go to the collector before the process ends.
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
