@@ -599,9 +599,13 @@ where
             return FrontDoorFuture::Answered { resp: Some(StatusCode::OK.into_response()) };
         }
         let (parts, body) = req.into_parts();
-        let read = (!http_body::Body::is_end_stream(&body)).then(|| Arc::new(AtomicBool::new(false)));
+        let read = (!http_body::Body::is_end_stream(&body)).then(|| {
+            // (a client that waits for `100 Continue` is not asked for a body only to drop it)
+            let small = http_body::Body::size_hint(&body).upper().is_some_and(|n| n <= DRAIN_MAX);
+            Arc::new(BodyWatch::new(small && !parts.headers.contains_key(header::EXPECT)))
+        });
         let body = match &read {
-            Some(read) => Body::new(Watched { body, read: Arc::clone(read) }),
+            Some(read) => Body::new(Watched { body, watch: Arc::clone(read) }),
             None => body,
         };
         let req = Request::from_parts(parts, body);
@@ -627,8 +631,10 @@ pin_project_lite::pin_project! {
         Serving {
             #[pin]
             serving: tokio_util::task::task_tracker::TrackedFuture<futures_util::future::CatchUnwind<std::panic::AssertUnwindSafe<F>>>,
-            read: Option<Arc<AtomicBool>>,
+            read: Option<Arc<BodyWatch>>,
         },
+        // A refusal waiting while the rest of its request's small body is read (see [`drain`]).
+        Draining { draining: Pin<Box<dyn std::future::Future<Output = Response> + Send>> },
     }
 }
 
@@ -638,10 +644,13 @@ where
 {
     type Output = Result<Response, std::convert::Infallible>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        match self.project() {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let draining = match self.as_mut().project() {
             // (polled again after its answer, which hyper never does: a 500 rather than a panic)
-            Call::Answered { resp } => std::task::Poll::Ready(Ok(resp.take().unwrap_or_else(panicked))),
+            Call::Answered { resp } => {
+                return std::task::Poll::Ready(Ok(resp.take().unwrap_or_else(panicked)));
+            }
+            Call::Draining { draining } => return draining.as_mut().poll(cx).map(Ok),
             Call::Serving { serving, read } => {
                 let mut resp = match std::task::ready!(serving.poll(cx)) {
                     Ok(Ok(resp)) => resp,
@@ -649,18 +658,54 @@ where
                     Err(_panic) => panicked(),
                 };
                 let refused = resp.status().is_client_error() || resp.status().is_server_error();
-                if refused && read.as_ref().is_some_and(|read| !read.load(Ordering::Relaxed)) {
-                    // A body refused before it was read to its end (too large; a key, limit or
-                    // origin checked from the headers): hyper keeps such a connection only when
-                    // the rest of the body happens to be in already, so the client is told it
-                    // ends, or it may send its next request on it as it closes. (A success that
-                    // leaves a small body unread keeps it.)
-                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                let Some(watch) = read.as_ref().filter(|w| refused && !w.read.load(Ordering::Relaxed)) else {
+                    return std::task::Poll::Ready(Ok(resp));
+                };
+                // A body refused before it was read to its end (too large; a key, limit or origin
+                // checked from the headers): hyper keeps such a connection only when the rest of
+                // the body happens to be in already. A small rest is read first; otherwise the
+                // client is told the connection ends, or it may send its next request on it as
+                // it closes. (A success that leaves a small body unread keeps it.)
+                match watch.left_unread() {
+                    Some(body) => Box::pin(drain(body, resp)),
+                    None => {
+                        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        return std::task::Poll::Ready(Ok(resp));
+                    }
                 }
-                std::task::Poll::Ready(Ok(resp))
             }
-        }
+        };
+        self.set(FrontDoorFuture::Draining { draining });
+        self.poll(cx)
     }
+}
+
+/// Most of a refused request's body that is read (and dropped) to keep its connection open, and
+/// how long that read may take. Under overload every refusal would otherwise cost the client a
+/// new connection, and the gateway an accept and a close, when it can least afford them (in
+/// `make bench`'s open-loop run, a backlog's refusals opened thousands of connections).
+const DRAIN_MAX: u64 = 64 * 1024;
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// Reads the rest of a refused request's small body and drops it, then answers with `resp`: the
+/// connection can carry the client's next request. A body that errs, grows past [`DRAIN_MAX`] or
+/// does not end within [`DRAIN_WAIT`] (the client is slow or gone) ends the connection instead.
+async fn drain(mut body: Body, mut resp: Response) -> Response {
+    use http_body_util::BodyExt as _;
+    let read_all = async {
+        let mut left = DRAIN_MAX;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+            let Some(rest) = left.checked_sub(len) else { return false };
+            left = rest;
+        }
+        true
+    };
+    if !matches!(tokio::time::timeout(DRAIN_WAIT, read_all).await, Ok(true)) {
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 /// A handler that panicked: its caller gets a 500 (Rust's panic hook has printed where).
@@ -668,10 +713,42 @@ fn panicked() -> Response {
     crate::error::Error::Internal("handler panicked".into()).into_response()
 }
 
-/// A request body that notes when it has been read to its end.
+/// What the front door knows of a request body the routes took: whether it was read to its end
+/// and, when it was dropped unread and is small enough to read on, the body itself.
+struct BodyWatch {
+    read: AtomicBool,
+    /// The body may be handed back when dropped unread ([`DRAIN_MAX`] or less, and no client
+    /// waiting for `100 Continue`).
+    drainable: bool,
+    /// (locked once, by the drop that hands it back)
+    unread: std::sync::Mutex<Option<Body>>,
+}
+
+impl BodyWatch {
+    fn new(drainable: bool) -> Self {
+        BodyWatch { read: AtomicBool::new(false), drainable, unread: std::sync::Mutex::new(None) }
+    }
+
+    /// The body the routes dropped unread, when it was handed back.
+    fn left_unread(&self) -> Option<Body> {
+        self.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+}
+
+/// A request body that notes when it has been read to its end, and hands itself back to its
+/// [`BodyWatch`] when dropped before that.
 struct Watched {
     body: Body,
-    read: Arc<AtomicBool>,
+    watch: Arc<BodyWatch>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if self.watch.drainable && !self.watch.read.load(Ordering::Relaxed) {
+            let body = std::mem::replace(&mut self.body, Body::empty());
+            *self.watch.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(body);
+        }
+    }
 }
 
 impl http_body::Body for Watched {
@@ -684,7 +761,7 @@ impl http_body::Body for Watched {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         if matches!(polled, std::task::Poll::Ready(None)) || self.body.is_end_stream() {
-            self.read.store(true, Ordering::Relaxed);
+            self.watch.read.store(true, Ordering::Relaxed);
         }
         polled
     }
@@ -841,8 +918,27 @@ mod tests {
         assert!(lifecycle.tasks.is_empty());
     }
 
-    #[tokio::test]
-    async fn a_body_refused_unread_closes_the_connection_and_one_read_keeps_it() {
+    /// A body that says how long it is and never comes (a client that stopped sending).
+    struct Stalled;
+
+    impl http_body::Body for Stalled {
+        type Data = axum::body::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Pending
+        }
+
+        fn size_hint(&self) -> http_body::SizeHint {
+            http_body::SizeHint::with_exact(12)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_small_body_refused_unread_is_read_first_and_any_other_ends_the_connection() {
         let routes = tower::service_fn(|req: Request| async move {
             if req.uri().path() == "/reads" {
                 let _ = axum::body::to_bytes(req.into_body(), 1024).await;
@@ -850,11 +946,25 @@ mod tests {
             Ok::<_, std::convert::Infallible>(StatusCode::UNAUTHORIZED.into_response())
         });
         let (app, _lifecycle) = door(routes);
-        let resp = app.clone().oneshot(post("/refuses", "{\"model\":\"m\"}")).await.unwrap();
-        assert_eq!(resp.headers().get(header::CONNECTION).unwrap(), "close");
-        let resp = app.clone().oneshot(post("/reads", "{\"model\":\"m\"}")).await.unwrap();
-        assert_eq!(resp.headers().get(header::CONNECTION), None);
-        let resp = app.clone().oneshot(post("/refuses", "")).await.unwrap();
-        assert_eq!(resp.headers().get(header::CONNECTION), None, "no body, nothing left unread");
+        let connection = |req: Request| {
+            let app = app.clone();
+            async move { app.oneshot(req).await.unwrap().headers().get(header::CONNECTION).cloned() }
+        };
+        let kept = connection(post("/refuses", "{\"model\":\"m\"}")).await;
+        assert_eq!(kept, None, "a small body is read after the refusal, and the connection kept");
+        let big = Request::post("/refuses").body(Body::from(vec![b' '; DRAIN_MAX as usize + 1])).unwrap();
+        assert_eq!(connection(big).await.unwrap(), "close", "a larger one is not read");
+        let chunks = futures_util::stream::iter([Ok::<_, std::io::Error>(axum::body::Bytes::from("{}"))]);
+        let unknown = Request::post("/refuses").body(Body::from_stream(chunks)).unwrap();
+        assert_eq!(connection(unknown).await.unwrap(), "close", "nor one of unknown length");
+        let mut waits = post("/refuses", "{}");
+        waits.headers_mut().insert(header::EXPECT, HeaderValue::from_static("100-continue"));
+        assert_eq!(connection(waits).await.unwrap(), "close", "nor one the client waits to send");
+        let started = tokio::time::Instant::now();
+        let stalled = Request::post("/refuses").body(Body::new(Stalled)).unwrap();
+        assert_eq!(connection(stalled).await.unwrap(), "close", "a body that does not come ends it");
+        assert_eq!(started.elapsed(), DRAIN_WAIT, "after waiting for it this long");
+        assert_eq!(connection(post("/reads", "{\"model\":\"m\"}")).await, None);
+        assert_eq!(connection(post("/refuses", "")).await, None, "no body, nothing left unread");
     }
 }

@@ -316,30 +316,69 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
-/// A refusal that leaves the request body unread tells the client the connection ends (hyper does
-/// not keep it, and a client that sent its next request on it would see it cut); a refusal that
-/// read the body, and any success, leave the connection open.
+/// A refusal that leaves a small request body unread reads it first and keeps the connection
+/// for the client's next request (under overload, a refusal must not also cost a new
+/// connection); a refusal that leaves a larger body unread tells the client the connection ends
+/// (hyper does not keep it, and a client that sent its next request on it would see it cut). A
+/// refusal that read the body, and any success, leave the connection open.
 #[tokio::test]
-async fn a_refusal_before_the_body_is_read_ends_the_connection_and_one_after_keeps_it() {
+async fn a_refusal_before_a_small_body_is_read_keeps_the_connection_and_a_larger_one_ends_it() {
     let r = Rig::start(&[]).await;
     let connection =
         |resp: &reqwest::Response| resp.headers().get("connection").map(|v| v.to_str().unwrap().to_owned());
+    // two calls on one connection, the first refused from its headers (a wrong key)
+    let addr = r.t.base.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = json!({"model": "gpt-5.1-codex", "input": "hi"}).to_string();
+    let refused = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer sk-sl-wrong\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let next = format!("GET /healthz HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+    for (call, status) in [(refused, " 401 "), (next, " 200 ")] {
+        tcp.write_all(call.as_bytes()).await.unwrap();
+        let head = read_response(&mut tcp).await;
+        assert!(head.lines().next().unwrap().contains(status), "{head}");
+        assert!(!head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    }
     let resp = r
         .http
         .post(format!("{}/v1/responses", r.t.base))
         .bearer_auth("sk-sl-wrong")
-        .json(&json!({"model": "gpt-5.1-codex", "input": "hi"}))
+        .body(format!("{{\"model\": \"gpt-5.1-codex\", \"input\": \"{}\"}}", "x".repeat(100 * 1024)))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(connection(&resp).as_deref(), Some("close"), "the key is checked before the body is read");
+    assert_eq!(connection(&resp).as_deref(), Some("close"), "a larger body is not read for a refusal");
     let resp = r.sign_in("wrong-password").await;
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(connection(&resp), None, "the password was read from the body");
     let resp = r.sign_in(common::ADMIN_PASSWORD).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(connection(&resp), None);
+}
+
+/// Reads one response from `tcp` (its head, then a `content-length` body) and returns the head.
+async fn read_response(tcp: &mut tokio::net::TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut byte)).await.unwrap().unwrap();
+        assert_eq!(n, 1, "the connection ended after {:?}", String::from_utf8_lossy(&buf));
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0usize);
+    let mut body = vec![0u8; length];
+    tcp.read_exact(&mut body).await.unwrap();
+    head
 }
 
 /// A non-streaming upstream answer is read up to a cap: a larger one is a 502, not a buffer.
