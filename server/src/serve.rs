@@ -600,9 +600,9 @@ where
         }
         let (parts, body) = req.into_parts();
         let read = (!http_body::Body::is_end_stream(&body)).then(|| {
-            // (a client that waits for `100 Continue` is not asked for a body only to drop it)
-            let small = http_body::Body::size_hint(&body).upper().is_some_and(|n| n <= DRAIN_MAX);
-            Arc::new(BodyWatch::new(small && !parts.headers.contains_key(header::EXPECT)))
+            let drainable = http_body::Body::size_hint(&body).upper().is_some_and(|n| n <= DRAIN_MAX)
+                && connection_may_stay(&parts);
+            Arc::new(BodyWatch::new(drainable.then(|| Arc::clone(&self.lifecycle))))
         });
         let body = match &read {
             Some(read) => Body::new(Watched { body, watch: Arc::clone(read) }),
@@ -667,8 +667,12 @@ where
                 // client is told the connection ends, or it may send its next request on it as
                 // it closes. (A success that leaves a small body unread keeps it.)
                 match watch.left_unread() {
-                    Some(body) => Box::pin(drain(body, resp)),
-                    None => {
+                    Some((body, lifecycle)) if !lifecycle.shutdown.is_cancelled() => {
+                        // (work a shutdown waits for, as the call was)
+                        let draining = lifecycle.tasks.track_future(drain(body, resp));
+                        Box::pin(draining)
+                    }
+                    _ => {
                         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                         return std::task::Poll::Ready(Ok(resp));
                     }
@@ -687,9 +691,20 @@ where
 const DRAIN_MAX: u64 = 64 * 1024;
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
+/// Whether hyper may keep the connection after this request: not when the client said it ends
+/// it, nor for HTTP/1.0 (reading the rest of a refused body would then be wasted).
+fn connection_may_stay(parts: &axum::http::request::Parts) -> bool {
+    let closes = parts.headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str().is_ok_and(|v| v.split(',').any(|token| token.trim().eq_ignore_ascii_case("close")))
+    });
+    // (a client that waits for `100 Continue` is not asked for a body only to drop it)
+    parts.version >= axum::http::Version::HTTP_11 && !closes && !parts.headers.contains_key(header::EXPECT)
+}
+
 /// Reads the rest of a refused request's small body and drops it, then answers with `resp`: the
-/// connection can carry the client's next request. A body that errs, grows past [`DRAIN_MAX`] or
-/// does not end within [`DRAIN_WAIT`] (the client is slow or gone) ends the connection instead.
+/// connection can carry the client's next request. A body that errs, grows past [`DRAIN_MAX`],
+/// stops short of its length (hyper's body ends early when the connection fails) or does not end
+/// within [`DRAIN_WAIT`] (the client is slow or gone) ends the connection instead.
 async fn drain(mut body: Body, mut resp: Response) -> Response {
     use http_body_util::BodyExt as _;
     let read_all = async {
@@ -700,7 +715,7 @@ async fn drain(mut body: Body, mut resp: Response) -> Response {
             let Some(rest) = left.checked_sub(len) else { return false };
             left = rest;
         }
-        true
+        http_body::Body::is_end_stream(&body)
     };
     if !matches!(tokio::time::timeout(DRAIN_WAIT, read_all).await, Ok(true)) {
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -717,21 +732,22 @@ fn panicked() -> Response {
 /// and, when it was dropped unread and is small enough to read on, the body itself.
 struct BodyWatch {
     read: AtomicBool,
-    /// The body may be handed back when dropped unread ([`DRAIN_MAX`] or less, and no client
-    /// waiting for `100 Continue`).
-    drainable: bool,
+    /// Present when the body is handed back if dropped unread ([`DRAIN_MAX`] or less, and a
+    /// connection that may stay: see [`connection_may_stay`]); the drain is tracked there.
+    drain_in: Option<Arc<Lifecycle>>,
     /// (locked once, by the drop that hands it back)
     unread: std::sync::Mutex<Option<Body>>,
 }
 
 impl BodyWatch {
-    fn new(drainable: bool) -> Self {
-        BodyWatch { read: AtomicBool::new(false), drainable, unread: std::sync::Mutex::new(None) }
+    fn new(drain_in: Option<Arc<Lifecycle>>) -> Self {
+        BodyWatch { read: AtomicBool::new(false), drain_in, unread: std::sync::Mutex::new(None) }
     }
 
-    /// The body the routes dropped unread, when it was handed back.
-    fn left_unread(&self) -> Option<Body> {
-        self.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    /// The body the routes dropped unread, when it was handed back, with where to drain it.
+    fn left_unread(&self) -> Option<(Body, &Arc<Lifecycle>)> {
+        let body = self.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
+        Some((body, self.drain_in.as_ref()?))
     }
 }
 
@@ -744,7 +760,7 @@ struct Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        if self.watch.drainable && !self.watch.read.load(Ordering::Relaxed) {
+        if self.watch.drain_in.is_some() && !self.watch.read.load(Ordering::Relaxed) {
             let body = std::mem::replace(&mut self.body, Body::empty());
             *self.watch.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(body);
         }
@@ -945,7 +961,7 @@ mod tests {
             }
             Ok::<_, std::convert::Infallible>(StatusCode::UNAUTHORIZED.into_response())
         });
-        let (app, _lifecycle) = door(routes);
+        let (app, lifecycle) = door(routes);
         let connection = |req: Request| {
             let app = app.clone();
             async move { app.oneshot(req).await.unwrap().headers().get(header::CONNECTION).cloned() }
@@ -961,10 +977,38 @@ mod tests {
         waits.headers_mut().insert(header::EXPECT, HeaderValue::from_static("100-continue"));
         assert_eq!(connection(waits).await.unwrap(), "close", "nor one the client waits to send");
         let started = tokio::time::Instant::now();
-        let stalled = Request::post("/refuses").body(Body::new(Stalled)).unwrap();
-        assert_eq!(connection(stalled).await.unwrap(), "close", "a body that does not come ends it");
-        assert_eq!(started.elapsed(), DRAIN_WAIT, "after waiting for it this long");
+        let stalled = tokio::spawn(connection(Request::post("/refuses").body(Body::new(Stalled)).unwrap()));
+        tokio::time::sleep(DRAIN_WAIT / 2).await;
+        assert_eq!(lifecycle.tasks.len(), 1, "a shutdown waits for the read, as for the call");
+        assert_eq!(stalled.await.unwrap().unwrap(), "close", "a body that does not come ends it");
+        assert!(started.elapsed() >= DRAIN_WAIT, "after waiting for it this long");
+        assert_eq!(lifecycle.tasks.len(), 0);
         assert_eq!(connection(post("/reads", "{\"model\":\"m\"}")).await, None);
         assert_eq!(connection(post("/refuses", "")).await, None, "no body, nothing left unread");
+        let mut ends = post("/refuses", "{}");
+        ends.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Close"));
+        assert_eq!(connection(ends).await.unwrap(), "close", "not read when the client ends the connection");
+        let mut old = post("/refuses", "{}");
+        *old.version_mut() = axum::http::Version::HTTP_10;
+        assert_eq!(connection(old).await.unwrap(), "close", "nor for HTTP/1.0");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_once_shutdown_has_begun_reads_no_body_and_ends_the_connection() {
+        let shutdown = CancellationToken::new();
+        let during = shutdown.clone();
+        let routes = tower::service_fn(move |_: Request| {
+            // (shutdown begins while this call is served)
+            during.cancel();
+            async { Ok::<_, std::convert::Infallible>(StatusCode::SERVICE_UNAVAILABLE.into_response()) }
+        });
+        let (mut app, lifecycle) = door(routes);
+        app.lifecycle = Arc::new(Lifecycle {
+            shutdown,
+            hard_stop: lifecycle.hard_stop.clone(),
+            tasks: lifecycle.tasks.clone(),
+        });
+        let resp = app.oneshot(post("/refuses", "{}")).await.unwrap();
+        assert_eq!(resp.headers()[header::CONNECTION], "close");
     }
 }

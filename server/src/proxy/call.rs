@@ -253,7 +253,9 @@ impl From<GatewayError> for Refused {
 /// holds a workspace and a member slot, so one member uploading slowly cannot pin more of the
 /// workspace than their own concurrency. A member over their concurrency is refused before the
 /// body is read (their record has the model only when the path names it); the RPM is counted
-/// only for a request that could be read.
+/// only for a request that could be read. (A refused request's body of 64 KiB or less is then
+/// read and dropped by the front door, outside any slot, so its connection stays: see
+/// `serve::FrontDoor`.)
 async fn admit(
     s: &AppState,
     spec: Spec,
