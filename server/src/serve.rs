@@ -618,7 +618,14 @@ where
                     .track_future(std::panic::AssertUnwindSafe(serving).catch_unwind()),
                 read,
             },
-            Err(_) => FrontDoorFuture::Answered { resp: Some(panicked()) },
+            Err(_) => {
+                let mut resp = panicked();
+                if read.is_some() {
+                    // (its body, if any was left, went with the panic: the connection ends)
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                FrontDoorFuture::Answered { resp: Some(resp) }
+            }
         }
     }
 }
@@ -894,6 +901,10 @@ mod tests {
             let resp = app.clone().oneshot(post(path, "")).await.unwrap();
             assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR, "{path}");
         }
+        let resp = app.clone().oneshot(post("/panics-at-call", "{}")).await.unwrap();
+        assert_eq!(resp.headers()[header::CONNECTION], "close", "its body went unread with the panic");
+        let resp = app.clone().oneshot(post("/panics-when-polled", "{}")).await.unwrap();
+        assert_eq!(resp.headers().get(header::CONNECTION), None, "its small body was read after the panic");
         let resp = app.clone().oneshot(post("/fine", "")).await.unwrap();
         assert_eq!(resp.status(), StatusCode::NO_CONTENT);
         assert!(lifecycle.tasks.is_empty(), "a panicked call is no longer in flight");
