@@ -602,7 +602,7 @@ where
         let read = (!http_body::Body::is_end_stream(&body)).then(|| {
             let drainable = http_body::Body::size_hint(&body).upper().is_some_and(|n| n <= DRAIN_MAX)
                 && connection_may_stay(&parts);
-            Arc::new(BodyWatch::new(drainable.then(|| Arc::clone(&self.lifecycle))))
+            Arc::new(BodyWatch::new(drainable))
         });
         let body = match &read {
             Some(read) => Body::new(Watched { body, watch: Arc::clone(read) }),
@@ -612,16 +612,14 @@ where
         let inner = &mut self.inner;
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || inner.call(req))) {
             Ok(serving) => FrontDoorFuture::Serving {
-                serving: self
-                    .lifecycle
-                    .tasks
-                    .track_future(std::panic::AssertUnwindSafe(serving).catch_unwind()),
+                serving: std::panic::AssertUnwindSafe(serving).catch_unwind(),
+                in_flight: self.lifecycle.tasks.token(),
                 read,
             },
             Err(_) => {
                 let mut resp = panicked();
                 if read.is_some() {
-                    // (its body, if any was left, went with the panic: the connection ends)
+                    // (the routes never read its body: the connection ends rather than wait for it)
                     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
                 FrontDoorFuture::Answered { resp: Some(resp) }
@@ -637,7 +635,9 @@ pin_project_lite::pin_project! {
         Answered { resp: Option<Response> },
         Serving {
             #[pin]
-            serving: tokio_util::task::task_tracker::TrackedFuture<futures_util::future::CatchUnwind<std::panic::AssertUnwindSafe<F>>>,
+            serving: futures_util::future::CatchUnwind<std::panic::AssertUnwindSafe<F>>,
+            // (work a shutdown waits for, from the call until its answer, a drain included)
+            in_flight: tokio_util::task::task_tracker::TaskTrackerToken,
             read: Option<Arc<BodyWatch>>,
         },
         // A refusal waiting while the rest of its request's small body is read (see [`drain`]).
@@ -658,7 +658,7 @@ where
                 return std::task::Poll::Ready(Ok(resp.take().unwrap_or_else(panicked)));
             }
             Call::Draining { draining } => return draining.as_mut().poll(cx).map(Ok),
-            Call::Serving { serving, read } => {
+            Call::Serving { serving, in_flight, read } => {
                 let mut resp = match std::task::ready!(serving.poll(cx)) {
                     Ok(Ok(resp)) => resp,
                     Ok(Err(never)) => match never {},
@@ -673,12 +673,10 @@ where
                 // the body happens to be in already. A small rest is read first; otherwise the
                 // client is told the connection ends, or it may send its next request on it as
                 // it closes. (A success that leaves a small body unread keeps it.)
+                // (a shutdown closes the tracker as it begins: then nothing more is read)
+                let tasks = in_flight.task_tracker();
                 match watch.left_unread() {
-                    Some((body, lifecycle)) if !lifecycle.shutdown.is_cancelled() => {
-                        // (work a shutdown waits for, as the call was)
-                        let draining = lifecycle.tasks.track_future(drain(body, resp));
-                        Box::pin(draining)
-                    }
+                    Some(body) if !tasks.is_closed() => Box::pin(tasks.track_future(drain(body, resp))),
                     _ => {
                         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                         return std::task::Poll::Ready(Ok(resp));
@@ -739,22 +737,21 @@ fn panicked() -> Response {
 /// and, when it was dropped unread and is small enough to read on, the body itself.
 struct BodyWatch {
     read: AtomicBool,
-    /// Present when the body is handed back if dropped unread ([`DRAIN_MAX`] or less, and a
-    /// connection that may stay: see [`connection_may_stay`]); the drain is tracked there.
-    drain_in: Option<Arc<Lifecycle>>,
+    /// Whether the body is handed back when dropped unread ([`DRAIN_MAX`] or less, and a
+    /// connection that may stay: see [`connection_may_stay`]).
+    drainable: bool,
     /// (locked once, by the drop that hands it back)
     unread: std::sync::Mutex<Option<Body>>,
 }
 
 impl BodyWatch {
-    fn new(drain_in: Option<Arc<Lifecycle>>) -> Self {
-        BodyWatch { read: AtomicBool::new(false), drain_in, unread: std::sync::Mutex::new(None) }
+    fn new(drainable: bool) -> Self {
+        BodyWatch { read: AtomicBool::new(false), drainable, unread: std::sync::Mutex::new(None) }
     }
 
-    /// The body the routes dropped unread, when it was handed back, with where to drain it.
-    fn left_unread(&self) -> Option<(Body, &Arc<Lifecycle>)> {
-        let body = self.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
-        Some((body, self.drain_in.as_ref()?))
+    /// The body the routes dropped unread, when it was handed back.
+    fn left_unread(&self) -> Option<Body> {
+        self.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
     }
 }
 
@@ -767,7 +764,7 @@ struct Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        if self.watch.drain_in.is_some() && !self.watch.read.load(Ordering::Relaxed) {
+        if self.watch.drainable && !self.watch.read.load(Ordering::Relaxed) {
             let body = std::mem::replace(&mut self.body, Body::empty());
             *self.watch.unread.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(body);
         }
@@ -945,10 +942,14 @@ mod tests {
         assert!(lifecycle.tasks.is_empty());
     }
 
-    /// A body that says how long it is and never comes (a client that stopped sending).
-    struct Stalled;
+    /// A body that says it is 12 bytes long and never sends them: it never comes (a client that
+    /// stopped sending), or it ends at once, short of its length (as hyper's does when its
+    /// connection fails).
+    struct Promised {
+        ends_short: bool,
+    }
 
-    impl http_body::Body for Stalled {
+    impl http_body::Body for Promised {
         type Data = axum::body::Bytes;
         type Error = std::convert::Infallible;
 
@@ -956,7 +957,7 @@ mod tests {
             self: Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-            std::task::Poll::Pending
+            if self.ends_short { std::task::Poll::Ready(None) } else { std::task::Poll::Pending }
         }
 
         fn size_hint(&self) -> http_body::SizeHint {
@@ -988,12 +989,16 @@ mod tests {
         waits.headers_mut().insert(header::EXPECT, HeaderValue::from_static("100-continue"));
         assert_eq!(connection(waits).await.unwrap(), "close", "nor one the client waits to send");
         let started = tokio::time::Instant::now();
-        let stalled = tokio::spawn(connection(Request::post("/refuses").body(Body::new(Stalled)).unwrap()));
+        let stalled = tokio::spawn(connection(
+            Request::post("/refuses").body(Body::new(Promised { ends_short: false })).unwrap(),
+        ));
         tokio::time::sleep(DRAIN_WAIT / 2).await;
         assert_eq!(lifecycle.tasks.len(), 1, "a shutdown waits for the read, as for the call");
         assert_eq!(stalled.await.unwrap().unwrap(), "close", "a body that does not come ends it");
         assert!(started.elapsed() >= DRAIN_WAIT, "after waiting for it this long");
         assert_eq!(lifecycle.tasks.len(), 0);
+        let short = Request::post("/refuses").body(Body::new(Promised { ends_short: true })).unwrap();
+        assert_eq!(connection(short).await.unwrap(), "close", "nor one that ends short of its length");
         assert_eq!(connection(post("/reads", "{\"model\":\"m\"}")).await, None);
         assert_eq!(connection(post("/refuses", "")).await, None, "no body, nothing left unread");
         let mut ends = post("/refuses", "{}");
@@ -1006,19 +1011,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_once_shutdown_has_begun_reads_no_body_and_ends_the_connection() {
-        let shutdown = CancellationToken::new();
-        let during = shutdown.clone();
+        let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let (during, closing) = (shutdown.clone(), tasks.clone());
         let routes = tower::service_fn(move |_: Request| {
-            // (shutdown begins while this call is served)
+            // (shutdown begins while this call is served: the token, then the tracker closed)
             during.cancel();
+            closing.close();
             async { Ok::<_, std::convert::Infallible>(StatusCode::SERVICE_UNAVAILABLE.into_response()) }
         });
         let (mut app, lifecycle) = door(routes);
-        app.lifecycle = Arc::new(Lifecycle {
-            shutdown,
-            hard_stop: lifecycle.hard_stop.clone(),
-            tasks: lifecycle.tasks.clone(),
-        });
+        app.lifecycle = Arc::new(Lifecycle { shutdown, hard_stop: lifecycle.hard_stop.clone(), tasks });
         let resp = app.oneshot(post("/refuses", "{}")).await.unwrap();
         assert_eq!(resp.headers()[header::CONNECTION], "close");
     }
