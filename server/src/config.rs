@@ -434,6 +434,58 @@ pub struct UpstreamUrls {
     pub google_token_url: url::Url,
     pub openai_base_url: url::Url,
     pub anthropic_base_url: url::Url,
+    /// The model-call URLs, joined from the bases above once, here.
+    pub endpoints: Endpoints,
+}
+
+/// Each model-call URL: a base URL joined with its operation's path. Joined when the settings are
+/// resolved, not per call: joining parses the path again, and that was the largest part of
+/// building a call's upstream request.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub codex_responses: url::Url,
+    pub codex_compact: url::Url,
+    pub openai_responses: url::Url,
+    pub openai_compact: url::Url,
+    pub claude_messages: url::Url,
+    pub claude_count_tokens: url::Url,
+    /// Without a query: the client's `beta` is added per call.
+    pub anthropic_messages: url::Url,
+    pub anthropic_count_tokens: url::Url,
+    pub antigravity_generate: url::Url,
+    pub antigravity_stream: url::Url,
+}
+
+impl Endpoints {
+    fn join(
+        codex: &url::Url,
+        openai: &url::Url,
+        claude: &url::Url,
+        anthropic: &url::Url,
+        antigravity: &url::Url,
+    ) -> Self {
+        Endpoints {
+            codex_responses: joined(codex, "/responses"),
+            codex_compact: joined(codex, "/responses/compact"),
+            openai_responses: joined(openai, "/responses"),
+            openai_compact: joined(openai, "/responses/compact"),
+            claude_messages: joined(claude, "/v1/messages?beta=true"),
+            claude_count_tokens: joined(claude, "/v1/messages/count_tokens?beta=true"),
+            anthropic_messages: joined(anthropic, "/v1/messages"),
+            anthropic_count_tokens: joined(anthropic, "/v1/messages/count_tokens"),
+            antigravity_generate: joined(antigravity, "/v1internal:generateContent"),
+            antigravity_stream: joined(antigravity, "/v1internal:streamGenerateContent?alt=sse"),
+        }
+    }
+}
+
+/// `path` (with its query, if any) after `base`'s own path; `base`'s query is not kept.
+fn joined(base: &url::Url, path: &str) -> url::Url {
+    let (path, query) = path.split_once('?').map_or((path, None), |(p, q)| (p, Some(q)));
+    let mut url = base.clone();
+    url.set_path(&format!("{}{path}", base.path().trim_end_matches('/')));
+    url.set_query(query);
+    url
 }
 
 impl Settings {
@@ -725,16 +777,30 @@ impl Settings {
                 otlp_endpoint: self.observability.otlp_endpoint,
             },
             prices,
-            upstream: UpstreamUrls {
-                codex_base_url: url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?,
-                codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,
-                codex_token_url: url(u.codex_token_url, DEFAULT_CODEX_TOKEN_URL)?,
-                claude_base_url: url(u.claude_base_url, DEFAULT_CLAUDE_BASE_URL)?,
-                claude_token_url: url(u.claude_token_url, DEFAULT_CLAUDE_TOKEN_URL)?,
-                antigravity_base_url: url(u.antigravity_base_url, DEFAULT_ANTIGRAVITY_BASE_URL)?,
-                google_token_url: url(u.google_token_url, DEFAULT_GOOGLE_TOKEN_URL)?,
-                openai_base_url: url(u.openai_base_url, DEFAULT_OPENAI_BASE_URL)?,
-                anthropic_base_url: url(u.anthropic_base_url, DEFAULT_ANTHROPIC_BASE_URL)?,
+            upstream: {
+                let codex_base_url = url(u.codex_base_url, DEFAULT_CODEX_BASE_URL)?;
+                let claude_base_url = url(u.claude_base_url, DEFAULT_CLAUDE_BASE_URL)?;
+                let antigravity_base_url = url(u.antigravity_base_url, DEFAULT_ANTIGRAVITY_BASE_URL)?;
+                let openai_base_url = url(u.openai_base_url, DEFAULT_OPENAI_BASE_URL)?;
+                let anthropic_base_url = url(u.anthropic_base_url, DEFAULT_ANTHROPIC_BASE_URL)?;
+                UpstreamUrls {
+                    endpoints: Endpoints::join(
+                        &codex_base_url,
+                        &openai_base_url,
+                        &claude_base_url,
+                        &anthropic_base_url,
+                        &antigravity_base_url,
+                    ),
+                    codex_base_url,
+                    codex_usage_url: url(u.codex_usage_url, DEFAULT_CODEX_USAGE_URL)?,
+                    codex_token_url: url(u.codex_token_url, DEFAULT_CODEX_TOKEN_URL)?,
+                    claude_base_url,
+                    claude_token_url: url(u.claude_token_url, DEFAULT_CLAUDE_TOKEN_URL)?,
+                    antigravity_base_url,
+                    google_token_url: url(u.google_token_url, DEFAULT_GOOGLE_TOKEN_URL)?,
+                    openai_base_url,
+                    anthropic_base_url,
+                }
             },
             oauth: OAuthClients {
                 codex: OAuthClient {

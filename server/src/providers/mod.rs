@@ -128,17 +128,11 @@ pub fn target(
     let mut headers = pass_through(client);
     let bearer = |h: &mut HeaderMap, token: &str| -> Result<(), TargetError> {
         let v =
-            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| TargetError::WrongCredential)?;
+            HeaderValue::from_str(&["Bearer ", token].concat()).map_err(|_| TargetError::WrongCredential)?;
         h.insert(axum::http::header::AUTHORIZATION, v);
         Ok(())
     };
-    let join = |base: &url::Url, path: &str| {
-        let (path, query) = path.split_once('?').map_or((path, None), |(p, q)| (p, Some(q)));
-        let mut url = base.clone();
-        url.set_path(&format!("{}{path}", base.path().trim_end_matches('/')));
-        url.set_query(query);
-        url
-    };
+    let at = &urls.endpoints;
     let (url, force_stream, force_no_store) = match (provider, credentials, op) {
         (Provider::Codex, CredentialInput::OAuth { access_token, provider_account_id, .. }, _) => {
             bearer(&mut headers, access_token)?;
@@ -146,12 +140,8 @@ pub fn target(
                 headers.insert(HeaderName::from_static("chatgpt-account-id"), id);
             }
             match op {
-                Operation::Responses | Operation::ChatCompletions => {
-                    (join(&urls.codex_base_url, "/responses"), true, true)
-                }
-                Operation::ResponsesCompact => {
-                    (join(&urls.codex_base_url, "/responses/compact"), false, false)
-                }
+                Operation::Responses | Operation::ChatCompletions => (at.codex_responses.clone(), true, true),
+                Operation::ResponsesCompact => (at.codex_compact.clone(), false, false),
                 _ => return Err(TargetError::Unsupported),
             }
         }
@@ -159,11 +149,9 @@ pub fn target(
             bearer(&mut headers, api_key)?;
             match op {
                 Operation::Responses | Operation::ChatCompletions => {
-                    (join(&urls.openai_base_url, "/responses"), false, false)
+                    (at.openai_responses.clone(), false, false)
                 }
-                Operation::ResponsesCompact => {
-                    (join(&urls.openai_base_url, "/responses/compact"), false, false)
-                }
+                Operation::ResponsesCompact => (at.openai_compact.clone(), false, false),
                 _ => return Err(TargetError::Unsupported),
             }
         }
@@ -173,11 +161,9 @@ pub fn target(
             default_version(&mut headers);
             match op {
                 Operation::Messages | Operation::ChatCompletions => {
-                    (join(&urls.claude_base_url, "/v1/messages?beta=true"), false, false)
+                    (at.claude_messages.clone(), false, false)
                 }
-                Operation::CountTokens => {
-                    (join(&urls.claude_base_url, "/v1/messages/count_tokens?beta=true"), false, false)
-                }
+                Operation::CountTokens => (at.claude_count_tokens.clone(), false, false),
                 _ => return Err(TargetError::Unsupported),
             }
         }
@@ -185,12 +171,11 @@ pub fn target(
             let v = HeaderValue::from_str(api_key).map_err(|_| TargetError::WrongCredential)?;
             headers.insert(HeaderName::from_static("x-api-key"), v);
             default_version(&mut headers);
-            let path = match op {
-                Operation::Messages | Operation::ChatCompletions => "/v1/messages",
-                Operation::CountTokens => "/v1/messages/count_tokens",
+            let mut url = match op {
+                Operation::Messages | Operation::ChatCompletions => at.anthropic_messages.clone(),
+                Operation::CountTokens => at.anthropic_count_tokens.clone(),
                 _ => return Err(TargetError::Unsupported),
             };
-            let mut url = join(&urls.anthropic_base_url, path);
             url.set_query(defined_query(query, &["beta"]).as_deref());
             (url, false, false)
         }
@@ -200,10 +185,8 @@ pub fn target(
             let project = provider_account_id.clone().ok_or(TargetError::WrongCredential)?;
             headers.insert(axum::http::header::USER_AGENT, HeaderValue::from_static(ANTIGRAVITY_USER_AGENT));
             let url = match op {
-                Operation::GeminiGenerate => join(&urls.antigravity_base_url, "/v1internal:generateContent"),
-                Operation::GeminiStream => {
-                    join(&urls.antigravity_base_url, "/v1internal:streamGenerateContent?alt=sse")
-                }
+                Operation::GeminiGenerate => at.antigravity_generate.clone(),
+                Operation::GeminiStream => at.antigravity_stream.clone(),
                 _ => return Err(TargetError::Unsupported),
             };
             return Ok(Target {
