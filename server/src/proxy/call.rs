@@ -11,7 +11,7 @@ use app::model::Provider;
 use axum::{
     body::{Body, Bytes},
     extract::Request,
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::StreamExt;
@@ -151,6 +151,13 @@ async fn handle_call(
     answered(&s, resp, &request_id, start.at, stopwatch.as_deref())
 }
 
+/// Headers SubLane adds to an answer, named once: a name given as text is checked byte by byte
+/// on every insert.
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const OVERHEAD_MS: HeaderName = HeaderName::from_static("x-sublane-overhead-ms");
+const QUEUE_MS: HeaderName = HeaderName::from_static("x-sublane-queue-ms");
+const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
 /// The answer's request id and, BEY-4, the time the gateway itself spent on it (everything but
 /// the queue and the upstream) and any queue wait, as headers and in the metrics.
 fn answered(
@@ -165,12 +172,12 @@ fn answered(
     s.metrics.overhead(overhead);
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&crate::metrics::millis(overhead)) {
-        h.insert("x-sublane-overhead-ms", v);
+        h.insert(OVERHEAD_MS, v);
     }
     if !queue.is_zero()
         && let Ok(v) = HeaderValue::from_str(&crate::metrics::millis(queue))
     {
-        h.insert("x-sublane-queue-ms", v);
+        h.insert(QUEUE_MS, v);
     }
     with_request_id(resp, request_id)
 }
@@ -204,7 +211,7 @@ pub(super) async fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
 
 fn with_request_id(mut resp: Response, request_id: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        resp.headers_mut().insert("x-request-id", v);
+        resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
 }
@@ -483,7 +490,7 @@ fn answer<'a>(
             if let Some(h) = builder.headers_mut() {
                 copy_headers(upstream.headers(), h);
                 h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-                h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+                h.insert(ACCEL_BUFFERING, HeaderValue::from_static("no"));
             }
             let timing = Timing {
                 started: attempt.started,

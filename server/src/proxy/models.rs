@@ -150,7 +150,7 @@ async fn served_models(
     };
     let mut resp = Json(body).into_response();
     if let Ok(v) = request_id.parse() {
-        resp.headers_mut().insert("x-request-id", v);
+        resp.headers_mut().insert(super::call::REQUEST_ID, v);
     }
     resp
 }
