@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use sqlx::{Connection as _, Sqlite, SqliteConnection, SqlitePool, pool::PoolConnection};
+use sqlx::{
+    Connection as _, Sqlite, SqliteConnection, SqlitePool, pool::PoolConnection, sqlite::SqliteArguments,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -201,32 +203,28 @@ async fn write_batch(
     // statement. SQLite only; PostgreSQL has no such clause and needs none.
     // (in eight statement shapes, each prepared once: see `db::statement_sized`)
     for chunk in crate::db::statement_sized(batch, INSERT_ROWS) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT OR ROLLBACK INTO request_records (request_id, member_id, key_id, pool_id, account_id, provider, model,
-                operation, started_at_ms, duration_ms, first_output_ms, outcome, error_code, upstream_status,
-                input_tokens, output_tokens, cached_tokens, routing) ",
-        );
-        insert.push_values(chunk, |mut row, r| {
-            row.push_bind(&r.request_id)
-                .push_bind(r.member_id)
-                .push_bind(r.key_id)
-                .push_bind(r.pool_id)
-                .push_bind(r.account_id)
-                .push_bind(r.provider)
-                .push_bind(&r.model)
-                .push_bind(r.operation)
-                .push_bind(r.started_at_ms)
-                .push_bind(r.duration_ms)
-                .push_bind(r.first_output_ms)
-                .push_bind(r.outcome.as_str())
-                .push_bind(r.error_code.as_deref())
-                .push_bind(r.upstream_status.map(i64::from))
-                .push_bind(r.usage.input)
-                .push_bind(r.usage.output)
-                .push_bind(r.usage.cached)
-                .push_bind(r.routing.as_deref());
-        });
-        insert.build().execute(&mut *tx).await?;
+        let mut row = SqliteArguments::default();
+        for r in chunk {
+            add(&mut row, &r.request_id)?;
+            add(&mut row, r.member_id)?;
+            add(&mut row, r.key_id)?;
+            add(&mut row, r.pool_id)?;
+            add(&mut row, r.account_id)?;
+            add(&mut row, r.provider)?;
+            add(&mut row, &r.model)?;
+            add(&mut row, r.operation)?;
+            add(&mut row, r.started_at_ms)?;
+            add(&mut row, r.duration_ms)?;
+            add(&mut row, r.first_output_ms)?;
+            add(&mut row, r.outcome.as_str())?;
+            add(&mut row, r.error_code.as_deref())?;
+            add(&mut row, r.upstream_status.map(i64::from))?;
+            add(&mut row, r.usage.input)?;
+            add(&mut row, r.usage.output)?;
+            add(&mut row, r.usage.cached)?;
+            add(&mut row, r.routing.as_deref())?;
+        }
+        sqlx::query_with(insert_statement(chunk.len()), row).execute(&mut *tx).await?;
     }
     touch_keys(&mut tx, batch).await?;
     crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
@@ -238,6 +236,56 @@ async fn write_batch(
     }
     crate::usage::prune(&mut tx, now_ms, zone).await?;
     tx.commit().await
+}
+
+/// The columns of a record, in the order [`write_batch`] binds them.
+const INSERT_COLUMNS: [&str; 18] = [
+    "request_id",
+    "member_id",
+    "key_id",
+    "pool_id",
+    "account_id",
+    "provider",
+    "model",
+    "operation",
+    "started_at_ms",
+    "duration_ms",
+    "first_output_ms",
+    "outcome",
+    "error_code",
+    "upstream_status",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "routing",
+];
+
+/// The INSERT of `rows` records (a power of two up to [`INSERT_ROWS`], as `db::statement_sized`
+/// cuts a batch), its text made once: a query builder wrote the placeholders anew for every
+/// record, through `fmt`, and that was most of the writer's own work per record.
+fn insert_statement(rows: usize) -> &'static str {
+    static SHAPES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let shapes = SHAPES.get_or_init(|| {
+        let one = format!("({})", vec!["?"; INSERT_COLUMNS.len()].join(", "));
+        (0..=INSERT_ROWS.ilog2())
+            .map(|shape| {
+                format!(
+                    "INSERT OR ROLLBACK INTO request_records ({}) VALUES {}",
+                    INSERT_COLUMNS.join(", "),
+                    vec![one.as_str(); 1 << shape].join(", ")
+                )
+            })
+            .collect()
+    });
+    &shapes[rows.ilog2() as usize]
+}
+
+/// Binds one value of a record.
+fn add<'q, T>(args: &mut SqliteArguments<'q>, value: T) -> sqlx::Result<()>
+where
+    T: 'q + sqlx::Encode<'q, Sqlite> + sqlx::Type<Sqlite>,
+{
+    sqlx::Arguments::add(args, value).map_err(sqlx::Error::Encode)
 }
 
 /// Stamps each used key's `last_used_at` (unix seconds) once per batch, never moving it back.
@@ -317,6 +365,17 @@ mod tests {
         }
         assert_eq!(shapes.len(), 8, "{shapes:?}");
     }
+
+    #[test]
+    fn each_insert_shape_has_a_placeholder_per_column_and_row() {
+        for shape in 0..=INSERT_ROWS.ilog2() {
+            let rows = 1 << shape;
+            let sql = insert_statement(rows);
+            assert_eq!(sql.matches('?').count(), rows * INSERT_COLUMNS.len(), "{rows} rows");
+            assert_eq!(sql.matches('(').count(), rows + 1, "{rows} rows");
+        }
+    }
+
     use crate::{
         clock::{Clock, FakeClock},
         test_support::{open_db, record},

@@ -128,8 +128,15 @@ pub async fn add(
     names: &mut Names,
 ) -> sqlx::Result<()> {
     let mut rows: BTreeMap<Key, UsageTotals> = BTreeMap::new();
+    // The day of the last record's second: a batch's records mostly share one, and a zone's day
+    // changes only on a whole second (offsets are whole seconds), so its conversion is made once.
+    let mut last: Option<(i64, NaiveDate)> = None;
     for r in batch {
-        let day = day_of(r.started_at_ms, zone);
+        let second = r.started_at_ms.div_euclid(1000);
+        let day = match last {
+            Some((s, day)) if s == second => day,
+            _ => last.insert((second, day_of(r.started_at_ms, zone))).1,
+        };
         let key = Key {
             day,
             member_id: r.member_id,
