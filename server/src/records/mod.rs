@@ -80,5 +80,26 @@ pub struct NewRecord {
 
 /// Cuts a model id to [`MAX_MODEL_LEN`] characters.
 pub fn bounded_model(model: &str) -> String {
-    model.chars().take(MAX_MODEL_LEN).collect()
+    // (one copy of the bytes kept, not a string grown char by char)
+    let end = model.char_indices().nth(MAX_MODEL_LEN).map_or(model.len(), |(at, _)| at);
+    model[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_id_is_cut_to_its_first_characters_not_bytes() {
+        assert_eq!(bounded_model("gpt-5.5"), "gpt-5.5");
+        assert_eq!(bounded_model(""), "");
+        let exact = "m".repeat(MAX_MODEL_LEN);
+        assert_eq!(bounded_model(&exact), exact);
+        assert_eq!(bounded_model(&format!("{exact}x")), exact);
+        // three bytes a character: cut after 128 characters, on a character's edge
+        let wide = "模".repeat(MAX_MODEL_LEN + 5);
+        let cut = bounded_model(&wide);
+        assert_eq!(cut.chars().count(), MAX_MODEL_LEN);
+        assert_eq!(cut.len(), 3 * MAX_MODEL_LEN);
+    }
 }
