@@ -434,7 +434,9 @@ pub struct UpstreamUrls {
     pub google_token_url: url::Url,
     pub openai_base_url: url::Url,
     pub anthropic_base_url: url::Url,
-    /// The model-call URLs, joined from the bases above once, here.
+    /// The model-call URLs, joined from the bases above once, when the settings are resolved
+    /// (the only place this struct is made). A base changed afterwards would leave them stale:
+    /// make a new `UpstreamUrls` instead.
     pub endpoints: Endpoints,
 }
 

@@ -111,9 +111,9 @@ impl Checked {
         for st in &self.headers {
             let m = st.policy.metric;
             let [limit, remaining, reset] = header_names(m);
-            let mut put = |name: &'static str, value: String| {
+            let mut put = |name: HeaderName, value: String| {
                 if let Ok(value) = HeaderValue::try_from(value) {
-                    to.insert(HeaderName::from_static(name), value);
+                    to.insert(name, value);
                 }
             };
             put(limit, number(m.shown(st.policy.limit)));
@@ -126,33 +126,49 @@ impl Checked {
 }
 
 /// BUD-3's header names of a metric: limit, remaining, reset.
-fn header_names(m: Metric) -> [&'static str; 3] {
+fn header_names(m: Metric) -> [HeaderName; 3] {
+    // (constants: a name made from text at run time is checked byte by byte on every call)
     match m {
-        Metric::Requests => [
-            "x-sublane-quota-requests-limit",
-            "x-sublane-quota-requests-remaining",
-            "x-sublane-quota-requests-reset",
-        ],
-        Metric::TotalTokens => [
-            "x-sublane-quota-total_tokens-limit",
-            "x-sublane-quota-total_tokens-remaining",
-            "x-sublane-quota-total_tokens-reset",
-        ],
-        Metric::PromptTokens => [
-            "x-sublane-quota-prompt_tokens-limit",
-            "x-sublane-quota-prompt_tokens-remaining",
-            "x-sublane-quota-prompt_tokens-reset",
-        ],
-        Metric::CompletionTokens => [
-            "x-sublane-quota-completion_tokens-limit",
-            "x-sublane-quota-completion_tokens-remaining",
-            "x-sublane-quota-completion_tokens-reset",
-        ],
-        Metric::Credits => [
-            "x-sublane-quota-credits-limit",
-            "x-sublane-quota-credits-remaining",
-            "x-sublane-quota-credits-reset",
-        ],
+        Metric::Requests => {
+            const NAMES: [HeaderName; 3] = [
+                HeaderName::from_static("x-sublane-quota-requests-limit"),
+                HeaderName::from_static("x-sublane-quota-requests-remaining"),
+                HeaderName::from_static("x-sublane-quota-requests-reset"),
+            ];
+            NAMES
+        }
+        Metric::TotalTokens => {
+            const NAMES: [HeaderName; 3] = [
+                HeaderName::from_static("x-sublane-quota-total_tokens-limit"),
+                HeaderName::from_static("x-sublane-quota-total_tokens-remaining"),
+                HeaderName::from_static("x-sublane-quota-total_tokens-reset"),
+            ];
+            NAMES
+        }
+        Metric::PromptTokens => {
+            const NAMES: [HeaderName; 3] = [
+                HeaderName::from_static("x-sublane-quota-prompt_tokens-limit"),
+                HeaderName::from_static("x-sublane-quota-prompt_tokens-remaining"),
+                HeaderName::from_static("x-sublane-quota-prompt_tokens-reset"),
+            ];
+            NAMES
+        }
+        Metric::CompletionTokens => {
+            const NAMES: [HeaderName; 3] = [
+                HeaderName::from_static("x-sublane-quota-completion_tokens-limit"),
+                HeaderName::from_static("x-sublane-quota-completion_tokens-remaining"),
+                HeaderName::from_static("x-sublane-quota-completion_tokens-reset"),
+            ];
+            NAMES
+        }
+        Metric::Credits => {
+            const NAMES: [HeaderName; 3] = [
+                HeaderName::from_static("x-sublane-quota-credits-limit"),
+                HeaderName::from_static("x-sublane-quota-credits-remaining"),
+                HeaderName::from_static("x-sublane-quota-credits-reset"),
+            ];
+            NAMES
+        }
     }
 }
 
@@ -472,7 +488,7 @@ mod tests {
         for m in Metric::ALL {
             let expected =
                 ["limit", "remaining", "reset"].map(|s| format!("x-sublane-quota-{}-{s}", m.as_str()));
-            assert_eq!(header_names(m).map(str::to_owned), expected);
+            assert_eq!(header_names(m).map(|n| n.as_str().to_owned()), expected);
         }
     }
 
