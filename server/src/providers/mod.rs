@@ -324,20 +324,25 @@ fn pass_through(client: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Names set on Claude and Anthropic calls, made once (a name given as text is checked on every
+/// use).
+static ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+
 fn add_beta(headers: &mut HeaderMap, beta: &'static str) {
-    let current = headers.get("anthropic-beta").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let current = headers.get(&ANTHROPIC_BETA).and_then(|v| v.to_str().ok()).unwrap_or("");
     if current.split(',').any(|b| b.trim() == beta) {
         return;
     }
     let joined = if current.trim().is_empty() { beta.to_owned() } else { format!("{current},{beta}") };
     if let Ok(v) = HeaderValue::from_str(&joined) {
-        headers.insert(HeaderName::from_static("anthropic-beta"), v);
+        headers.insert(ANTHROPIC_BETA.clone(), v);
     }
 }
 
 fn default_version(headers: &mut HeaderMap) {
-    if !headers.contains_key("anthropic-version") {
-        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"));
+    if !headers.contains_key(&ANTHROPIC_VERSION) {
+        headers.insert(ANTHROPIC_VERSION.clone(), HeaderValue::from_static("2023-06-01"));
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, sync::RwLock, time::Duration};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, header};
 use sqlx::SqlitePool;
 use tokio::time::Instant;
 
@@ -43,12 +43,15 @@ pub async fn authenticate_request(
 
 /// The key a client presents, from the first header that has one.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    h("authorization")
+    // (names made once: a name looked up as text is checked and hashed anew every time)
+    static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    static X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+    let h = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    h(&header::AUTHORIZATION)
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim)
-        .or_else(|| h("x-api-key"))
-        .or_else(|| h("x-goog-api-key"))
+        .or_else(|| h(&X_API_KEY))
+        .or_else(|| h(&X_GOOG_API_KEY))
         .filter(|k| !k.is_empty())
 }
 

@@ -764,15 +764,17 @@ fn prepare(
                 return Err(Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error));
             }
         };
+    static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
+    static SESSION_ID_DASHED: HeaderName = HeaderName::from_static("session-id");
     // RT-4: a Codex request outside any conversation gets a random upstream session id of its
     // own, so unrelated calls are never grouped upstream.
     if account.provider == Provider::Codex
         && r.conversation.key.is_none()
-        && !target.headers.contains_key("session-id")
-        && !target.headers.contains_key("session_id")
+        && !target.headers.contains_key(&SESSION_ID_DASHED)
+        && !target.headers.contains_key(&SESSION_ID)
         && let Ok(v) = HeaderValue::from_str(&random_session_id())
     {
-        target.headers.insert("session-id", v);
+        target.headers.insert(SESSION_ID_DASHED.clone(), v);
     }
     let force_stream = target.force_stream && !r.client_streams;
     // BEY-3: a Chat Completions body in the chosen account's protocol.

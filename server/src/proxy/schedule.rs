@@ -6,7 +6,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use app::model::Provider;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use serde_json::Value;
 
 use std::sync::Arc;
@@ -37,18 +37,24 @@ impl Conversation {
     /// its `thread-id` (RT-7: parent and review sessions stay separate), and names the parent's
     /// conversation for the preference.
     pub fn of(headers: &HeaderMap, fields: &RoutingFields) -> Self {
-        let header = |name: &str| {
+        // (names made once: a name looked up as text is checked and hashed anew every time)
+        static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
+        static SESSION_ID_DASHED: HeaderName = HeaderName::from_static("session-id");
+        static SUBAGENT: HeaderName = HeaderName::from_static("x-openai-subagent");
+        static PARENT_THREAD: HeaderName = HeaderName::from_static("x-codex-parent-thread-id");
+        static THREAD_ID: HeaderName = HeaderName::from_static("thread-id");
+        let header = |name: &HeaderName| {
             headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
         };
-        let session = header("session_id").or_else(|| header("session-id"));
+        let session = header(&SESSION_ID).or_else(|| header(&SESSION_ID_DASHED));
         let cache_key = fields.prompt_cache_key.as_deref().map(str::trim).filter(|k| !k.is_empty());
         let continuation = fields.previous_response_id.as_deref().is_some_and(|id| !id.is_empty());
-        let subagent = header("x-openai-subagent").map(str::to_ascii_lowercase);
-        let parent_thread = header("x-codex-parent-thread-id");
+        let subagent = header(&SUBAGENT).map(str::to_ascii_lowercase);
+        let parent_thread = header(&PARENT_THREAD);
         if let (Some(kind @ ("review" | "guardian" | "codex-auto-review")), Some(parent)) =
             (subagent.as_deref(), parent_thread)
         {
-            let child = header("thread-id").filter(|t| *t != parent).or(cache_key).or(session);
+            let child = header(&THREAD_ID).filter(|t| *t != parent).or(cache_key).or(session);
             return Conversation {
                 key: child.map(|c| ConversationKey::subagent(kind, c)),
                 parent: Some(ConversationKey::session(parent)),
