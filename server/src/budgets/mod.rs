@@ -125,49 +125,57 @@ impl Checked {
     }
 }
 
-/// BUD-3's header names of a metric: limit, remaining, reset.
+/// BUD-3's header names of a metric: limit, remaining, reset. Each set is made at compile time:
+/// a name made from text at run time is checked byte by byte on every call.
 fn header_names(m: Metric) -> [HeaderName; 3] {
-    // (constants: a name made from text at run time is checked byte by byte on every call)
+    const fn names(limit: &'static str, remaining: &'static str, reset: &'static str) -> [HeaderName; 3] {
+        [HeaderName::from_static(limit), HeaderName::from_static(remaining), HeaderName::from_static(reset)]
+    }
     match m {
         Metric::Requests => {
-            const NAMES: [HeaderName; 3] = [
-                HeaderName::from_static("x-sublane-quota-requests-limit"),
-                HeaderName::from_static("x-sublane-quota-requests-remaining"),
-                HeaderName::from_static("x-sublane-quota-requests-reset"),
-            ];
-            NAMES
+            const {
+                names(
+                    "x-sublane-quota-requests-limit",
+                    "x-sublane-quota-requests-remaining",
+                    "x-sublane-quota-requests-reset",
+                )
+            }
         }
         Metric::TotalTokens => {
-            const NAMES: [HeaderName; 3] = [
-                HeaderName::from_static("x-sublane-quota-total_tokens-limit"),
-                HeaderName::from_static("x-sublane-quota-total_tokens-remaining"),
-                HeaderName::from_static("x-sublane-quota-total_tokens-reset"),
-            ];
-            NAMES
+            const {
+                names(
+                    "x-sublane-quota-total_tokens-limit",
+                    "x-sublane-quota-total_tokens-remaining",
+                    "x-sublane-quota-total_tokens-reset",
+                )
+            }
         }
         Metric::PromptTokens => {
-            const NAMES: [HeaderName; 3] = [
-                HeaderName::from_static("x-sublane-quota-prompt_tokens-limit"),
-                HeaderName::from_static("x-sublane-quota-prompt_tokens-remaining"),
-                HeaderName::from_static("x-sublane-quota-prompt_tokens-reset"),
-            ];
-            NAMES
+            const {
+                names(
+                    "x-sublane-quota-prompt_tokens-limit",
+                    "x-sublane-quota-prompt_tokens-remaining",
+                    "x-sublane-quota-prompt_tokens-reset",
+                )
+            }
         }
         Metric::CompletionTokens => {
-            const NAMES: [HeaderName; 3] = [
-                HeaderName::from_static("x-sublane-quota-completion_tokens-limit"),
-                HeaderName::from_static("x-sublane-quota-completion_tokens-remaining"),
-                HeaderName::from_static("x-sublane-quota-completion_tokens-reset"),
-            ];
-            NAMES
+            const {
+                names(
+                    "x-sublane-quota-completion_tokens-limit",
+                    "x-sublane-quota-completion_tokens-remaining",
+                    "x-sublane-quota-completion_tokens-reset",
+                )
+            }
         }
         Metric::Credits => {
-            const NAMES: [HeaderName; 3] = [
-                HeaderName::from_static("x-sublane-quota-credits-limit"),
-                HeaderName::from_static("x-sublane-quota-credits-remaining"),
-                HeaderName::from_static("x-sublane-quota-credits-reset"),
-            ];
-            NAMES
+            const {
+                names(
+                    "x-sublane-quota-credits-limit",
+                    "x-sublane-quota-credits-remaining",
+                    "x-sublane-quota-credits-reset",
+                )
+            }
         }
     }
 }
