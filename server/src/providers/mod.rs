@@ -116,6 +116,13 @@ pub enum TargetError {
     Unsupported,
 }
 
+/// Header names set or read on model calls, made once (a name given as text is checked byte by
+/// byte on every use).
+pub(crate) static ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+pub(crate) static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+pub(crate) static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+static CHATGPT_ACCOUNT_ID: HeaderName = HeaderName::from_static("chatgpt-account-id");
+
 /// Builds the upstream request for `op` on an account of `provider`.
 pub fn target(
     provider: Provider,
@@ -137,7 +144,7 @@ pub fn target(
         (Provider::Codex, CredentialInput::OAuth { access_token, provider_account_id, .. }, _) => {
             bearer(&mut headers, access_token)?;
             if let Some(id) = provider_account_id.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
-                headers.insert(HeaderName::from_static("chatgpt-account-id"), id);
+                headers.insert(CHATGPT_ACCOUNT_ID.clone(), id);
             }
             match op {
                 Operation::Responses | Operation::ChatCompletions => (at.codex_responses.clone(), true, true),
@@ -169,7 +176,7 @@ pub fn target(
         }
         (Provider::AnthropicApi, CredentialInput::ApiKey { api_key }, _) => {
             let v = HeaderValue::from_str(api_key).map_err(|_| TargetError::WrongCredential)?;
-            headers.insert(HeaderName::from_static("x-api-key"), v);
+            headers.insert(X_API_KEY.clone(), v);
             default_version(&mut headers);
             let mut url = match op {
                 Operation::Messages | Operation::ChatCompletions => at.anthropic_messages.clone(),
@@ -323,11 +330,6 @@ fn pass_through(client: &HeaderMap) -> HeaderMap {
     }
     out
 }
-
-/// Names set on Claude and Anthropic calls, made once (a name given as text is checked on every
-/// use).
-static ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
-static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 
 fn add_beta(headers: &mut HeaderMap, beta: &'static str) {
     let current = headers.get(&ANTHROPIC_BETA).and_then(|v| v.to_str().ok()).unwrap_or("");

@@ -44,7 +44,7 @@ pub async fn authenticate_request(
 /// The key a client presents, from the first header that has one.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
     // (names made once: a name looked up as text is checked and hashed anew every time)
-    static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    use crate::providers::X_API_KEY;
     static X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
     let h = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     h(&header::AUTHORIZATION)

@@ -764,8 +764,7 @@ fn prepare(
                 return Err(Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error));
             }
         };
-    static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
-    static SESSION_ID_DASHED: HeaderName = HeaderName::from_static("session-id");
+    use super::schedule::{SESSION_ID, SESSION_ID_DASHED};
     // RT-4: a Codex request outside any conversation gets a random upstream session id of its
     // own, so unrelated calls are never grouped upstream.
     if account.provider == Provider::Codex

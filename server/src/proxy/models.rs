@@ -50,8 +50,11 @@ pub fn usual_models(provider: Provider) -> &'static [&'static str] {
 
 /// `GET /v1/models` (OpenAI or Anthropic shape) under the plain and provider-prefixed paths.
 pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Provider>) -> Response {
-    let protocol =
-        if headers.contains_key("anthropic-version") { Protocol::Anthropic } else { Protocol::OpenAi };
+    let protocol = if headers.contains_key(&crate::providers::ANTHROPIC_VERSION) {
+        Protocol::Anthropic
+    } else {
+        Protocol::OpenAi
+    };
     answer(s, headers, only, protocol).await
 }
 

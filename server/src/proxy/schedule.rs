@@ -21,6 +21,10 @@ use crate::{
     scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict, state::RETRY_AFTER_MAX},
 };
 
+/// A conversation's session id, as Codex sends it (both spellings are seen).
+pub(super) static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
+pub(super) static SESSION_ID_DASHED: HeaderName = HeaderName::from_static("session-id");
+
 /// What a request tells the scheduler about its conversation (RT-1, RT-3, RT-4, RT-7).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Conversation {
@@ -38,8 +42,6 @@ impl Conversation {
     /// conversation for the preference.
     pub fn of(headers: &HeaderMap, fields: &RoutingFields) -> Self {
         // (names made once: a name looked up as text is checked and hashed anew every time)
-        static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
-        static SESSION_ID_DASHED: HeaderName = HeaderName::from_static("session-id");
         static SUBAGENT: HeaderName = HeaderName::from_static("x-openai-subagent");
         static PARENT_THREAD: HeaderName = HeaderName::from_static("x-codex-parent-thread-id");
         static THREAD_ID: HeaderName = HeaderName::from_static("thread-id");
