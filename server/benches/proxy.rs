@@ -19,7 +19,9 @@
 //!   only this);
 //! - Chat Completions (BEY-3): the translation's added cost per call against Responses through
 //!   the same SubLane, and per streamed chunk, for each upstream protocol, against the relay's
-//!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope).
+//!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope);
+//! - a long conversation's body given a Codex account's edits: on its text, against the parsed
+//!   document it replaced.
 //!
 //! Targets (proxy issue): added p99 at c=1 under 200 us; SubLane throughput >= 70 % of direct.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -207,6 +209,7 @@ async fn run() {
     println!("  sublane {s:>8.0} req/s   = {:.0} % of direct", 100.0 * s / d);
     server.shutdown().await.unwrap();
     per_chunk();
+    body_edits();
 }
 
 /// The relay's work on one streamed text delta as it arrives in SSE framing: split out and
@@ -275,6 +278,59 @@ fn per_chunk() {
         }
         println!("  {label}  pass-through {pass:>6.0} ns  chat {chat:>6.0} ns  ({:.2}x)", chat / pass);
     }
+}
+
+/// A long conversation's body (about 200 KB, as a Codex session's grows) given the edits a Codex
+/// account needs (`store: false`, and the upstream's model name): the edit on the body's text
+/// against the document round trip it replaced (parse whole, set the members, write out), and
+/// the body that is already as wanted (Codex CLI's own), best of 3.
+fn body_edits() {
+    use sublane::proxy::body_edit::{Edits, edit};
+    const ROUNDS: u32 = 200;
+    let turns: Vec<_> = (0..400)
+        .map(|i| {
+            json!({"type": "message", "role": if i % 2 == 0 { "user" } else { "assistant" },
+                "content": [{"type": "input_text", "text": format!("turn {i}: {}", "some words of the conversation \"quoted\" and more ".repeat(8))}]})
+        })
+        .collect();
+    let body = |store: Option<bool>| {
+        let mut b = json!({"model": "gpt-5.5", "instructions": "You are Codex.", "input": turns, "stream": true,
+            "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}}]});
+        if let Some(store) = store {
+            b["store"] = json!(store);
+        }
+        axum::body::Bytes::from(serde_json::to_vec(&b).unwrap())
+    };
+    let (plain, as_wanted) = (body(None), body(Some(false)));
+    let edits = Edits { model: Some("gpt-5.5-codex"), stream: true, no_store: true };
+    let time = |f: &mut dyn FnMut()| {
+        (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..ROUNDS {
+                    f();
+                }
+                start.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS)
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let document = time(&mut || {
+        let mut v: serde_json::Value = serde_json::from_slice(&plain).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        obj.insert("model".into(), json!("gpt-5.5-codex"));
+        obj.insert("stream".into(), json!(true));
+        obj.insert("store".into(), json!(false));
+        std::hint::black_box(serde_json::to_vec(&v).unwrap());
+    });
+    let text = time(&mut || {
+        std::hint::black_box(edit(plain.clone(), edits).unwrap());
+    });
+    let kept = time(&mut || {
+        std::hint::black_box(edit(as_wanted.clone(), Edits { model: None, ..edits }).unwrap());
+    });
+    println!("a Codex call's body edit, {} KB body (us per body):", plain.len() / 1024);
+    println!("  parsed document {document:>7.1} us   on the text {text:>7.1} us ({:.2}x)", text / document);
+    println!("  already as wanted (same bytes back) {kept:>7.1} us ({:.2}x the document)", kept / document);
 }
 
 /// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off; with

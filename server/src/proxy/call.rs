@@ -27,7 +27,7 @@ use super::{
         Attempt, Ending, REQUEST_DEADLINE, Start, member_rpm, member_slot, new_request_id, stream_verdict,
     },
     auth::authenticate_request,
-    client,
+    body_edit, client,
     error::GatewayError,
     failure::UpstreamFailure,
     relay::{self, Timing},
@@ -808,8 +808,11 @@ fn prepare(
                 }
             }
         }
-        None => edit_body(r.body.clone(), model_edit, force_stream, no_store)
-            .map_err(|e| Unsent::Refused(e, Outcome::Rejected))?,
+        None => body_edit::edit(
+            r.body.clone(),
+            body_edit::Edits { model: model_edit, stream: force_stream, no_store },
+        )
+        .map_err(|e| Unsent::Refused(e, Outcome::Rejected))?,
     };
     Ok((target, body, force_stream))
 }
@@ -972,21 +975,7 @@ fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
-/// The few body edits a provider needs; the body is left byte-for-byte alone otherwise.
-fn edit_body(body: Bytes, model: Option<&str>, stream: bool, no_store: bool) -> Result<Bytes, GatewayError> {
-    if model.is_none() && !stream && !no_store {
-        return Ok(body);
-    }
-    let mut v: Value =
-        serde_json::from_slice(&body).map_err(|_| GatewayError::bad_request("invalid JSON body"))?;
-    let Some(obj) = v.as_object_mut() else {
-        return Err(GatewayError::bad_request("the body must be a JSON object"));
-    };
-    edit_value(obj, model, stream, no_store);
-    serde_json::to_vec(&v).map(Bytes::from).map_err(|_| GatewayError::bad_request("invalid JSON body"))
-}
-
-/// The edits of [`edit_body`] on a body already parsed.
+/// The edits of [`body_edit::edit`] on a body already parsed (a Chat Completions body, built here).
 fn edit_value(obj: &mut serde_json::Map<String, Value>, model: Option<&str>, stream: bool, no_store: bool) {
     if let Some(m) = model {
         obj.insert("model".into(), Value::String(m.to_owned()));
@@ -1010,14 +999,5 @@ mod tests {
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
         assert_ne!(id, random_session_id());
-    }
-
-    #[test]
-    fn body_is_untouched_unless_an_edit_is_needed() {
-        let raw = Bytes::from_static(br#"{"model":"fast",  "stream":false}"#);
-        assert_eq!(edit_body(raw.clone(), None, false, false).unwrap(), raw);
-        let edited: Value =
-            serde_json::from_slice(&edit_body(raw, Some("gpt-5.1-codex"), true, true).unwrap()).unwrap();
-        assert_eq!(edited, serde_json::json!({"model": "gpt-5.1-codex", "stream": true, "store": false}));
     }
 }

@@ -3,6 +3,7 @@
 
 mod attempt;
 pub mod auth;
+pub mod body_edit;
 pub mod call;
 pub mod client;
 pub mod error;
