@@ -575,7 +575,9 @@ async fn responses_websocket_turns_with_warmup_and_continuation() {
 
     let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "previous_response_id": warm_id,
                       "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}], "store": false});
-    ws.send(Message::text(turn.to_string())).await.unwrap();
+    // spaced as no serializer writes it: the frame must go upstream as the client wrote it
+    let turn = turn.to_string().replace(",", ", ");
+    ws.send(Message::text(turn.clone())).await.unwrap();
     let mut events = Vec::new();
     while events.last().is_none_or(|e: &Value| e["type"] != "response.completed") {
         if let Message::Text(t) = ws.next().await.unwrap().unwrap() {
@@ -619,6 +621,7 @@ async fn responses_websocket_turns_with_warmup_and_continuation() {
     assert_eq!(calls[0].path, "/backend-api/codex/responses");
     assert_eq!(calls[0].headers["chatgpt-account-id"], "acct-a");
     assert_eq!(calls[0].headers["session-id"], "ws-session");
+    assert_eq!(calls[1].body_len, turn.len(), "the turn's frame went upstream as it came");
     let recs = r.records(2).await;
     assert_eq!(recs.len(), 2, "the warm-up is not recorded");
     assert_eq!(recs[0]["operation"], "responses_ws");

@@ -82,7 +82,19 @@ fn refusal(body: &[u8]) -> GatewayError {
 }
 
 /// A JSON object's members in their order, each value as its raw text.
-struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+pub struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// The top-level members of `text`; `None` for anything but a JSON object.
+    pub fn of(text: &'a str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+
+    /// The value of member `name` as raw text: the last one, as a parsed document keeps it.
+    pub fn get(&self, name: &str) -> Option<&'a str> {
+        self.0.iter().rev().find(|(key, _)| key == name).map(|(_, raw)| raw.get())
+    }
+}
 
 impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -14,10 +14,11 @@
 //! write deadline; on shutdown the session takes no new turn and closes after the current one
 //! (1001), and the hard stop ends even that. Messages and frames are capped both ways.
 
-use std::{sync::Arc, time::Duration};
+use std::{borrow::Cow, sync::Arc, time::Duration};
 use tracing::Instrument as _;
 
 use app::model::{CredentialInput, Provider};
+use axum::body::Bytes;
 use axum::{
     extract::{
         State,
@@ -27,6 +28,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures_util::{SinkExt, StreamExt};
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
@@ -37,7 +39,7 @@ use super::{
     Spec,
     attempt::{Attempt, Ending, REQUEST_DEADLINE, Start, member_admission, new_request_id, stream_verdict},
     auth::authenticate_request,
-    call,
+    body_edit, call,
     error::{GatewayError, Protocol},
     request::{RoutingFields, check_model},
     schedule::{self, Conversation},
@@ -143,10 +145,9 @@ async fn session(
                 continue;
             }
         };
-        let mut frame: Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
-            Err(_) => {
-                let e = GatewayError::bad_request("frames must be JSON");
+        let frame = match read_frame(&text) {
+            Ok(members) => members,
+            Err(e) => {
                 s.metrics.refused(e.code);
                 // Refusals before a turn exists count for the breaker as an HTTP 400 would.
                 super::call::count_for_breaker(&s, principal.key_id, true).await;
@@ -167,7 +168,7 @@ async fn session(
                 continue;
             }
         };
-        let warmup = frame["generate"].as_bool() == Some(false);
+        let warmup = frame.get("generate") == Some("false");
         // A turn holds workspace and member slots while it runs; an idle socket holds none (ADM-4).
         let Some(workspace) = s.admission.workspace() else {
             s.metrics.refused(GatewayError::workspace_busy().code);
@@ -233,13 +234,26 @@ async fn session(
             continue;
         };
         attempt.account = Some((binding.account.id, binding.account.provider));
-        if upstream_model != model {
-            frame["model"] = Value::String(upstream_model);
-        }
+        // The frame as it came, or with the upstream's name for the model (nothing else edited).
+        let text = if upstream_model == model {
+            text
+        } else {
+            let edits = body_edit::Edits { model: Some(&upstream_model), ..body_edit::Edits::default() };
+            match body_edit::edit(Bytes::from(text), edits).map(|b| String::from_utf8(b.to_vec())) {
+                Ok(Ok(text)) => text,
+                _ => {
+                    let e = GatewayError::bad_request("frames must be JSON");
+                    if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Rejected).await {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        };
         // An upstream that stops reading gets the same write deadline as a client.
         let forward = tokio::time::timeout(
             limits.write_timeout,
-            binding.upstream.send(tungstenite::Message::text(frame.to_string())),
+            binding.upstream.send(tungstenite::Message::text(text)),
         );
         let forwarded = match watch(forward, &limits, &mut client, &request_id).await {
             Ok(sent) => matches!(sent, Ok(Ok(()))),
@@ -397,16 +411,28 @@ async fn turn_principal(
 }
 
 /// A turn's `response.create` and its model (bounded like an HTTP call's).
-fn turn_model(frame: &Value) -> Result<String, GatewayError> {
-    if frame["type"] != "response.create" {
+/// A client frame's top-level members. Only they are read: the frame carries the whole
+/// conversation, and it goes upstream as the client wrote it.
+fn read_frame(text: &str) -> Result<body_edit::Members<'_>, GatewayError> {
+    match body_edit::Members::of(text) {
+        Some(members) => Ok(members),
+        None if serde_json::from_str::<IgnoredAny>(text).is_ok() => {
+            Err(GatewayError::bad_request("expected a response.create frame"))
+        }
+        None => Err(GatewayError::bad_request("frames must be JSON")),
+    }
+}
+
+fn turn_model(frame: &body_edit::Members<'_>) -> Result<String, GatewayError> {
+    let text = |name: &str| frame.get(name).and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw).ok());
+    if text("type").as_deref() != Some("response.create") {
         return Err(GatewayError::bad_request("expected a response.create frame"));
     }
-    let model = frame["model"]
-        .as_str()
+    let model = text("model")
         .filter(|m| !m.trim().is_empty())
         .ok_or_else(|| GatewayError::bad_request("response.create needs a model"))?;
-    check_model(model)?;
-    Ok(model.to_owned())
+    check_model(&model)?;
+    Ok(model.into_owned())
 }
 
 /// Schedules this turn: the first turn chooses the account (and opens its upstream socket),
@@ -792,4 +818,43 @@ async fn send_error(
         frame["error"][name.as_str()] = value.clone();
     }
     limits.send(client, Message::Text(frame.to_string().into()), None).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_of(text: &str) -> Result<String, String> {
+        read_frame(text).and_then(|f| turn_model(&f)).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn a_turn_frame_is_read_at_its_top_level_as_a_parsed_document_read_it() {
+        assert_eq!(
+            model_of(r#"{"type":"response.create","model":"gpt-5.1-codex","input":[]}"#).unwrap(),
+            "gpt-5.1-codex"
+        );
+        // escapes read as text, and the last of a name given twice, as a document kept it
+        assert_eq!(
+            model_of(r#"{"type":"response\u002ecreate","model":"a","model":"gpt\u002d5"}"#).unwrap(),
+            "gpt-5"
+        );
+        for (text, message) in [
+            ("not json", "frames must be JSON"),
+            (r#"{"type":"response.create","model":"m""#, "frames must be JSON"),
+            ("[1]", "expected a response.create frame"),
+            (r#"{"type":"response.cancel","model":"m"}"#, "expected a response.create frame"),
+            (r#"{"type":["response.create"],"model":"m"}"#, "expected a response.create frame"),
+            (r#"{"type":"response.create"}"#, "response.create needs a model"),
+            (r#"{"type":"response.create","model":"  "}"#, "response.create needs a model"),
+            (r#"{"type":"response.create","model":7}"#, "response.create needs a model"),
+        ] {
+            assert_eq!(model_of(text).unwrap_err(), message, "{text}");
+        }
+        let warmup = |text| read_frame(text).unwrap().get("generate") == Some("false");
+        assert!(warmup(r#"{"type":"response.create","generate":false}"#));
+        assert!(warmup(r#"{"type":"response.create","generate":true,"generate" : false}"#));
+        assert!(!warmup(r#"{"type":"response.create","generate":"false"}"#));
+        assert!(!warmup(r#"{"type":"response.create"}"#));
+    }
 }
