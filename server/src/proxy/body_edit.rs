@@ -94,6 +94,11 @@ impl<'a> Members<'a> {
     pub fn get(&self, name: &str) -> Option<&'a str> {
         self.0.iter().rev().find(|(key, _)| key == name).map(|(_, raw)| raw.get())
     }
+
+    /// The first of `names` that is given more than once.
+    pub fn repeated<'n>(&self, names: &[&'n str]) -> Option<&'n str> {
+        names.iter().copied().find(|name| self.0.iter().filter(|(key, _)| key == name).nth(1).is_some())
+    }
 }
 
 impl<'de> Deserialize<'de> for Members<'de> {

@@ -239,7 +239,7 @@ async fn session(
             text
         } else {
             let edits = body_edit::Edits { model: Some(&upstream_model), ..body_edit::Edits::default() };
-            match body_edit::edit(Bytes::from(text), edits).map(|b| String::from_utf8(b.to_vec())) {
+            match body_edit::edit(Bytes::from(text), edits).map(|b| String::from_utf8(Vec::from(b))) {
                 Ok(Ok(text)) => text,
                 _ => {
                     let e = GatewayError::bad_request("frames must be JSON");
@@ -412,10 +412,15 @@ async fn turn_principal(
 
 /// A turn's `response.create` and its model (bounded like an HTTP call's).
 /// A client frame's top-level members. Only they are read: the frame carries the whole
-/// conversation, and it goes upstream as the client wrote it.
+/// conversation, and it goes upstream as the client wrote it. So a frame that names its type,
+/// model or warm-up twice is refused: SubLane would check one, and an upstream might run the
+/// other (an HTTP body's routing fields are refused the same way).
 fn read_frame(text: &str) -> Result<body_edit::Members<'_>, GatewayError> {
     match body_edit::Members::of(text) {
-        Some(members) => Ok(members),
+        Some(members) => match members.repeated(&["type", "model", "generate"]) {
+            Some(name) => Err(GatewayError::bad_request(format!("the frame names `{name}` more than once"))),
+            None => Ok(members),
+        },
         None if serde_json::from_str::<IgnoredAny>(text).is_ok() => {
             Err(GatewayError::bad_request("expected a response.create frame"))
         }
@@ -834,11 +839,18 @@ mod tests {
             model_of(r#"{"type":"response.create","model":"gpt-5.1-codex","input":[]}"#).unwrap(),
             "gpt-5.1-codex"
         );
-        // escapes read as text, and the last of a name given twice, as a document kept it
-        assert_eq!(
-            model_of(r#"{"type":"response\u002ecreate","model":"a","model":"gpt\u002d5"}"#).unwrap(),
-            "gpt-5"
-        );
+        // escapes read as text
+        assert_eq!(model_of(r#"{"type":"response\u002ecreate","model":"gpt\u002d5"}"#).unwrap(), "gpt-5");
+        // what SubLane checks is what goes upstream: no name it reads may be given twice
+        for text in [
+            r#"{"type":"response.create","model":"a","model":"gpt-5"}"#,
+            r#"{"type":"response.create","mod\u0065l":"a","model":"a"}"#,
+            r#"{"type":"response.create","type":"response.create","model":"a"}"#,
+            r#"{"type":"response.create","model":"a","generate":true,"generate":false}"#,
+        ] {
+            assert!(model_of(text).unwrap_err().contains("more than once"), "{text}");
+        }
+        assert_eq!(model_of(r#"{"type":"response.create","model":"a","input":1,"input":2}"#).unwrap(), "a");
         for (text, message) in [
             ("not json", "frames must be JSON"),
             (r#"{"type":"response.create","model":"m""#, "frames must be JSON"),
@@ -853,7 +865,7 @@ mod tests {
         }
         let warmup = |text| read_frame(text).unwrap().get("generate") == Some("false");
         assert!(warmup(r#"{"type":"response.create","generate":false}"#));
-        assert!(warmup(r#"{"type":"response.create","generate":true,"generate" : false}"#));
+        assert!(warmup(r#"{"type":"response.create","generate" : false}"#));
         assert!(!warmup(r#"{"type":"response.create","generate":"false"}"#));
         assert!(!warmup(r#"{"type":"response.create"}"#));
     }
