@@ -19,6 +19,7 @@ pub mod db;
 pub mod directory;
 pub mod error;
 pub mod file_limit;
+pub mod header_names;
 pub mod huge_pages;
 pub mod keys;
 pub mod members;

@@ -16,8 +16,9 @@ mod lenient;
 pub mod observe;
 pub mod sse;
 
+use crate::header_names::{ANTHROPIC_BETA, ANTHROPIC_VERSION, CHATGPT_ACCOUNT_ID, X_API_KEY};
 use app::model::{CredentialInput, Provider};
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 
 use crate::config::UpstreamUrls;
 pub use observe::{Grammar, Observation, Observer};
@@ -115,13 +116,6 @@ pub enum TargetError {
     /// The provider cannot serve this operation.
     Unsupported,
 }
-
-/// Header names set or read on model calls, made once (a name given as text is checked byte by
-/// byte on every use).
-pub(crate) static ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
-pub(crate) static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
-pub(crate) static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-static CHATGPT_ACCOUNT_ID: HeaderName = HeaderName::from_static("chatgpt-account-id");
 
 /// Builds the upstream request for `op` on an account of `provider`.
 pub fn target(
@@ -362,6 +356,8 @@ pub fn response_header_passes(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use axum::http::HeaderName;
+
     use super::*;
 
     #[test]

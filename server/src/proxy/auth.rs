@@ -43,9 +43,7 @@ pub async fn authenticate_request(
 
 /// The key a client presents, from the first header that has one.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    // (names made once: a name looked up as text is checked and hashed anew every time)
-    use crate::providers::X_API_KEY;
-    static X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+    use crate::header_names::{X_API_KEY, X_GOOG_API_KEY};
     let h = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     h(&header::AUTHORIZATION)
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))

@@ -11,7 +11,7 @@ use app::model::Provider;
 use axum::{
     body::{Body, Bytes},
     extract::Request,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::StreamExt;
@@ -19,7 +19,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::{directory::Account, quota};
+use crate::{
+    directory::Account,
+    header_names::{ACCEL_BUFFERING, OVERHEAD_MS, QUEUE_MS, REQUEST_ID, SESSION_ID, SESSION_ID_DASHED},
+    quota,
+};
 
 use super::{
     Spec,
@@ -151,13 +155,6 @@ async fn handle_call(
     answered(&s, resp, &request_id, start.at, stopwatch.as_deref())
 }
 
-/// Headers SubLane adds to an answer, named once: a name given as text is checked byte by byte
-/// on every insert.
-pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const OVERHEAD_MS: HeaderName = HeaderName::from_static("x-sublane-overhead-ms");
-const QUEUE_MS: HeaderName = HeaderName::from_static("x-sublane-queue-ms");
-const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
-
 /// The answer's request id and, BEY-4, the time the gateway itself spent on it (everything but
 /// the queue and the upstream) and any queue wait, as headers and in the metrics.
 fn answered(
@@ -172,12 +169,12 @@ fn answered(
     s.metrics.overhead(overhead);
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&crate::metrics::millis(overhead)) {
-        h.insert(OVERHEAD_MS, v);
+        h.insert(OVERHEAD_MS.clone(), v);
     }
     if !queue.is_zero()
         && let Ok(v) = HeaderValue::from_str(&crate::metrics::millis(queue))
     {
-        h.insert(QUEUE_MS, v);
+        h.insert(QUEUE_MS.clone(), v);
     }
     with_request_id(resp, request_id)
 }
@@ -211,7 +208,7 @@ pub(super) async fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
 
 fn with_request_id(mut resp: Response, request_id: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        resp.headers_mut().insert(REQUEST_ID, v);
+        resp.headers_mut().insert(REQUEST_ID.clone(), v);
     }
     resp
 }
@@ -490,7 +487,7 @@ fn answer<'a>(
             if let Some(h) = builder.headers_mut() {
                 copy_headers(upstream.headers(), h);
                 h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-                h.insert(ACCEL_BUFFERING, HeaderValue::from_static("no"));
+                h.insert(ACCEL_BUFFERING.clone(), HeaderValue::from_static("no"));
             }
             let timing = Timing {
                 started: attempt.started,
@@ -764,7 +761,6 @@ fn prepare(
                 return Err(Unsent::Refused(GatewayError::no_available_account(model), Outcome::Error));
             }
         };
-    use super::schedule::{SESSION_ID, SESSION_ID_DASHED};
     // RT-4: a Codex request outside any conversation gets a random upstream session id of its
     // own, so unrelated calls are never grouped upstream.
     if account.provider == Provider::Codex

@@ -50,7 +50,7 @@ pub fn usual_models(provider: Provider) -> &'static [&'static str] {
 
 /// `GET /v1/models` (OpenAI or Anthropic shape) under the plain and provider-prefixed paths.
 pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Provider>) -> Response {
-    let protocol = if headers.contains_key(&crate::providers::ANTHROPIC_VERSION) {
+    let protocol = if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
         Protocol::Anthropic
     } else {
         Protocol::OpenAi
@@ -153,7 +153,7 @@ async fn served_models(
     };
     let mut resp = Json(body).into_response();
     if let Ok(v) = request_id.parse() {
-        resp.headers_mut().insert(super::call::REQUEST_ID, v);
+        resp.headers_mut().insert(crate::header_names::REQUEST_ID.clone(), v);
     }
     resp
 }

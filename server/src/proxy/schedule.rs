@@ -21,10 +21,6 @@ use crate::{
     scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict, state::RETRY_AFTER_MAX},
 };
 
-/// A conversation's session id, as Codex sends it (both spellings are seen).
-pub(super) static SESSION_ID: HeaderName = HeaderName::from_static("session_id");
-pub(super) static SESSION_ID_DASHED: HeaderName = HeaderName::from_static("session-id");
-
 /// What a request tells the scheduler about its conversation (RT-1, RT-3, RT-4, RT-7).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Conversation {
@@ -41,10 +37,7 @@ impl Conversation {
     /// its `thread-id` (RT-7: parent and review sessions stay separate), and names the parent's
     /// conversation for the preference.
     pub fn of(headers: &HeaderMap, fields: &RoutingFields) -> Self {
-        // (names made once: a name looked up as text is checked and hashed anew every time)
-        static SUBAGENT: HeaderName = HeaderName::from_static("x-openai-subagent");
-        static PARENT_THREAD: HeaderName = HeaderName::from_static("x-codex-parent-thread-id");
-        static THREAD_ID: HeaderName = HeaderName::from_static("thread-id");
+        use crate::header_names::{PARENT_THREAD, SESSION_ID, SESSION_ID_DASHED, SUBAGENT, THREAD_ID};
         let header = |name: &HeaderName| {
             headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
         };
