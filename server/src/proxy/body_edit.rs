@@ -49,7 +49,10 @@ pub fn edit(body: Bytes, edits: Edits<'_>) -> Result<Bytes, GatewayError> {
     if !edits.any() {
         return Ok(body);
     }
-    let Members(members) = serde_json::from_slice(&body).map_err(|_| refusal(&body))?;
+    let Members(members) = Members::of(&body).map_err(|e| match e {
+        Unreadable::NotAnObject => GatewayError::bad_request("the body must be a JSON object"),
+        Unreadable::NotJson => GatewayError::bad_request("invalid JSON body"),
+    })?;
     let wanted = edits.wanted();
     let edited = |key: &str| wanted.iter().any(|(name, text)| text.is_some() && *name == key);
     // The other members as they came, then the edited ones (a name given twice is given once,
@@ -70,24 +73,29 @@ pub fn edit(body: Bytes, edits: Edits<'_>) -> Result<Bytes, GatewayError> {
     Ok(Bytes::from(out))
 }
 
-/// Why a body cannot be edited, in the words a parsed document's refusal had: JSON that is not
-/// an object, or anything else (invalid JSON, or text that is not UTF-8 in a value).
-fn refusal(body: &[u8]) -> GatewayError {
-    let object = body.trim_ascii_start().starts_with(b"{");
-    if !object && serde_json::from_slice::<IgnoredAny>(body).is_ok() {
-        GatewayError::bad_request("the body must be a JSON object")
-    } else {
-        GatewayError::bad_request("invalid JSON body")
-    }
-}
-
 /// A JSON object's members in their order, each value as its raw text.
 pub struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
+/// Why a text has no members to read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// JSON, but not an object.
+    NotAnObject,
+    /// Not JSON (or an object with text that is not UTF-8 in a value).
+    NotJson,
+}
+
 impl<'a> Members<'a> {
-    /// The top-level members of `text`; `None` for anything but a JSON object.
-    pub fn of(text: &'a str) -> Option<Self> {
-        serde_json::from_str(text).ok()
+    /// The top-level members of a JSON object.
+    pub fn of(text: &'a [u8]) -> Result<Self, Unreadable> {
+        serde_json::from_slice(text).map_err(|_| {
+            let object = text.trim_ascii_start().starts_with(b"{");
+            if !object && serde_json::from_slice::<IgnoredAny>(text).is_ok() {
+                Unreadable::NotAnObject
+            } else {
+                Unreadable::NotJson
+            }
+        })
     }
 
     /// The value of member `name` as raw text: the last one, as a parsed document keeps it.

@@ -18,8 +18,8 @@ use std::{borrow::Cow, sync::Arc, time::Duration};
 use tracing::Instrument as _;
 
 use app::model::{CredentialInput, Provider};
-use axum::body::Bytes;
 use axum::{
+    body::Bytes,
     extract::{
         State,
         ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
@@ -28,7 +28,6 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures_util::{SinkExt, StreamExt};
-use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
@@ -410,24 +409,24 @@ async fn turn_principal(
     }
 }
 
-/// A turn's `response.create` and its model (bounded like an HTTP call's).
 /// A client frame's top-level members. Only they are read: the frame carries the whole
 /// conversation, and it goes upstream as the client wrote it. So a frame that names its type,
 /// model or warm-up twice is refused: SubLane would check one, and an upstream might run the
 /// other (an HTTP body's routing fields are refused the same way).
 fn read_frame(text: &str) -> Result<body_edit::Members<'_>, GatewayError> {
-    match body_edit::Members::of(text) {
-        Some(members) => match members.repeated(&["type", "model", "generate"]) {
+    match body_edit::Members::of(text.as_bytes()) {
+        Ok(members) => match members.repeated(&["type", "model", "generate"]) {
             Some(name) => Err(GatewayError::bad_request(format!("the frame names `{name}` more than once"))),
             None => Ok(members),
         },
-        None if serde_json::from_str::<IgnoredAny>(text).is_ok() => {
+        Err(body_edit::Unreadable::NotAnObject) => {
             Err(GatewayError::bad_request("expected a response.create frame"))
         }
-        None => Err(GatewayError::bad_request("frames must be JSON")),
+        Err(body_edit::Unreadable::NotJson) => Err(GatewayError::bad_request("frames must be JSON")),
     }
 }
 
+/// A turn's `response.create` and its model (bounded like an HTTP call's).
 fn turn_model(frame: &body_edit::Members<'_>) -> Result<String, GatewayError> {
     let text = |name: &str| frame.get(name).and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw).ok());
     if text("type").as_deref() != Some("response.create") {

@@ -203,28 +203,28 @@ async fn write_batch(
     // statement. SQLite only; PostgreSQL has no such clause and needs none.
     // (in eight statement shapes, each prepared once: see `db::statement_sized`)
     for chunk in crate::db::statement_sized(batch, INSERT_ROWS) {
-        let mut row = SqliteArguments::default();
+        let mut values = SqliteArguments::default();
         for r in chunk {
-            add(&mut row, &r.request_id)?;
-            add(&mut row, r.member_id)?;
-            add(&mut row, r.key_id)?;
-            add(&mut row, r.pool_id)?;
-            add(&mut row, r.account_id)?;
-            add(&mut row, r.provider)?;
-            add(&mut row, &r.model)?;
-            add(&mut row, r.operation)?;
-            add(&mut row, r.started_at_ms)?;
-            add(&mut row, r.duration_ms)?;
-            add(&mut row, r.first_output_ms)?;
-            add(&mut row, r.outcome.as_str())?;
-            add(&mut row, r.error_code.as_deref())?;
-            add(&mut row, r.upstream_status.map(i64::from))?;
-            add(&mut row, r.usage.input)?;
-            add(&mut row, r.usage.output)?;
-            add(&mut row, r.usage.cached)?;
-            add(&mut row, r.routing.as_deref())?;
+            add(&mut values, &r.request_id)?;
+            add(&mut values, r.member_id)?;
+            add(&mut values, r.key_id)?;
+            add(&mut values, r.pool_id)?;
+            add(&mut values, r.account_id)?;
+            add(&mut values, r.provider)?;
+            add(&mut values, &r.model)?;
+            add(&mut values, r.operation)?;
+            add(&mut values, r.started_at_ms)?;
+            add(&mut values, r.duration_ms)?;
+            add(&mut values, r.first_output_ms)?;
+            add(&mut values, r.outcome.as_str())?;
+            add(&mut values, r.error_code.as_deref())?;
+            add(&mut values, r.upstream_status.map(i64::from))?;
+            add(&mut values, r.usage.input)?;
+            add(&mut values, r.usage.output)?;
+            add(&mut values, r.usage.cached)?;
+            add(&mut values, r.routing.as_deref())?;
         }
-        sqlx::query_with(insert_statement(chunk.len()), row).execute(&mut *tx).await?;
+        sqlx::query_with(insert_statement(chunk.len()), values).execute(&mut *tx).await?;
     }
     touch_keys(&mut tx, batch).await?;
     crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
