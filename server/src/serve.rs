@@ -40,6 +40,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::{Layer as _, ServiceExt as _};
 use tower_http::{limit::RequestBodyLimitLayer, trace::TraceLayer};
 
+mod spread;
+
 use crate::{
     app_state::{AppState, CHANGE_APPLIED, Lifecycle},
     auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
@@ -147,22 +149,72 @@ impl Connections {
     fn new(tcp: TcpListener, client_write_timeout: Duration) -> Self {
         Connections { tcp, write_timeout: client_write_timeout * 2 }
     }
-}
 
-impl Listener for Connections {
-    type Io = Pin<Box<TimeoutStream<TcpStream>>>;
-    type Addr = PeerAddr;
+    /// The next connection waiting (axum's accept: it backs off on errors such as running out
+    /// of files, rather than spinning).
+    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        Listener::accept(&mut self.tcp).await
+    }
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (tcp, peer) = Listener::accept(&mut self.tcp).await;
+    /// The socket of a connection this thread serves, ready for hyper.
+    fn open(&self, tcp: TcpStream, held: spread::Held) -> Connection {
         let _ = tcp.set_nodelay(true);
         let mut io = TimeoutStream::new(tcp);
         io.set_write_timeout(Some(self.write_timeout));
-        (Box::pin(io), PeerAddr(peer))
+        Connection { io: Box::pin(io), _held: held }
+    }
+}
+
+/// A served connection's socket, with its write deadline, counted against its serving thread
+/// while it is open (see [`spread`]).
+struct Connection {
+    io: Pin<Box<TimeoutStream<TcpStream>>>,
+    _held: spread::Held,
+}
+
+impl tokio::io::AsyncRead for Connection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get_mut().io.as_mut().poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Connection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.get_mut().io.as_mut().poll_write(cx, buf)
     }
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr().map(PeerAddr)
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.get_mut().io.as_mut().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get_mut().io.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get_mut().io.as_mut().poll_shutdown(cx)
     }
 }
 
@@ -374,7 +426,8 @@ struct Serving {
 /// its own pool, see [`crate::proxy::client::enter_lane`]) stay on one thread, so a call wakes no
 /// other serving thread. On a two-core machine that took a proxied call from about 59 to 36 us of CPU.
 /// The cost: work never moves between threads, so connections are spread only as they are
-/// accepted, and a long computation holds up the other connections of its thread. With 0 it
+/// accepted (evenly by count, see [`spread`]), and a long computation holds up the other
+/// connections of its thread. With 0 it
 /// serves on the calling runtime (tests that watch what its thread logs).
 async fn serve<A: Serves>(
     threads: usize,
@@ -385,7 +438,8 @@ async fn serve<A: Serves>(
     let (closed, abandon, release) =
         (CancellationToken::new(), CancellationToken::new(), CancellationToken::new());
     if threads == 0 {
-        let serving = tokio::spawn(serve_until(connections, app, closed.clone(), abandon.clone()));
+        let lane = spread::lanes(1).swap_remove(0);
+        let serving = tokio::spawn(serve_until(connections, lane, app, closed.clone(), abandon.clone()));
         let ended = Box::pin(async move { serving.await.map_err(std::io::Error::other) });
         return Ok(Serving { ended, closed, abandon, release });
     }
@@ -393,7 +447,7 @@ async fn serve<A: Serves>(
     let listener = tcp.into_std()?;
     let stop = || [&closed, &abandon, &release].into_iter().for_each(CancellationToken::cancel);
     let (mut readies, mut ends) = (Vec::with_capacity(threads), Vec::with_capacity(threads));
-    for lane in 1..=threads {
+    for (lane, spread_lane) in (1..=threads).zip(spread::lanes(threads)) {
         let tokens = (closed.clone(), abandon.clone(), release.clone(), app.clone());
         let (ready, is_ready) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
         let (done, end) = tokio::sync::oneshot::channel();
@@ -411,7 +465,7 @@ async fn serve<A: Serves>(
                         Err(e) => return drop(ready.send(Err(e))),
                     };
                     let _ = ready.send(Ok(()));
-                    serve_until(Connections { tcp, write_timeout }, app, closed, abandon).await;
+                    serve_until(Connections { tcp, write_timeout }, spread_lane, app, closed, abandon).await;
                     let _ = done.send(());
                     release.cancelled().await;
                 });
@@ -450,6 +504,7 @@ async fn serve<A: Serves>(
 /// runtime: a serving thread's ends after `release`).
 async fn serve_until<A: Serves>(
     mut connections: Connections,
+    mut lane: spread::Lane,
     app: A,
     closed: CancellationToken,
     abandon: CancellationToken,
@@ -460,15 +515,21 @@ async fn serve_until<A: Serves>(
     let serving = async move {
         let open = TaskTracker::new();
         loop {
-            let (io, peer) = tokio::select! {
-                accepted = connections.accept() => accepted,
+            let (tcp, peer, held) = tokio::select! {
+                (tcp, peer) = connections.accept() => match lane.place(tcp, peer) {
+                    Some(kept) => kept,
+                    None => continue,
+                },
+                Some(handed) = lane.handed() => handed,
                 () = closed.cancelled() => break,
             };
-            open.spawn(serve_connection(io, peer, app.clone(), closed.clone()));
+            let io = connections.open(tcp, held);
+            open.spawn(serve_connection(io, PeerAddr(peer), app.clone(), closed.clone()));
         }
-        // Closed at once, so new clients are refused instead of left in the backlog; each open
-        // connection ends once its exchange in progress has.
-        drop(connections);
+        // Closed at once, so new clients are refused instead of left in the backlog, and so is
+        // this thread's hand-over queue (another thread still accepting serves what it would
+        // have handed here); each open connection ends once its exchange in progress has.
+        drop((connections, lane));
         open.close();
         open.wait().await;
     };
@@ -486,12 +547,7 @@ async fn serve_until<A: Serves>(
 /// hands them back as hyper's whole first read, so hyper's head parse needed a second read,
 /// which doubled its 8 KiB read buffer: 8 KiB more for every open connection, every open stream
 /// included (performance goal 3).
-async fn serve_connection<A: Serves>(
-    io: <Connections as Listener>::Io,
-    peer: PeerAddr,
-    app: A,
-    closed: CancellationToken,
-) {
+async fn serve_connection<A: Serves>(io: Connection, peer: PeerAddr, app: A, closed: CancellationToken) {
     let service = axum::Extension(ConnectInfo(peer))
         .layer(app)
         .map_request(|req: Request<hyper::body::Incoming>| req.map(Body::new));
