@@ -285,7 +285,10 @@ fn per_chunk() {
 /// (`stream: true`, `store: false`, the upstream's model name): on the body's text, against the
 /// document round trip it replaced (parse whole, set the members, write out), best of 3.
 fn body_edits() {
-    use sublane::proxy::body_edit::{Edits, edit};
+    use sublane::proxy::{
+        body_edit::{Edits, Members, edit},
+        request::RoutingFields,
+    };
     const ROUNDS: u32 = 200;
     let turns: Vec<_> = (0..400)
         .map(|i| {
@@ -324,6 +327,27 @@ fn body_edits() {
         body.len() / 1024
     );
     println!("  parsed document {document:>7.1} us   on the text {text:>7.1} us ({:.2}x)", text / document);
+
+    // A Codex CLI WebSocket turn carries the whole conversation too: its top-level members are
+    // read (type, model, warm-up), then the routing fields.
+    let frame = {
+        let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        v["type"] = json!("response.create");
+        serde_json::to_vec(&v).unwrap()
+    };
+    let two_passes = time(&mut || {
+        let members = Members::of(&frame).unwrap();
+        std::hint::black_box((members.get("type"), RoutingFields::parse(&frame).unwrap()));
+    });
+    let one_pass = time(&mut || {
+        let members = Members::of(&frame).unwrap();
+        std::hint::black_box((members.get("type"), RoutingFields::of_members(&members).unwrap()));
+    });
+    println!(
+        "a WebSocket turn's reading, {} KB frame: members then the whole frame again {two_passes:>7.1} us   routing fields from the members {one_pass:>7.1} us ({:.2}x)",
+        frame.len() / 1024,
+        one_pass / two_passes
+    );
 }
 
 /// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off; with

@@ -15,7 +15,7 @@ use axum::{
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use super::error::GatewayError;
+use super::{body_edit::Members, error::GatewayError};
 
 /// Largest model request body, as sent and after decompression (long histories are big).
 pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -33,7 +33,7 @@ const DECODE_CONCURRENCY: usize = 4;
 static DECODERS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(DECODE_CONCURRENCY)));
 
 /// Fields of a model request that routing and recording need.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub struct RoutingFields {
     #[serde(default)]
     pub model: Option<String>,
@@ -47,10 +47,33 @@ pub struct RoutingFields {
     pub previous_response_id: Option<String>,
 }
 
+/// The names of [`RoutingFields`]' members.
+const FIELDS: [&str; 5] = ["model", "stream", "store", "prompt_cache_key", "previous_response_id"];
+
 impl RoutingFields {
     pub fn parse(body: &[u8]) -> Result<Self, GatewayError> {
         serde_json::from_slice(body)
             .map_err(|e| GatewayError::bad_request(format!("the request body is not valid JSON: {e}")))
+    }
+
+    /// The same fields, from a body's top-level members that were read already (a WebSocket
+    /// frame's): no second pass over a body that carries the whole conversation. `None` where
+    /// [`RoutingFields::parse`] refuses an object: a field named twice, or of the wrong type.
+    pub fn of_members(members: &Members<'_>) -> Option<Self> {
+        /// `Some(None)` for a member that is absent or null, `None` for one of the wrong type.
+        fn field<T: serde::de::DeserializeOwned>(members: &Members<'_>, name: &str) -> Option<Option<T>> {
+            members.get(name).map_or(Some(None), |raw| serde_json::from_str(raw).ok())
+        }
+        if members.repeated(&FIELDS).is_some() {
+            return None;
+        }
+        Some(RoutingFields {
+            model: field(members, "model")?,
+            stream: field(members, "stream")?,
+            store: field(members, "store")?,
+            prompt_cache_key: field(members, "prompt_cache_key")?,
+            previous_response_id: field(members, "previous_response_id")?,
+        })
     }
 }
 
@@ -218,5 +241,35 @@ mod tests {
         assert_eq!(f.stream, Some(false));
         assert_eq!(f.prompt_cache_key.as_deref(), Some("k"));
         assert!(RoutingFields::parse(b"{nope").is_err());
+    }
+
+    /// The one-pass reading from members gives what the whole-body parse gives, refusals
+    /// included.
+    #[test]
+    fn routing_fields_from_members_are_those_of_the_whole_body() {
+        let bodies = [
+            r#"{"model":"m","input":[{"model":"inner","stream":1}],"prompt_cache_key":"k","stream":false}"#,
+            r#"{"type":"response.create","model":"gpt-5.5","store":false,"previous_response_id":"resp_1"}"#,
+            r#"{"model":"m\u00e9\"q","stream":null,"store":true,"prompt_cache_key":"\ud83d\ude00"}"#,
+            r#"{"model":"m","prompt_cache_key":"a","prompt_cache_key":"b"}"#,
+            r#"{"model":"m","previous_response_id":"a","previous_response_id":null}"#,
+            r#"{"model":"m","stream":"yes"}"#,
+            r#"{"model":"m","store":0}"#,
+            r#"{"model":7}"#,
+            r#"{"model":"m","prompt_cache_key":["k"]}"#,
+            r#"{"model":"m","previous_response_id":{}}"#,
+            r#"{}"#,
+            r#"{"stream":true,"model":"m","unknown":{"model":"x"}}"#,
+        ];
+        for body in bodies {
+            let members = Members::of(body.as_bytes()).unwrap();
+            assert_eq!(
+                RoutingFields::of_members(&members),
+                RoutingFields::parse(body.as_bytes()).ok(),
+                "{body}"
+            );
+        }
+        let parsed = RoutingFields::of_members(&Members::of(bodies[0].as_bytes()).unwrap()).unwrap();
+        assert_eq!((parsed.model.as_deref(), parsed.stream), (Some("m"), Some(false)), "not the inner ones");
     }
 }

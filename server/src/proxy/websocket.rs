@@ -207,7 +207,7 @@ async fn session(
 
         // Policy is checked every turn; the account is chosen once per connection, and every
         // turn takes one of its slots (ADM-4).
-        let fields = RoutingFields::parse(text.as_bytes()).unwrap_or_default();
+        let fields = RoutingFields::of_members(&frame).unwrap_or_default();
         let routing = route(&s, &mut attempt, only, &headers, &fields, &mut bound).instrument(span.clone());
         let routed = watch(routing, &limits, &mut client, &request_id).await;
         let upstream_model = match routed {
