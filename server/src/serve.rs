@@ -155,14 +155,6 @@ impl Connections {
     async fn accept(&mut self) -> (TcpStream, SocketAddr) {
         Listener::accept(&mut self.tcp).await
     }
-
-    /// The socket of a connection this thread serves, ready for hyper.
-    fn open(&self, tcp: TcpStream, held: spread::Held) -> Connection {
-        let _ = tcp.set_nodelay(true);
-        let mut io = TimeoutStream::new(tcp);
-        io.set_write_timeout(Some(self.write_timeout));
-        Connection { io: Box::pin(io), _held: held }
-    }
 }
 
 /// A served connection's socket, with its write deadline, counted against its serving thread
@@ -170,6 +162,16 @@ impl Connections {
 struct Connection {
     io: Pin<Box<TimeoutStream<TcpStream>>>,
     _held: spread::Held,
+}
+
+impl Connection {
+    /// The socket of a connection this thread serves, ready for hyper.
+    fn new(tcp: TcpStream, held: spread::Held, write_timeout: Duration) -> Self {
+        let _ = tcp.set_nodelay(true);
+        let mut io = TimeoutStream::new(tcp);
+        io.set_write_timeout(Some(write_timeout));
+        Connection { io: Box::pin(io), _held: held }
+    }
 }
 
 impl tokio::io::AsyncRead for Connection {
@@ -427,7 +429,7 @@ struct Serving {
 /// other serving thread. On a two-core machine that took a proxied call from about 59 to 36 us of CPU.
 /// The cost: work never moves between threads, so connections are spread only as they are
 /// accepted (evenly by count, see [`spread`]), and a long computation holds up the other
-/// connections of its thread. With 0 it
+/// connections of its thread, and the new ones handed to it while it holds the fewest. With 0 it
 /// serves on the calling runtime (tests that watch what its thread logs).
 async fn serve<A: Serves>(
     threads: usize,
@@ -514,22 +516,24 @@ async fn serve_until<A: Serves>(
     let closed = closed.child_token();
     let serving = async move {
         let open = TaskTracker::new();
-        loop {
-            let (tcp, peer, held) = tokio::select! {
-                (tcp, peer) = connections.accept() => match lane.place(tcp, peer) {
-                    Some(kept) => kept,
-                    None => continue,
-                },
-                Some(handed) = lane.handed() => handed,
-                () = closed.cancelled() => break,
-            };
-            let io = connections.open(tcp, held);
+        let write_timeout = connections.write_timeout;
+        let serve = |(tcp, peer, held)| {
+            let io = Connection::new(tcp, held, write_timeout);
             open.spawn(serve_connection(io, PeerAddr(peer), app.clone(), closed.clone()));
+        };
+        loop {
+            tokio::select! {
+                (tcp, peer) = connections.accept() => lane.place(tcp, peer).into_iter().for_each(&serve),
+                Some(handed) = lane.handed() => serve(handed),
+                () = closed.cancelled() => break,
+            }
         }
-        // Closed at once, so new clients are refused instead of left in the backlog, and so is
-        // this thread's hand-over queue (another thread still accepting serves what it would
-        // have handed here); each open connection ends once its exchange in progress has.
-        drop((connections, lane));
+        // Connections handed here and not yet taken are served like those already open; no more
+        // are handed (a thread still accepting serves what it accepts itself).
+        lane.stop().into_iter().for_each(&serve);
+        // Closed at once, so new clients are refused instead of left in the backlog; each open
+        // connection ends once its exchange in progress has.
+        drop(connections);
         open.close();
         open.wait().await;
     };

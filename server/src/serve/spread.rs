@@ -26,9 +26,13 @@ type Handed = (std::net::TcpStream, SocketAddr, Held);
 
 /// Each thread's count of open connections, and the way to hand a connection to each.
 struct Spread {
-    open: Box<[AtomicUsize]>,
+    open: Counts,
     to: Box<[mpsc::UnboundedSender<Handed>]>,
 }
+
+/// Open connections by thread. Apart from the senders, so that a connection waiting in a queue
+/// holds no way back to that queue (a cycle that could outlive the threads).
+type Counts = Arc<[AtomicUsize]>;
 
 /// One serving thread's side of the spread.
 pub(super) struct Lane {
@@ -41,7 +45,7 @@ pub(super) struct Lane {
 /// connection's socket wrapper, so a WebSocket that hyper hands on after the upgrade still
 /// counts for as long as it is open.
 pub(super) struct Held {
-    spread: Arc<Spread>,
+    open: Counts,
     lane: usize,
 }
 
@@ -105,13 +109,23 @@ impl Lane {
 
     fn hold(&self, lane: usize) -> Held {
         self.spread.open[lane].fetch_add(1, Ordering::Relaxed);
-        Held { spread: self.spread.clone(), lane }
+        Held { open: self.spread.open.clone(), lane }
+    }
+
+    /// Stops taking connections from other threads (a hand-over from now on fails, and the
+    /// thread that accepted the connection serves it) and gives back those already handed here,
+    /// to be served like the others this thread holds.
+    pub(super) fn stop(mut self) -> Vec<(TcpStream, SocketAddr, Held)> {
+        self.handed.close();
+        std::iter::from_fn(|| self.handed.try_recv().ok())
+            .filter_map(|(std, peer, held)| Self::join(std).map(|tcp| (tcp, peer, held)))
+            .collect()
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.spread.open[self.lane].fetch_sub(1, Ordering::Relaxed);
+        self.open[self.lane].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -120,7 +134,10 @@ mod tests {
     use axum::{Router, routing::get};
     use http_body_util::BodyExt as _;
     use hyper_util::rt::TokioIo;
-    use tokio::net::TcpListener;
+    use tokio::{
+        io::{AsyncReadExt as _, AsyncWriteExt as _},
+        net::TcpListener,
+    };
 
     use super::*;
 
@@ -153,6 +170,15 @@ mod tests {
         let mut got = peers.clone();
         got.sort();
         assert_eq!(got, expected, "each connection is served once, with its own peer address");
+        // A handed socket works where it lands: what its client writes arrives, and back.
+        let (tcp, peer, _) = &mut handed[0];
+        let client = clients.iter_mut().find(|c| c.local_addr().unwrap() == *peer).unwrap();
+        client.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        tcp.read_exact(&mut got).await.unwrap();
+        tcp.write_all(b"pong").await.unwrap();
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"pong");
 
         // Connections that end stop counting: the first thread, now the least loaded, keeps
         // until it holds more than the second.
@@ -170,6 +196,22 @@ mod tests {
         drop(second);
         let (tcp, peer, _client) = accepted(&listener).await;
         assert!(first.place(tcp, peer).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_thread_gives_back_what_was_handed_to_it_and_takes_no_more() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let [first, second]: [Lane; 2] = lanes(2).try_into().ok().unwrap();
+        let (tcp, peer, _one) = accepted(&listener).await;
+        let _kept = first.place(tcp, peer).unwrap();
+        let (tcp, peer, two) = accepted(&listener).await;
+        assert!(first.place(tcp, peer).is_none());
+        let queued = second.stop();
+        assert_eq!(queued.iter().map(|(_, peer, _)| *peer).collect::<Vec<_>>(), [two.local_addr().unwrap()]);
+        let (tcp, peer, _three) = accepted(&listener).await;
+        let _also_kept = first.place(tcp, peer).unwrap();
+        let (tcp, peer, _four) = accepted(&listener).await;
+        assert!(first.place(tcp, peer).is_some(), "2 against 1, but that thread takes no more");
     }
 
     /// Connections queued before the threads start (clients reconnecting to a restarted
