@@ -10,14 +10,13 @@
 //! fire even while a send is blocked. Whatever happens, the end is reported once, so the request
 //! is always recorded.
 
-use std::{future::Future, io, time::Duration};
+mod pipe;
+
+use std::{future::Future, time::Duration};
 
 use axum::body::{Body, Bytes};
 use futures_util::StreamExt;
-use tokio::{
-    sync::mpsc,
-    time::{Instant, MissedTickBehavior, interval_at, sleep_until},
-};
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 
 use crate::providers::{Observation, Observer, sse::Splitter};
 
@@ -158,16 +157,11 @@ enum Stop {
 /// or the hard stop. A channel with room takes it at once, without arming any timer; only a full
 /// one (a client reading slower than the upstream writes) waits, in a boxed future, so that an
 /// open stream's relay does not carry the room of two timers and a send it almost never needs.
-async fn deliver(
-    tx: &mpsc::Sender<Result<Bytes, io::Error>>,
-    bytes: Bytes,
-    timing: &Timing,
-    hard_stop: &HardStop,
-) -> Delivery {
-    let bytes = match tx.try_send(Ok(bytes)) {
+async fn deliver(tx: &pipe::Sender, bytes: Bytes, timing: &Timing, hard_stop: &HardStop) -> Delivery {
+    let bytes = match tx.try_send(bytes) {
         Ok(()) => return Delivery::Sent,
-        Err(mpsc::error::TrySendError::Closed(_)) => return Delivery::ClientGone,
-        Err(mpsc::error::TrySendError::Full(b)) => b,
+        Err(pipe::TrySendError::Closed) => return Delivery::ClientGone,
+        Err(pipe::TrySendError::Full(b)) => b,
     };
     Box::pin(async move {
         tokio::select! {
@@ -205,12 +199,12 @@ where
     F: FnOnce(End) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
-    let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(16);
+    let (tx, rx) = pipe::pipe(16);
     let mut splitter = Splitter::default();
     if let Some(out) =
         first.and_then(|b| process(b, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed()))
     {
-        let _ = tx.try_send(Ok(out)); // a fresh channel always has room
+        let _ = tx.try_send(out); // a fresh queue always has room
     }
     let task = async move {
         let mut client_gone: Option<Instant> = None;
@@ -293,7 +287,7 @@ where
             && client_gone.is_none()
             && stop != Stop::Stalled
         {
-            let _ = tx.try_send(Ok(Bytes::from(format!("data: {error}\n\n"))));
+            let _ = tx.try_send(Bytes::from(format!("data: {error}\n\n")));
         }
         let end = End {
             observation: observer.seen,
@@ -311,15 +305,16 @@ where
         // and an inline future would make every open stream carry its size.
         Box::pin(on_end(end)).await;
     };
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|x| (x, rx))
-    }));
-    (body, task)
+    (Body::new(rx), task)
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
+
+    use std::io;
+
+    use tokio::sync::mpsc;
 
     use super::*;
     use crate::providers::Grammar;
