@@ -530,7 +530,7 @@ async fn serve_until<A: Serves>(
         }
         // Connections handed here and not yet taken are served like those already open; no more
         // are handed (a thread still accepting serves what it accepts itself).
-        lane.stop().into_iter().for_each(&serve);
+        lane.stop().await.into_iter().for_each(&serve);
         // Closed at once, so new clients are refused instead of left in the backlog; each open
         // connection ends once its exchange in progress has.
         drop(connections);

@@ -260,6 +260,8 @@ mod tests {
             r#"{"model":"m","previous_response_id":{}}"#,
             r#"{}"#,
             r#"{"stream":true,"model":"m","unknown":{"model":"x"}}"#,
+            r#"{"mod\u0065l":"m","stre\u0061m":true}"#,
+            r#"{"model":"m","prompt_cache_key":"a","prompt_c\u0061che_key":"b"}"#,
         ];
         for body in bodies {
             let members = Members::of(body.as_bytes()).unwrap();

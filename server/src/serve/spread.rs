@@ -115,11 +115,15 @@ impl Lane {
     /// Stops taking connections from other threads (a hand-over from now on fails, and the
     /// thread that accepted the connection serves it) and gives back those already handed here,
     /// to be served like the others this thread holds.
-    pub(super) fn stop(mut self) -> Vec<(TcpStream, SocketAddr, Held)> {
+    pub(super) async fn stop(mut self) -> Vec<(TcpStream, SocketAddr, Held)> {
         self.handed.close();
-        std::iter::from_fn(|| self.handed.try_recv().ok())
-            .filter_map(|(std, peer, held)| Self::join(std).map(|tcp| (tcp, peer, held)))
-            .collect()
+        // Until `recv` says there is no more: a hand-over under way when the queue closed is
+        // counted before it lands, and `try_recv` would report it missing.
+        let mut handed = Vec::new();
+        while let Some((std, peer, held)) = self.handed.recv().await {
+            handed.extend(Self::join(std).map(|tcp| (tcp, peer, held)));
+        }
+        handed
     }
 }
 
@@ -206,7 +210,7 @@ mod tests {
         let _kept = first.place(tcp, peer).unwrap();
         let (tcp, peer, two) = accepted(&listener).await;
         assert!(first.place(tcp, peer).is_none());
-        let queued = second.stop();
+        let queued = second.stop().await;
         assert_eq!(queued.iter().map(|(_, peer, _)| *peer).collect::<Vec<_>>(), [two.local_addr().unwrap()]);
         let (tcp, peer, _three) = accepted(&listener).await;
         let _also_kept = first.place(tcp, peer).unwrap();

@@ -5,9 +5,10 @@
 //! Why not tokio's mpsc channel: it costs about 1.5 KiB however little it holds (a block of 32
 //! slots made with the channel, and two fields padded to 128 bytes each), and a relay holds one
 //! for its stream's whole life, so every open stream paid it (performance goal 3: 10,000 open
-//! streams in little memory). This queue grows only as far as the chunks waiting in it, and its
-//! three waker slots sit behind one lock that is never contended in practice: the relay and the
-//! body run on the same serving thread.
+//! streams in little memory). This one is about 120 bytes; its buffer grows with the chunks
+//! waiting in it, up to the bound, and keeps that size. It has three waker slots, one waiter
+//! each (the body's read, the relay's send and its wait for the client leaving), behind one lock
+//! that is not contended in practice: the relay and the body run on the same serving thread.
 
 use std::{
     collections::VecDeque,
@@ -150,9 +151,10 @@ impl Drop for Receiver {
         state.closed = true;
         // The chunks still queued go now, not when the relay ends (it may drain on for usage).
         let queued = std::mem::take(&mut state.queue);
-        let (writer, leaving) = (state.writer.take(), state.leaving.take());
+        // (the body's own waker goes too: it would keep its finished task's memory alive)
+        let (writer, leaving, own) = (state.writer.take(), state.leaving.take(), state.reader.take());
         drop(state);
-        drop(queued);
+        drop((queued, own));
         writer.into_iter().chain(leaving).for_each(Waker::wake);
     }
 }
@@ -181,14 +183,76 @@ impl http_body::Body for Receiver {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::{future::Future, time::Duration};
 
+    use http_body::Body as _;
     use http_body_util::BodyExt as _;
 
     use super::*;
 
     fn chunk(text: &'static str) -> Bytes {
         Bytes::from_static(text.as_bytes())
+    }
+
+    /// A waker that counts its wakes, to tell which wait a change woke.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(0.into()));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn woken(count: &Count) -> usize {
+        count.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn poll<F: Future>(future: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(waker))
+    }
+
+    #[test]
+    fn the_body_is_woken_by_a_chunk_and_by_the_end() {
+        let (tx, mut rx) = pipe(1);
+        let (reader, waker) = counter();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut rx).poll_frame(&mut cx).is_pending());
+        tx.try_send(chunk("a")).ok().unwrap();
+        assert_eq!(woken(&reader), 1);
+        assert!(matches!(Pin::new(&mut rx).poll_frame(&mut cx), Poll::Ready(Some(Ok(_)))));
+        assert!(Pin::new(&mut rx).poll_frame(&mut cx).is_pending());
+        drop(tx);
+        assert_eq!(woken(&reader), 2);
+        assert!(matches!(Pin::new(&mut rx).poll_frame(&mut cx), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn the_relay_is_woken_by_room_and_each_of_its_waits_by_the_body_leaving() {
+        let (tx, mut rx) = pipe(1);
+        tx.try_send(chunk("a")).ok().unwrap();
+        let mut body = Context::from_waker(Waker::noop());
+        {
+            let (writer, waker) = counter();
+            let mut send = std::pin::pin!(tx.send(chunk("b")));
+            assert!(poll(send.as_mut(), &waker).is_pending(), "full");
+            assert!(matches!(Pin::new(&mut rx).poll_frame(&mut body), Poll::Ready(Some(Ok(_)))));
+            assert_eq!(woken(&writer), 1, "taking a chunk wakes the waiting send");
+            assert!(matches!(poll(send.as_mut(), &waker), Poll::Ready(Ok(()))));
+        }
+        let ((writer, on_room), (leaving, on_leaving)) = (counter(), counter());
+        let mut send = std::pin::pin!(tx.send(chunk("c")));
+        let mut closed = std::pin::pin!(tx.closed());
+        assert!(poll(send.as_mut(), &on_room).is_pending(), "full again");
+        assert!(poll(closed.as_mut(), &on_leaving).is_pending());
+        drop(rx);
+        assert_eq!((woken(&writer), woken(&leaving)), (1, 1), "each wait is woken by its own waker");
+        assert!(matches!(poll(send.as_mut(), &on_room), Poll::Ready(Err(c)) if c == "c"));
+        assert!(poll(closed.as_mut(), &on_leaving).is_ready());
     }
 
     #[tokio::test]
@@ -219,7 +283,6 @@ mod tests {
             );
             let first = rx.frame().await.unwrap().unwrap().into_data().ok().unwrap();
             assert_eq!(first, "a");
-            // Taking a chunk woke the waiting send.
             tokio::time::timeout(Duration::from_secs(5), send).await.unwrap().unwrap();
         }
         drop(tx);
