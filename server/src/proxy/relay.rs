@@ -154,7 +154,7 @@ enum Stop {
 }
 
 /// Sends `bytes` to the client without ever blocking past the write deadline, the total deadline
-/// or the hard stop. A channel with room takes it at once, without arming any timer; only a full
+/// or the hard stop. A queue with room takes it at once, without arming any timer; only a full
 /// one (a client reading slower than the upstream writes) waits, in a boxed future, so that an
 /// open stream's relay does not carry the room of two timers and a send it almost never needs.
 async fn deliver(tx: &pipe::Sender, bytes: Bytes, timing: &Timing, hard_stop: &HardStop) -> Delivery {
@@ -310,9 +310,10 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use std::io;
+    use std::{
+        io,
+        sync::{Arc, Mutex},
+    };
 
     use tokio::sync::mpsc;
 
