@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import tempfile
 import types
@@ -105,3 +106,5 @@ def gateway():
         assert not leaked, f"a secret is in SubLane's logs: {leaked[0][:200]}"
     calls = [json.loads(line) for line in lines if '"call finished"' in line]
     assert calls and all(c["fields"]["request_id"].startswith("req_") for c in calls), "calls are logged with ids"
+    # Only once every check passed: a failed run leaves its data directory and log to look at.
+    shutil.rmtree(data, ignore_errors=True)

@@ -3,7 +3,7 @@
 // Re-authorize, editing settings and deleting after a confirmation.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer, launchBrowser, newPage, signIn, waitForHydration } from './support.mjs';
@@ -65,12 +65,13 @@ test('an account added by signing in at the provider, then refreshed and re-auth
   page.assertNoErrors();
 });
 
-test('an account added from an uploaded credential file; a wrong file is named', async () => {
+test('an account added from an uploaded credential file; a wrong file is named', async (t) => {
   const page = await newPage(browser);
   const form = await openAccounts(page);
   await form.getByLabel('Provider', { exact: true }).selectOption('codex');
   await form.getByLabel('Import a CLI credential file').check();
   const dir = mkdtempSync(join(tmpdir(), 'sublane-e2e-file-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const claudeFile = join(dir, 'credentials.json');
   writeFileSync(claudeFile, JSON.stringify({ claudeAiOauth: { accessToken: 'sk-ant-oat01-x', refreshToken: 'r', expiresAt: Date.now() + 3600e3 } }));
   await form.getByLabel('Upload the file').setInputFiles(claudeFile);
