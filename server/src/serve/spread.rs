@@ -24,6 +24,9 @@ use tokio::{net::TcpStream, sync::mpsc};
 /// serving thread's there.
 type Handed = (std::net::TcpStream, SocketAddr, Held);
 
+/// A connection this thread serves: its socket, its peer, and its place in the count.
+pub(super) type Served = (TcpStream, SocketAddr, Held);
+
 /// Each thread's count of open connections, and the way to hand a connection to each.
 struct Spread {
     open: Counts,
@@ -66,7 +69,7 @@ impl Lane {
     /// to the least loaded thread (`None`). The counts are read without a lock, so two threads
     /// deciding at once may both keep theirs: the spread is even give or take a connection or
     /// two, which is all a spread needs.
-    pub(super) fn place(&self, tcp: TcpStream, peer: SocketAddr) -> Option<(TcpStream, SocketAddr, Held)> {
+    pub(super) fn place(&self, tcp: TcpStream, peer: SocketAddr) -> Option<Served> {
         let mine = self.spread.open[self.index].load(Ordering::Relaxed);
         let counts = self.spread.open.iter().map(|open| open.load(Ordering::Relaxed));
         let (least, fewest) = counts.enumerate().min_by_key(|&(_, open)| open).unwrap_or((self.index, mine));
@@ -85,26 +88,27 @@ impl Lane {
             Ok(()) => None,
             // That thread has stopped serving: this one takes the connection back.
             Err(mpsc::error::SendError((std, peer, _counted_there))) => {
-                Self::join(std).map(|tcp| (tcp, peer, self.hold(self.index)))
+                Self::join((std, peer, self.hold(self.index)))
             }
         }
     }
 
     /// The next connection another thread handed to this one, joined to this thread's reactor.
     /// Cancel-safe: nothing is awaited after one is taken from the queue.
-    pub(super) async fn handed(&mut self) -> Option<(TcpStream, SocketAddr, Held)> {
+    pub(super) async fn handed(&mut self) -> Option<Served> {
         loop {
-            let (std, peer, held) = self.handed.recv().await?;
-            if let Some(tcp) = Self::join(std) {
-                return Some((tcp, peer, held));
+            if let Some(served) = Self::join(self.handed.recv().await?) {
+                return Some(served);
             }
         }
     }
 
-    fn join(std: std::net::TcpStream) -> Option<TcpStream> {
-        TcpStream::from_std(std)
+    /// A handed connection's socket joined to this thread's reactor.
+    fn join((std, peer, held): Handed) -> Option<Served> {
+        let tcp = TcpStream::from_std(std)
             .inspect_err(|e| tracing::debug!(error = %e, "a handed-over connection could not be served"))
-            .ok()
+            .ok()?;
+        Some((tcp, peer, held))
     }
 
     fn hold(&self, lane: usize) -> Held {
@@ -115,13 +119,13 @@ impl Lane {
     /// Stops taking connections from other threads (a hand-over from now on fails, and the
     /// thread that accepted the connection serves it) and gives back those already handed here,
     /// to be served like the others this thread holds.
-    pub(super) async fn stop(mut self) -> Vec<(TcpStream, SocketAddr, Held)> {
+    pub(super) async fn stop(mut self) -> Vec<Served> {
         self.handed.close();
-        // Until `recv` says there is no more: a hand-over under way when the queue closed is
-        // counted before it lands, and `try_recv` would report it missing.
+        // Until the queue says there is no more: a hand-over under way when it closed is counted
+        // before it lands, and `try_recv` would report it missing.
         let mut handed = Vec::new();
-        while let Some((std, peer, held)) = self.handed.recv().await {
-            handed.extend(Self::join(std).map(|tcp| (tcp, peer, held)));
+        while let Some(served) = self.handed().await {
+            handed.push(served);
         }
         handed
     }
