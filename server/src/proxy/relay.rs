@@ -160,7 +160,7 @@ enum Stop {
 async fn deliver(tx: &pipe::Sender, bytes: Bytes, timing: &Timing, hard_stop: &HardStop) -> Delivery {
     let bytes = match tx.try_send(bytes) {
         Ok(()) => return Delivery::Sent,
-        Err(pipe::TrySendError::Closed) => return Delivery::ClientGone,
+        Err(pipe::TrySendError::Closed(_)) => return Delivery::ClientGone,
         Err(pipe::TrySendError::Full(b)) => b,
     };
     Box::pin(async move {

@@ -33,7 +33,7 @@ pub enum TrySendError {
     /// The queue holds its bound: the client reads slower than the upstream writes.
     Full(Bytes),
     /// The receiver was dropped.
-    Closed,
+    Closed(Bytes),
 }
 
 struct Shared {
@@ -67,6 +67,19 @@ impl Shared {
         // Nothing panics while holding it; a poisoned lock still holds a consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Queues `bytes` in `state` (held locked) if the body is there and there is room. The
+    /// caller wakes the reader once it lets the lock go.
+    fn push(&self, state: &mut State, bytes: Bytes) -> Result<(), TrySendError> {
+        if state.closed {
+            return Err(TrySendError::Closed(bytes));
+        }
+        if state.queue.len() >= self.bound {
+            return Err(TrySendError::Full(bytes));
+        }
+        state.queue.push_back(bytes);
+        Ok(())
+    }
 }
 
 /// Keeps `cx`'s waker in `slot` (not cloned again when it is the same task's).
@@ -91,13 +104,7 @@ impl Sender {
     /// Queues `bytes` if there is room, without waiting.
     pub fn try_send(&self, bytes: Bytes) -> Result<(), TrySendError> {
         let mut state = self.0.state();
-        if state.closed {
-            return Err(TrySendError::Closed);
-        }
-        if state.queue.len() >= self.0.bound {
-            return Err(TrySendError::Full(bytes));
-        }
-        state.queue.push_back(bytes);
+        self.0.push(&mut state, bytes)?;
         wake(state, |s| s.reader.take());
         Ok(())
     }
@@ -108,17 +115,20 @@ impl Sender {
         poll_fn(|cx| {
             let mut state = self.0.state();
             let Some(chunk) = bytes.take() else { return Poll::Ready(Ok(())) };
-            if state.closed {
-                return Poll::Ready(Err(chunk));
+            match self.0.push(&mut state, chunk) {
+                Ok(()) => {
+                    wake(state, |s| s.reader.take());
+                    Poll::Ready(Ok(()))
+                }
+                Err(TrySendError::Closed(chunk)) => Poll::Ready(Err(chunk)),
+                // The waker is kept under the same lock that found the queue full: a chunk taken
+                // after this point finds it.
+                Err(TrySendError::Full(chunk)) => {
+                    bytes = Some(chunk);
+                    wait_in(&mut state.writer, cx);
+                    Poll::Pending
+                }
             }
-            if state.queue.len() >= self.0.bound {
-                bytes = Some(chunk);
-                wait_in(&mut state.writer, cx);
-                return Poll::Pending;
-            }
-            state.queue.push_back(chunk);
-            wake(state, |s| s.reader.take());
-            Poll::Ready(Ok(()))
         })
         .await
     }
@@ -303,7 +313,7 @@ mod tests {
         drop(rx);
         let (sent, tx) = tokio::time::timeout(Duration::from_secs(5), closed).await.unwrap().unwrap();
         assert_eq!(sent.unwrap_err(), "b", "the waiting chunk comes back");
-        assert!(matches!(tx.try_send(chunk("c")), Err(TrySendError::Closed)));
+        assert!(matches!(tx.try_send(chunk("c")), Err(TrySendError::Closed(_))));
         tx.closed().await;
     }
 
