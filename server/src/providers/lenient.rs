@@ -89,6 +89,10 @@ pub trait Expected<'de>: Sized {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(None)
     }
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Option<Self>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
 }
 
 /// An integer that fits an `i64`, as `Value::as_i64` reads it (a float is not one).
@@ -136,15 +140,72 @@ impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(Loose(T::from_transient(v)))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Loose(None))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                T::from_seq(seq).map(Loose)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 T::from_map(map).map(Loose)
             }
         }
         d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+/// The first element of an array, as `value[0]` reads it: `None` for an empty array, one whose
+/// first element is of another type, or no array (the other elements are skipped unbuilt).
+#[derive(Debug)]
+pub struct First<T>(pub T);
+
+impl<'de, T: Expected<'de>> Expected<'de> for First<T> {
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Option<Self>, A::Error> {
+        let first = seq.next_element::<Loose<T>>()?.and_then(|l| l.0);
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(first.map(First))
+    }
+}
+
+/// Any object, as `value.is_object()` reads it (its members skipped unbuilt).
+#[derive(Debug)]
+pub struct AnObject;
+
+impl<'de> Expected<'de> for AnObject {
+    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Some(AnObject))
+    }
+}
+
+/// A string that is not empty, as `value.as_str().is_some_and(|s| !s.is_empty())` reads it.
+#[derive(Debug)]
+pub struct NonEmpty;
+
+impl Expected<'_> for NonEmpty {
+    fn from_borrowed(v: &str) -> Option<Self> {
+        (!v.is_empty()).then_some(NonEmpty)
+    }
+    fn from_transient(v: &str) -> Option<Self> {
+        (!v.is_empty()).then_some(NonEmpty)
+    }
+}
+
+/// A field that may be there with any value, where being there at all counts (as
+/// `value.get(name)` tells): `present` with a value of another type than `T` reads as present
+/// with no value.
+#[derive(Debug)]
+pub struct Seen<T> {
+    pub present: bool,
+    pub value: Option<T>,
+}
+
+impl<T> Default for Seen<T> {
+    fn default() -> Self {
+        Seen { present: false, value: None }
+    }
+}
+
+impl<'de, T: Expected<'de>> Deserialize<'de> for Seen<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Loose::<T>::deserialize(d).map(|l| Seen { present: true, value: l.0 })
     }
 }
 

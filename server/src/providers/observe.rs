@@ -6,10 +6,10 @@
 
 use std::{borrow::Cow, time::Duration};
 
-use serde::Deserialize;
+use serde::{Deserialize, de::SeqAccess};
 use serde_json::Value;
 
-use super::lenient::{Loose, lenient_object};
+use super::lenient::{AnObject, Expected, First, Loose, NonEmpty, Seen, lenient_object};
 
 use crate::records::{Outcome, Usage};
 
@@ -65,16 +65,17 @@ impl Observer {
             Grammar::Responses => self.responses_event(name, data, at),
             Grammar::Messages => self.messages_event(name, data, at),
             Grammar::Gemini => {
-                if let Ok(v) = serde_json::from_str::<Value>(data) {
-                    if v["error"].is_object() {
-                        // an error sent inside the stream ends it
-                        self.seen.outcome = Some(Outcome::Error);
-                        let status = v["error"]["status"].as_str().unwrap_or("stream_error");
-                        self.seen.error_code = sanitize(&status.to_ascii_lowercase());
-                        return;
-                    }
-                    self.gemini_chunk(v.get("response").unwrap_or(&v), Some(at));
+                let Ok(Loose(Some(top))) = serde_json::from_str::<Loose<GeminiTop<'_>>>(data) else {
+                    return;
+                };
+                if let Some(error) = &top.error.0 {
+                    // an error sent inside the stream ends it
+                    self.seen.outcome = Some(Outcome::Error);
+                    let status = error.status.0.as_deref().unwrap_or("stream_error");
+                    self.seen.error_code = sanitize(&status.to_ascii_lowercase());
+                    return;
                 }
+                self.gemini_chunk(top.chunk(), Some(at));
             }
         }
     }
@@ -82,12 +83,7 @@ impl Observer {
     /// A complete non-streaming JSON answer, already parsed (it is also being translated).
     pub fn body(&mut self, body: &Value) {
         match self.grammar {
-            Grammar::Gemini => {
-                self.gemini_chunk(body.get("response").unwrap_or(body), None);
-                if self.seen.outcome.is_none() {
-                    self.seen.outcome = Some(Outcome::Success);
-                }
-            }
+            Grammar::Gemini => self.gemini_answer(Loose::deserialize(body).ok().and_then(|t| t.0)),
             Grammar::Responses => self.responses_final(&Answer::of(body)),
             Grammar::Messages => self.messages_final(&Answer::of(body)),
         }
@@ -99,8 +95,9 @@ impl Observer {
     pub fn json(&mut self, bytes: &[u8]) {
         match self.grammar {
             Grammar::Gemini => {
-                if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
-                    self.body(&v);
+                // (any JSON ends the call, as a success unless it says otherwise)
+                if let Ok(top) = serde_json::from_slice::<Loose<GeminiTop<'_>>>(bytes) {
+                    self.gemini_answer(top.0);
                 }
             }
             Grammar::Responses => {
@@ -220,29 +217,36 @@ impl Observer {
         }
     }
 
+    /// A complete Gemini answer (`None`: JSON that is not an object, which tells nothing).
+    fn gemini_answer(&mut self, top: Option<GeminiTop<'_>>) {
+        if let Some(top) = top {
+            self.gemini_chunk(top.chunk(), None);
+        }
+        if self.seen.outcome.is_none() {
+            self.seen.outcome = Some(Outcome::Success);
+        }
+    }
+
     /// One Gemini chunk: text or a function call is output; `usageMetadata` is cumulative;
     /// `finishReason` ends the answer (STOP success, MAX_TOKENS incomplete, others errors).
-    fn gemini_chunk(&mut self, r: &Value, at: Option<Duration>) {
-        let candidate = &r["candidates"][0];
-        if let (Some(at), Some(parts)) = (at, candidate["content"]["parts"].as_array())
-            && parts
-                .iter()
-                .any(|p| p["text"].as_str().is_some_and(|t| !t.is_empty()) || p["functionCall"].is_object())
+    fn gemini_chunk(&mut self, chunk: Option<GeminiChunk<'_>>, at: Option<Duration>) {
+        let Some(chunk) = chunk else { return };
+        let candidate = chunk.candidates.0.map(|First(c)| c);
+        if let Some(at) = at
+            && candidate.as_ref().and_then(|c| c.content.0.as_ref()).is_some_and(|c| c.parts.0.is_some())
         {
             self.first_output(at);
         }
-        let u = &r["usageMetadata"];
-        if u.is_object() {
-            let output =
-                u["candidatesTokenCount"].as_i64().map(|c| c + u["thoughtsTokenCount"].as_i64().unwrap_or(0));
+        if let Some(u) = chunk.usageMetadata.0 {
+            let output = u.candidatesTokenCount.0.map(|c| c + u.thoughtsTokenCount.0.unwrap_or(0));
             self.seen.usage = Usage {
-                input: u["promptTokenCount"].as_i64(),
+                input: u.promptTokenCount.0,
                 output,
-                cached: u["cachedContentTokenCount"].as_i64().or(Some(0)),
+                cached: u.cachedContentTokenCount.0.or(Some(0)),
             };
         }
-        if let Some(reason) = candidate["finishReason"].as_str() {
-            self.seen.outcome = Some(match reason {
+        if let Some(reason) = candidate.and_then(|c| c.finishReason.0) {
+            self.seen.outcome = Some(match &*reason {
                 "STOP" => Outcome::Success,
                 "MAX_TOKENS" => Outcome::Incomplete,
                 other => {
@@ -324,6 +328,91 @@ lenient_object! {
 lenient_object! {
     AnswerError<'a> {
         code: Loose<Cow<'a, str>>,
+    }
+}
+
+lenient_object! {
+    /// A Gemini chunk or answer as the observer reads it: in the v1internal envelope
+    /// (`response`), bare (its own `candidates` and `usageMetadata`), or an error sent inside a
+    /// stream. Read typed and borrowed, as [`Answer`] is.
+    #[allow(non_snake_case)]
+    GeminiTop<'a> {
+        error: Loose<GeminiError<'a>>,
+        response: Seen<GeminiChunk<'a>>,
+        candidates: Loose<First<GeminiCandidate<'a>>>,
+        usageMetadata: Loose<GeminiUsage>,
+    }
+}
+
+impl<'a> GeminiTop<'a> {
+    /// The chunk itself: the envelope's `response` when there is one (whatever it holds, as
+    /// `value.get("response")` decides), else the top level.
+    fn chunk(self) -> Option<GeminiChunk<'a>> {
+        if self.response.present {
+            self.response.value
+        } else {
+            Some(GeminiChunk { candidates: self.candidates, usageMetadata: self.usageMetadata })
+        }
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    GeminiChunk<'a> {
+        candidates: Loose<First<GeminiCandidate<'a>>>,
+        usageMetadata: Loose<GeminiUsage>,
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    GeminiCandidate<'a> {
+        content: Loose<GeminiContent>,
+        finishReason: Loose<Cow<'a, str>>,
+    }
+}
+
+lenient_object! {
+    GeminiContent {
+        parts: Loose<HasOutput>,
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    GeminiPart {
+        text: Loose<NonEmpty>,
+        functionCall: Loose<AnObject>,
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    GeminiUsage {
+        promptTokenCount: Loose<i64>,
+        candidatesTokenCount: Loose<i64>,
+        thoughtsTokenCount: Loose<i64>,
+        cachedContentTokenCount: Loose<i64>,
+    }
+}
+
+lenient_object! {
+    GeminiError<'a> {
+        status: Loose<Cow<'a, str>>,
+    }
+}
+
+/// A `parts` array that holds output: a part with text or a function call.
+#[derive(Debug)]
+struct HasOutput;
+
+impl<'de> Expected<'de> for HasOutput {
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Option<Self>, A::Error> {
+        let mut output = false;
+        while let Some(part) = seq.next_element::<Loose<GeminiPart>>()? {
+            output |= part.0.is_some_and(|p| p.text.0.is_some() || p.functionCall.0.is_some());
+        }
+        Ok(output.then_some(HasOutput))
     }
 }
 
@@ -564,6 +653,133 @@ mod tests {
                 let expected = by_value(grammar, &serde_json::from_str(json).unwrap());
                 assert_eq!(answer_of(grammar, json), expected, "{grammar:?} {json}");
             }
+        }
+    }
+
+    /// Gemini chunks as `Value`'s accessors read them (how they were read before they were read
+    /// typed): the oracle of [`gemini_reads_what_value_accessors_read`].
+    #[derive(Default)]
+    struct GeminiByValue(Observation);
+
+    impl GeminiByValue {
+        fn event(&mut self, data: &str, at: Duration) {
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                if v["error"].is_object() {
+                    self.0.outcome = Some(Outcome::Error);
+                    let status = v["error"]["status"].as_str().unwrap_or("stream_error");
+                    self.0.error_code = sanitize(&status.to_ascii_lowercase());
+                    return;
+                }
+                self.chunk(v.get("response").unwrap_or(&v), Some(at));
+            }
+        }
+
+        fn body(&mut self, v: &Value) {
+            self.chunk(v.get("response").unwrap_or(v), None);
+            self.0.outcome.get_or_insert(Outcome::Success);
+        }
+
+        fn chunk(&mut self, r: &Value, at: Option<Duration>) {
+            let candidate = &r["candidates"][0];
+            if let (Some(at), Some(parts)) = (at, candidate["content"]["parts"].as_array())
+                && parts.iter().any(|p| {
+                    p["text"].as_str().is_some_and(|t| !t.is_empty()) || p["functionCall"].is_object()
+                })
+            {
+                self.0.first_output.get_or_insert(at);
+            }
+            let u = &r["usageMetadata"];
+            if u.is_object() {
+                let output = u["candidatesTokenCount"]
+                    .as_i64()
+                    .map(|c| c + u["thoughtsTokenCount"].as_i64().unwrap_or(0));
+                self.0.usage = Usage {
+                    input: u["promptTokenCount"].as_i64(),
+                    output,
+                    cached: u["cachedContentTokenCount"].as_i64().or(Some(0)),
+                };
+            }
+            if let Some(reason) = candidate["finishReason"].as_str() {
+                self.0.outcome = Some(match reason {
+                    "STOP" => Outcome::Success,
+                    "MAX_TOKENS" => Outcome::Incomplete,
+                    other => {
+                        self.0.error_code = sanitize(other);
+                        Outcome::Error
+                    }
+                });
+            }
+        }
+    }
+
+    fn told(o: &Observation) -> (Option<Outcome>, Usage, Option<String>, Option<Duration>) {
+        (o.outcome, o.usage, o.error_code.clone(), o.first_output)
+    }
+
+    #[test]
+    fn gemini_reads_what_value_accessors_read() {
+        let chunks = [
+            r#"{"response":{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi"}]},"index":0}]},"traceId":"t"}"#,
+            r#"{"candidates":[{"content":{"parts":[{"text":""},{"functionCall":{"name":"f","args":{}}}]}}]}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"!"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":120,"candidatesTokenCount":5,"thoughtsTokenCount":2,"cachedContentTokenCount":64}}}"#,
+            r#"{"response":{"candidates":[{"finishReason":"MAX_TOKENS"}],"usageMetadata":{"promptTokenCount":1}}}"#,
+            r#"{"response":{"candidates":[{"finishReason":"SAFETY"}]}}"#,
+            r#"{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}"#,
+            r#"{"error":{"code":500},"response":{"candidates":[{"finishReason":"STOP"}]}}"#,
+            r#"{"error":"text","candidates":[{"finishReason":"STOP"}]}"#,
+            // only the first candidate counts; parts of other types, or empty, are no output
+            r#"{"candidates":[{"content":{"parts":[{"text":""}]}},{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}]}"#,
+            r#"{"candidates":[7,{"finishReason":"STOP"}]}"#,
+            r#"{"candidates":[],"usageMetadata":[]}"#,
+            r#"{"candidates":{"0":{"finishReason":"STOP"}}}"#,
+            r#"{"candidates":[{"content":{"parts":[{"text":7},{"functionCall":[]},null,"x",{"functionCall":"f"}]}}]}"#,
+            r#"{"candidates":[{"content":{"parts":{"text":"x"}}}]}"#,
+            r#"{"candidates":[{"content":[{"parts":[{"text":"x"}]}],"finishReason":7}]}"#,
+            // a response that is there but not an object hides the top level's chunk
+            r#"{"response":null,"candidates":[{"finishReason":"STOP"}]}"#,
+            r#"{"response":[1],"usageMetadata":{"promptTokenCount":3}}"#,
+            // numbers of the wrong kind, and usage fields of the wrong type
+            r#"{"usageMetadata":{"promptTokenCount":1.5,"candidatesTokenCount":"5","thoughtsTokenCount":2,"cachedContentTokenCount":null}}"#,
+            r#"{"usageMetadata":{"promptTokenCount":9223372036854775808,"candidatesTokenCount":-3}}"#,
+            r#"{"usageMetadata":{"candidatesTokenCount":4,"thoughtsTokenCount":[1]}}"#,
+            // keys given twice keep their last value; escaped keys and values read as meant
+            r#"{"response":{"candidates":[{"finishReason":"STOP"}]},"response":{"candidates":[{"finishReason":"OTHER"}]}}"#,
+            r#"{"candidates":[{"finishReason":"STOP","finishReason":"MAX_TOKENS"}],"usageMetadata":{"promptTokenCount":1},"usageMetadata":7}"#,
+            r#"{"candidates":[{"content":{"parts":[{"text":"H"}]},"finishReason":"MAX_TOKENS"}]}"#,
+            r#"{"error":{"status":"RESOURCE_EXHAUSTED"}}"#,
+            r#"{"error":{"status":7}}"#,
+            // not an object, not JSON, empty
+            r#"[{"candidates":[{"finishReason":"STOP"}]}]"#,
+            r#""STOP""#,
+            r#"{"candidates":[{"finishReason":"STOP"}]"#,
+            "",
+            "{}",
+        ];
+        for (i, data) in chunks.iter().enumerate() {
+            let at = MS * (i as u32 + 1);
+            let (mut typed, mut oracle) = (Observer::new(Grammar::Gemini), GeminiByValue::default());
+            typed.event(None, data, at);
+            oracle.event(data, at);
+            assert_eq!(told(&typed.seen), told(&oracle.0), "event {data}");
+            // as a whole answer, from its bytes and from its parsed value
+            let (mut bytes, mut value, mut oracle) =
+                (Observer::new(Grammar::Gemini), Observer::new(Grammar::Gemini), GeminiByValue::default());
+            bytes.json(data.as_bytes());
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                value.body(&v);
+                oracle.body(&v);
+            }
+            assert_eq!(told(&bytes.seen), told(&oracle.0), "answer {data}");
+            assert_eq!(told(&value.seen), told(&oracle.0), "parsed answer {data}");
+        }
+        // one stream of them all, in order and backwards: what accumulates agrees too
+        for order in [chunks.to_vec(), chunks.iter().rev().copied().collect()] {
+            let (mut typed, mut oracle) = (Observer::new(Grammar::Gemini), GeminiByValue::default());
+            for (i, data) in order.iter().enumerate() {
+                typed.event(None, data, MS * (i as u32 + 1));
+                oracle.event(data, MS * (i as u32 + 1));
+            }
+            assert_eq!(told(&typed.seen), told(&oracle.0));
         }
     }
 
