@@ -12,6 +12,7 @@
 //! (`anthropic-beta`) is joined into one line. Query parameters pass only where the upstream route
 //! defines them (`beta` on Anthropic's Messages).
 
+mod envelope;
 mod lenient;
 pub mod observe;
 pub mod sse;
@@ -21,6 +22,7 @@ use app::model::{CredentialInput, Provider};
 use axum::http::{HeaderMap, HeaderValue};
 
 use crate::config::UpstreamUrls;
+pub use envelope::{answer_in_envelope, envelope, thinking_suffix, unwrap_envelope, wrap_envelope};
 pub use observe::{Grammar, Observation, Observer};
 
 /// A model operation as the client asked for it.
@@ -205,69 +207,6 @@ pub fn target(
 
 /// User agent sent to Cloud Code Assist for Antigravity accounts.
 pub const ANTIGRAVITY_USER_AGENT: &str = "antigravity/1.0 sublane";
-
-/// Wraps a Gemini request body in the v1internal envelope (protocols.md §5).
-pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) -> Option<Vec<u8>> {
-    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
-    serde_json::to_vec(&envelope(request, project, model, request_id)).ok()
-}
-
-/// A Gemini request value in the v1internal envelope (protocols.md §5).
-pub fn envelope(
-    mut request: serde_json::Value,
-    project: &str,
-    model: &str,
-    request_id: &str,
-) -> serde_json::Value {
-    let (model, thinking) = thinking_suffix(model);
-    // An SDK thinking-level suffix (`model(high)`, `model(16384)`) is no model id upstream: it
-    // becomes the request's thinking setting, unless the client set one itself (QT-4).
-    if let Some(level) = thinking
-        && request.is_object()
-    {
-        let config = &mut request["generationConfig"];
-        if config.is_null() {
-            *config = serde_json::json!({});
-        }
-        if config.is_object() && config["thinkingConfig"].is_null() {
-            config["thinkingConfig"] = match level.parse::<u64>() {
-                Ok(budget) => serde_json::json!({"includeThoughts": true, "thinkingBudget": budget}),
-                Err(_) => serde_json::json!({"includeThoughts": true, "thinkingLevel": level}),
-            };
-        }
-    }
-    serde_json::json!({
-        "project": project,
-        "requestId": format!("agent-{request_id}"),
-        "userAgent": "antigravity",
-        "requestType": "agent",
-        "model": model,
-        "request": request,
-    })
-}
-
-/// A model id with an SDK thinking suffix split in two: `gemini-3.1-pro-low(high)` is
-/// `gemini-3.1-pro-low` at level `high`; `claude-opus-4-6-thinking(16384)` a budget of 16384.
-/// Only the levels Gemini knows and plain budgets count; anything else stays part of the id.
-pub fn thinking_suffix(model: &str) -> (&str, Option<&str>) {
-    let base = crate::quota::observation::base_model(model);
-    if base.len() == model.len() {
-        return (model, None);
-    }
-    let level = model[base.len()..].trim().trim_start_matches('(').trim_end_matches(')').trim();
-    let known = matches!(level, "minimal" | "low" | "medium" | "high")
-        || (!level.is_empty() && level.len() <= 7 && level.bytes().all(|b| b.is_ascii_digit()));
-    if known { (base, Some(level)) } else { (model, None) }
-}
-
-/// Takes the inner `response` out of a v1internal answer or stream event.
-pub fn unwrap_envelope(data: &str) -> Option<String> {
-    let mut v: serde_json::Value = serde_json::from_str(data).ok()?;
-    match v.get_mut("response") {
-        Some(inner) => serde_json::to_string(&inner.take()).ok(),
-        None => Some(data.to_owned()),
-    }
-}
 
 /// The client's query parameters that the upstream route defines (`allowed`), in their order.
 fn defined_query(query: Option<&str>, allowed: &[&str]) -> Option<String> {
@@ -498,49 +437,6 @@ mod tests {
         assert_eq!(t.headers["x-api-key"], "sk-ant-api");
         assert!(!t.headers.contains_key("authorization"));
         assert_eq!(t.url.as_str(), "https://api.anthropic.com/v1/messages?beta=true");
-    }
-
-    #[test]
-    fn antigravity_envelope_round_trip() {
-        let wrapped = wrap_envelope(
-            br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
-            "proj-1",
-            "gemini-3.1-pro-low",
-            "req_1",
-        )
-        .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&wrapped).unwrap();
-        assert_eq!(v["project"], "proj-1");
-        assert_eq!(v["model"], "gemini-3.1-pro-low");
-        assert_eq!(v["request"]["contents"][0]["parts"][0]["text"], "hi");
-        assert_eq!(
-            unwrap_envelope(r#"{"response":{"candidates":[]},"traceId":"t"}"#).unwrap(),
-            r#"{"candidates":[]}"#
-        );
-        assert_eq!(unwrap_envelope(r#"{"candidates":[]}"#).unwrap(), r#"{"candidates":[]}"#);
-    }
-
-    #[test]
-    fn a_thinking_suffix_becomes_the_requests_thinking_setting() {
-        let wrap = |model: &str, body: &[u8]| -> serde_json::Value {
-            serde_json::from_slice(&wrap_envelope(body, "p", model, "r").unwrap()).unwrap()
-        };
-        let plain = br#"{"contents":[]}"#;
-        let v = wrap("gemini-3.1-pro-low(high)", plain);
-        assert_eq!(v["model"], "gemini-3.1-pro-low");
-        assert_eq!(v["request"]["generationConfig"]["thinkingConfig"]["thinkingLevel"], "high");
-        let v = wrap("claude-opus-4-6-thinking(16384)", plain);
-        assert_eq!(v["model"], "claude-opus-4-6-thinking");
-        assert_eq!(v["request"]["generationConfig"]["thinkingConfig"]["thinkingBudget"], 16384);
-        // the client's own setting wins; an unknown suffix is part of the id
-        let own = br#"{"contents":[],"generationConfig":{"thinkingConfig":{"thinkingBudget":1}}}"#;
-        let v = wrap("gemini-3.1-pro-low(high)", own);
-        assert_eq!(
-            v["request"]["generationConfig"]["thinkingConfig"],
-            serde_json::json!({"thinkingBudget": 1})
-        );
-        assert_eq!(wrap("odd(model)", plain)["model"], "odd(model)");
-        assert_eq!(thinking_suffix("gemini-3.1-pro-low"), ("gemini-3.1-pro-low", None));
     }
 
     #[test]

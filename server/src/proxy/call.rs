@@ -573,17 +573,16 @@ fn answer<'a>(
         };
         // An answer passed through as it came needs only what the record reads from it: those
         // fields, without building the whole document.
-        if rewrite.is_none() && chat_upstream.is_none() {
+        if chat_upstream.is_none() {
             observer.json(&bytes);
-        } else if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
-            observer.body(&v);
-            // Antigravity: the client gets the inner response, taken from the value already parsed.
+            // Antigravity: the client gets the inner response, cut out of the answer's text.
             if matches!(rewrite, Some(relay::Rewrite::Envelope))
-                && let Some(inner) = v.get_mut("response").map(Value::take)
-                && let Ok(b) = serde_json::to_vec(&inner)
+                && let Some(inner) = providers::answer_in_envelope(&bytes)
             {
-                bytes = Bytes::from(b);
+                bytes = inner;
             }
+        } else if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+            observer.body(&v);
             // BEY-3: a Chat Completions client gets a chat.completion (error answers never come here:
             // the failure path answers them in the client's protocol, PX-7).
             if let Some(upstream) = chat_upstream
@@ -781,16 +780,16 @@ fn prepare(
     // serialized once.
     if let Some(chat) = r.chat {
         let mut v = chat.translate(account.provider).map_err(|e| Unsent::Untranslatable(chat_error(e)))?;
-        match &target.envelope {
-            Some(project) => v = providers::envelope(v, project, upstream_model, &attempt.request_id),
+        let body = match &target.envelope {
+            Some(project) => providers::envelope(v, project, upstream_model, &attempt.request_id),
             None => {
                 if let Some(obj) = v.as_object_mut() {
                     edit_value(obj, model_edit, force_stream, no_store);
                 }
+                serde_json::to_vec(&v)
             }
         }
-        let body =
-            serde_json::to_vec(&v).map_err(|_| Unsent::Refused(GatewayError::internal(), Outcome::Error))?;
+        .map_err(|_| Unsent::Refused(GatewayError::internal(), Outcome::Error))?;
         return Ok((target, Bytes::from(body), force_stream));
     }
     let body = match &target.envelope {
