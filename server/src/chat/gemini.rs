@@ -421,7 +421,7 @@ impl GeminiStream {
             } else if part["thought"] != true
                 && let Some(t) = part["text"].as_str().filter(|t| !t.is_empty())
             {
-                out.push(self.w.chunk(json!({"content": t}), None));
+                out.push(self.w.text(t));
             }
         }
         if response["usageMetadata"].is_object() {

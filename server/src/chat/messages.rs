@@ -1,6 +1,9 @@
 //! Chat Completions to and from Anthropic Messages (BEY-3), for Claude and Anthropic API accounts:
 //! the request, the collected answer, and the stream transform.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -8,6 +11,7 @@ use super::{
     stream::Chunks,
     turns::{self, Turn},
 };
+use crate::providers::lenient::Object;
 
 /// `max_tokens` when the client sets none (Messages requires one; Chat Completions has no limit
 /// by default): large enough for any ordinary answer of the current models.
@@ -376,8 +380,26 @@ pub fn from_messages(message: &Value, model: &str, created: i64) -> Value {
     })
 }
 
+/// A Messages event's type and its `delta`'s type and string `text`: a text delta when both
+/// types say so. Any other shape fails to read and is read as a document instead.
+#[derive(Deserialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    delta: Object<TextPart<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TextPart<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+}
+
 /// A Messages stream as a Chat Completions stream (see `stream::ChatStream` for the shape).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MessagesStream {
     w: Chunks,
     /// The Chat tool index of each content block that is a tool use, by block index, and whether
@@ -407,6 +429,18 @@ impl MessagesStream {
 
     /// The chunks one upstream event makes.
     pub fn event(&mut self, data: &str) -> Vec<String> {
+        // Most events are text deltas: read as the few members they have, not a document.
+        if let Ok(Object(d)) = serde_json::from_str::<Object<BlockDelta<'_>>>(data)
+            && d.kind == "content_block_delta"
+            && d.delta.0.kind == "text_delta"
+        {
+            return self.w.text_delta(&d.delta.0.text);
+        }
+        self.event_in_full(data)
+    }
+
+    /// Any event, read as a document.
+    fn event_in_full(&mut self, data: &str) -> Vec<String> {
         let Some(event) = self.w.open(data) else { return Vec::new() };
         let mut out = Vec::new();
         match event["type"].as_str().unwrap_or_default() {
@@ -649,6 +683,41 @@ mod tests {
         assert_eq!(finish, ["tool_calls"]);
         assert_eq!(chunks.last().unwrap()["usage"]["prompt_tokens"], 120);
         assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 7);
+    }
+}
+
+#[cfg(test)]
+mod text_deltas {
+    use super::*;
+
+    #[test]
+    fn text_deltas_read_as_the_document_reads_them() {
+        let events = [
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            r#"{"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\u0048i \"q\""}}"#,
+            r#"{"delta":{"text":"","type":"text_delta"},"type":"content_block_delta"}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":7}}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta"}}"#,
+            r#"{"type":"content_block_delta","delta":["text_delta","by position"]}"#,
+            r#"["content_block_delta",{"type":"text_delta","text":"by position"}]"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"a","text":"b"}}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"a"},"delta":{"type":"input_json_delta","partial_json":"{"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+            r#"{"type":"content_block_d\u0065lta","delta":{"type":"text_d\u0065lta","text":"escaped"}}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"cut"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_stop"}"#,
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"after the end"}}"#,
+        ];
+        for include_usage in [false, true] {
+            super::super::stream::tests::same_as_in_full(
+                MessagesStream::new("m", include_usage, 7),
+                &events,
+                MessagesStream::event,
+                MessagesStream::event_in_full,
+            );
+        }
     }
 }
 

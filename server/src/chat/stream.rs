@@ -4,9 +4,13 @@
 //! first, then argument pieces), a last chunk with `finish_reason`, a usage chunk with empty
 //! `choices` when the client asked for `stream_options.include_usage`, then `[DONE]`.
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::response::{completion_id, finish_reason, usage};
+use crate::providers::lenient::Object;
 
 /// The data of the stream's last event.
 pub const DONE: &str = "[DONE]";
@@ -27,7 +31,7 @@ fn error_object(message: &str, kind: &str, code: &Value) -> String {
 
 /// The chunks of one Chat Completions stream: their common fields, and the role chunk first.
 /// Shared by the transforms from each upstream protocol.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Chunks {
     pub id: String,
     pub created: i64,
@@ -79,18 +83,66 @@ impl Chunks {
         }
     }
 
-    fn base(&self, choices: Value) -> Value {
-        let mut c = json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                           "model": self.model, "choices": choices});
-        if self.include_usage {
-            c["usage"] = Value::Null;
+    /// A chunk written straight from its parts, in the member order (sorted) a `Value` wrote
+    /// it in before, so the bytes are the same: a text delta is the most frequent thing a
+    /// stream sends, and building each as a document cost more than reading the event.
+    fn frame<C: Serialize>(&self, choices: C, usage: Option<&Value>) -> String {
+        #[derive(Serialize)]
+        struct Frame<'a, C> {
+            choices: C,
+            created: i64,
+            id: &'a str,
+            model: &'a str,
+            object: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            usage: Option<&'a Value>,
         }
-        c
+        let usage = usage.or(self.include_usage.then_some(&Value::Null));
+        let frame = Frame {
+            choices,
+            created: self.created,
+            id: &self.id,
+            model: &self.model,
+            object: "chat.completion.chunk",
+            usage,
+        };
+        // (writing to a String from plain fields and Values cannot fail)
+        serde_json::to_string(&frame).unwrap_or_default()
     }
 
     pub fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        self.base(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
-            .to_string()
+        self.choice(&delta, finish)
+    }
+
+    /// What a text delta event makes: the role chunk first, then the text (nothing once the
+    /// stream ended).
+    pub fn text_delta(&mut self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.ended {
+            self.start(&mut out);
+            out.push(self.text(text));
+        }
+        out
+    }
+
+    /// A chunk with one text delta.
+    pub fn text(&self, text: &str) -> String {
+        #[derive(Serialize)]
+        struct Text<'a> {
+            content: &'a str,
+        }
+        self.choice(&Text { content: text }, None)
+    }
+
+    fn choice<D: Serialize>(&self, delta: &D, finish: Option<&str>) -> String {
+        #[derive(Serialize)]
+        struct Choice<'a, D> {
+            delta: &'a D,
+            finish_reason: Option<&'a str>,
+            index: u32,
+            logprobs: Option<()>,
+        }
+        self.frame([Choice { delta, finish_reason: finish, index: 0, logprobs: None }], None)
     }
 
     /// The last chunks: the one with `finish_reason`, the usage chunk when asked, `[DONE]`.
@@ -98,17 +150,25 @@ impl Chunks {
         self.start(out);
         out.push(self.chunk(json!({}), Some(finish)));
         if self.include_usage {
-            let mut last = self.base(json!([]));
-            last["usage"] = usage;
-            out.push(last.to_string());
+            out.push(self.frame([(); 0], Some(&usage)));
         }
         out.push(DONE.to_owned());
         self.ended = true;
     }
 }
 
+/// A Responses event's type and string `delta`: a text delta when the type says so. Any other
+/// shape fails to read and is read as a document instead.
+#[derive(Deserialize)]
+struct TextDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    delta: Cow<'a, str>,
+}
+
 /// One Chat Completions stream being made from Responses events.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ChatStream {
     w: Chunks,
     /// Tool calls so far, by Chat Completions index: the upstream item id and the arguments sent.
@@ -128,6 +188,17 @@ impl ChatStream {
 
     /// The chunks one upstream event makes, each an SSE `data` payload, in order.
     pub fn event(&mut self, data: &str) -> Vec<String> {
+        // Most events are text deltas: read as two members, not a document.
+        if let Ok(Object(d)) = serde_json::from_str::<Object<TextDelta<'_>>>(data)
+            && d.kind == "response.output_text.delta"
+        {
+            return self.w.text_delta(&d.delta);
+        }
+        self.event_in_full(data)
+    }
+
+    /// Any event, read as a document.
+    fn event_in_full(&mut self, data: &str) -> Vec<String> {
         let Some(event) = self.w.open(data) else { return Vec::new() };
         let mut out = Vec::new();
         match event["type"].as_str().unwrap_or_default() {
@@ -227,6 +298,92 @@ pub(super) mod tests {
     use proptest::prelude::*;
 
     use super::{super::response::from_responses, *};
+
+    /// A chunk as it was written before: built as a document (sorted members) and written out.
+    fn chunk_by_value(w: &Chunks, delta: Value, finish: Option<&str>, usage: Option<Value>) -> String {
+        let choices = if usage.is_some() {
+            json!([])
+        } else {
+            json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}])
+        };
+        let mut c = json!({"id": w.id, "object": "chat.completion.chunk", "created": w.created,
+                           "model": w.model, "choices": choices});
+        if w.include_usage {
+            c["usage"] = usage.unwrap_or(Value::Null);
+        }
+        c.to_string()
+    }
+
+    #[test]
+    fn chunks_are_written_as_the_document_wrote_them() {
+        for include_usage in [false, true] {
+            let mut w = Chunks::new("gpt-5.5 \"q\"", include_usage, 1_700_000_000);
+            w.id = "chatcmpl-\u{e9}".to_owned();
+            for text in ["Hello", "", "quote \" back\\slash \n\u{1f600} </script>", "\u{7f}\u{0}"] {
+                assert_eq!(w.text(text), chunk_by_value(&w, json!({"content": text}), None, None));
+            }
+            let delta = json!({"tool_calls": [{"index": 0, "id": "c", "function": {"arguments": ""}}]});
+            assert_eq!(
+                w.chunk(delta.clone(), Some("tool_calls")),
+                chunk_by_value(&w, delta, Some("tool_calls"), None)
+            );
+            let mut out = Vec::new();
+            let usage = json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3});
+            w.finish("stop", usage.clone(), &mut out);
+            let mut expected = vec![
+                chunk_by_value(&w, json!({"role": "assistant", "content": ""}), None, None),
+                chunk_by_value(&w, json!({}), Some("stop"), None),
+            ];
+            if include_usage {
+                expected.push(chunk_by_value(&w, Value::Null, None, Some(usage)));
+            }
+            expected.push(DONE.to_owned());
+            assert_eq!(out, expected);
+        }
+    }
+
+    /// Every event of `events`, in order, through `event` and through `event_in_full` on two
+    /// copies of one stream: the text-delta path must say what the document path says.
+    pub(in crate::chat) fn same_as_in_full<S: Clone>(
+        mut stream: S,
+        events: &[&str],
+        event: fn(&mut S, &str) -> Vec<String>,
+        in_full: fn(&mut S, &str) -> Vec<String>,
+    ) {
+        let mut full = stream.clone();
+        for data in events {
+            assert_eq!(event(&mut stream, data), in_full(&mut full, data), "{data}");
+        }
+    }
+
+    #[test]
+    fn text_deltas_read_as_the_document_reads_them() {
+        let events = [
+            r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi"}"#,
+            r#"{"type":"response.created","response":{"id":"resp_1","created_at":7}}"#,
+            r#"{"type":"response.output_text.delta","item_id":"msg_1","delta":"Hel\u006co \"q\" \ud83d\ude00","logprobs":[]}"#,
+            r#"{"delta":"","type":"response.output_text.delta"}"#,
+            r#"{"type":"response.output_text.delta","delta":7}"#,
+            r#"{"type":"response.output_text.delta","delta":null}"#,
+            r#"{"type":"response.output_text.delta"}"#,
+            r#"{"type":"response.output_text.delta","delta":"a","delta":"b"}"#,
+            r#"{"type":"response.refusal.delta","delta":"no"}"#,
+            r#"{"type":"response.output_text.d\u0065lta","delta":"escaped type"}"#,
+            r#"{"type":"response.output_text.delta","delta":"x","type":"response.refusal.delta"}"#,
+            r#"["response.output_text.delta","by position"]"#,
+            r#"{"type":"response.output_text.delta","delta":"cut"#,
+            r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":1,"output_tokens":2}}}"#,
+            r#"{"type":"response.output_text.delta","delta":"after the end"}"#,
+        ];
+        for include_usage in [false, true] {
+            same_as_in_full(
+                ChatStream::new("m", include_usage),
+                &events,
+                ChatStream::event,
+                ChatStream::event_in_full,
+            );
+        }
+    }
 
     /// The Responses events of an answer with `texts` as output text deltas and `calls` as
     /// function calls (name, argument pieces), ending with `response.completed`; and the final

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde::{
     Deserialize, Deserializer,
-    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor, value::MapAccessDeserializer},
 };
 
 /// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
@@ -206,6 +206,27 @@ impl<T> Default for Seen<T> {
 impl<'de, T: Expected<'de>> Deserialize<'de> for Seen<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Loose::<T>::deserialize(d).map(|l| Seen { present: true, value: l.0 })
+    }
+}
+
+/// A derived `T` read only from a JSON object: a derived struct alone also reads an array, by
+/// position, which `Value`'s accessors never would.
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Visit<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData)).map(Object)
     }
 }
 

@@ -13,7 +13,7 @@
 //! defines them (`beta` on Anthropic's Messages).
 
 mod envelope;
-mod lenient;
+pub(crate) mod lenient;
 pub mod observe;
 pub mod sse;
 
