@@ -238,7 +238,8 @@ impl Observer {
             self.first_output(at);
         }
         if let Some(u) = chunk.usageMetadata.0 {
-            let output = u.candidatesTokenCount.0.map(|c| c + u.thoughtsTokenCount.0.unwrap_or(0));
+            let output =
+                u.candidatesTokenCount.0.map(|c| c.saturating_add(u.thoughtsTokenCount.0.unwrap_or(0)));
             self.seen.usage = Usage {
                 input: u.promptTokenCount.0,
                 output,

@@ -47,7 +47,8 @@ pub type HardStop = std::sync::Arc<crate::app_state::Lifecycle>;
 /// without one, bytes pass unchanged. The observer always sees the upstream's own events.
 #[derive(Debug)]
 pub enum Rewrite {
-    /// Antigravity: each event's `{"response": ...}` unwrapped (an event without one dropped).
+    /// Antigravity: each event's `{"response": ...}` unwrapped (an event without one passes as
+    /// it came; one that is not JSON is dropped).
     Envelope,
     /// A Chat Completions client of a Responses upstream: a stateful transform (BEY-3).
     Chat(Box<crate::chat::stream::ChatStream>),
