@@ -126,7 +126,10 @@ pub fn unwrap_envelope(data: &str) -> Option<Cow<'_, str>> {
     match inner(data.as_bytes()) {
         Err(_) => None,
         Ok(None) => Some(Cow::Borrowed(data)),
-        // An event's data is one line: a response written over several lines is written again.
+        // A response written over several lines is written again on one: Gemini's own streams
+        // carry each event on one `data:` line, and a client that parses each `data:` line as a
+        // document of its own is served too (the relay writes a field per line, valid SSE, but
+        // such a client would fail on it).
         Ok(Some(r)) if r.get().contains(['\n', '\r']) => {
             serde_json::from_str::<Value>(r.get()).ok().map(|v| Cow::Owned(v.to_string()))
         }

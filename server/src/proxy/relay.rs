@@ -103,15 +103,36 @@ fn process(
             let mut out = Vec::new();
             splitter.feed(&bytes, |ev| {
                 observer.event(ev.name, &ev.data, at);
-                rewrite.apply(&ev.data, |data| {
-                    out.extend_from_slice(b"data: ");
-                    out.extend_from_slice(data.as_bytes());
-                    out.extend_from_slice(b"\n\n");
-                });
+                rewrite.apply(&ev.data, |data| write_event(&mut out, data));
             });
             (!out.is_empty()).then(|| Bytes::from(out))
         }
     }
+}
+
+/// Writes one SSE event carrying `data`: a `data:` field per line of it, as the SSE grammar
+/// requires (a line break inside one field would end it there, and the client would read the
+/// rest as a field of its own). Every line terminator the grammar knows (`\r\n`, `\n`, `\r`)
+/// starts a new field, so the client joins the lines back with `\n`: what the upstream sent.
+fn write_event(out: &mut Vec<u8>, data: &str) {
+    let mut rest = data;
+    loop {
+        let (line, next) = match rest.find(['\n', '\r']) {
+            None => (rest, None),
+            Some(at) => {
+                let len = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
+                (&rest[..at], Some(&rest[at + len..]))
+            }
+        };
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+        match next {
+            Some(next) => rest = next,
+            None => break,
+        }
+    }
+    out.push(b'\n');
 }
 
 /// How a relayed stream ended.
@@ -288,7 +309,9 @@ where
             && client_gone.is_none()
             && stop != Stop::Stalled
         {
-            let _ = tx.try_send(Bytes::from(format!("data: {error}\n\n")));
+            let mut out = Vec::new();
+            write_event(&mut out, &error);
+            let _ = tx.try_send(Bytes::from(out));
         }
         let end = End {
             observation: observer.seen,
@@ -571,5 +594,41 @@ mod tests {
         assert!(end.shut_down && !end.stalled);
         let end = blocked_send_then(|_| Duration::from_secs(11), Duration::from_secs(10)).await;
         assert!(end.timed_out && !end.stalled);
+    }
+
+    /// What an SSE client reads from `bytes`: each event's data.
+    fn read_events(bytes: &[u8]) -> Vec<String> {
+        let mut events = Vec::new();
+        Splitter::default().feed(bytes, |ev| events.push(ev.data.into_owned()));
+        events
+    }
+
+    #[test]
+    fn a_rewritten_event_over_several_lines_keeps_one_data_field_per_line() {
+        // An Antigravity event without a `response` passes as it came: here an error written over
+        // several lines, which must reach the client as one event, not cut at its first line.
+        let upstream = "data: {\ndata:   \"error\": {\"code\": 429}\ndata: }\n\n";
+        let mut rewrite = Some(Rewrite::Envelope);
+        let out = process(
+            Bytes::from_static(upstream.as_bytes()),
+            &mut Splitter::default(),
+            &mut Observer::new(Grammar::Gemini),
+            &mut rewrite,
+            Duration::ZERO,
+        )
+        .unwrap();
+        assert_eq!(&out[..], upstream.as_bytes());
+        let events = read_events(&out);
+        assert_eq!(events.len(), 1);
+        let error: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
+        assert_eq!(error["error"]["code"], 429);
+
+        for data in ["", "one", "a\nb", "a\r\nb", "a\rb", "\n", "a\n\nb\n", "\r\r\n"] {
+            let mut out = Vec::new();
+            write_event(&mut out, data);
+            let lines = data.replace("\r\n", "\n").replace('\r', "\n");
+            assert_eq!(read_events(&out), [lines], "{data:?} as {:?}", String::from_utf8_lossy(&out));
+            assert!(out.ends_with(b"\n\n") && !out[..out.len() - 2].windows(2).any(|w| w == b"\n\n"));
+        }
     }
 }
