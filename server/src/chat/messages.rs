@@ -430,13 +430,21 @@ impl MessagesStream {
     /// The chunks one upstream event makes.
     pub fn event(&mut self, data: &str) -> Vec<String> {
         // Most events are text deltas: read as the few members they have, not a document.
-        if let Ok(Object(d)) = serde_json::from_str::<Object<BlockDelta<'_>>>(data)
-            && d.kind == "content_block_delta"
-            && d.delta.0.kind == "text_delta"
-        {
-            return self.w.text_delta(&d.delta.0.text);
+        match MessagesStream::text_of(data) {
+            Some(text) => self.w.text_delta(&text),
+            None => self.event_in_full(data),
         }
-        self.event_in_full(data)
+    }
+
+    /// The text of a text delta, read as the few members it has; `None` for any other event or
+    /// shape.
+    fn text_of(data: &str) -> Option<Cow<'_, str>> {
+        match serde_json::from_str::<Object<BlockDelta<'_>>>(data) {
+            Ok(Object(d)) if d.kind == "content_block_delta" && d.delta.0.kind == "text_delta" => {
+                Some(d.delta.0.text)
+            }
+            _ => None,
+        }
     }
 
     /// Any event, read as a document.
@@ -688,7 +696,10 @@ mod tests {
 
 #[cfg(test)]
 mod text_deltas {
-    use super::*;
+    use super::{
+        super::stream::tests::{Paths, same_as_in_full},
+        *,
+    };
 
     #[test]
     fn text_deltas_read_as_the_document_reads_them() {
@@ -710,13 +721,14 @@ mod text_deltas {
             r#"{"type":"message_stop"}"#,
             r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"after the end"}}"#,
         ];
+        let paths = Paths {
+            event: MessagesStream::event,
+            in_full: MessagesStream::event_in_full,
+            text_of: MessagesStream::text_of,
+        };
+        let short = ["Hi", "Hi \"q\"", "", "escaped", "after the end"];
         for include_usage in [false, true] {
-            super::super::stream::tests::same_as_in_full(
-                MessagesStream::new("m", include_usage, 7),
-                &events,
-                MessagesStream::event,
-                MessagesStream::event_in_full,
-            );
+            same_as_in_full(MessagesStream::new("m", include_usage, 7), &events, &paths, &short);
         }
     }
 }

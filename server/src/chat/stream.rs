@@ -189,12 +189,18 @@ impl ChatStream {
     /// The chunks one upstream event makes, each an SSE `data` payload, in order.
     pub fn event(&mut self, data: &str) -> Vec<String> {
         // Most events are text deltas: read as two members, not a document.
-        if let Ok(Object(d)) = serde_json::from_str::<Object<TextDelta<'_>>>(data)
-            && d.kind == "response.output_text.delta"
-        {
-            return self.w.text_delta(&d.delta);
+        match ChatStream::text_of(data) {
+            Some(text) => self.w.text_delta(&text),
+            None => self.event_in_full(data),
         }
-        self.event_in_full(data)
+    }
+
+    /// The text of a text delta, read as its two members; `None` for any other event or shape.
+    fn text_of(data: &str) -> Option<Cow<'_, str>> {
+        match serde_json::from_str::<Object<TextDelta<'_>>>(data) {
+            Ok(Object(d)) if d.kind == "response.output_text.delta" => Some(d.delta),
+            _ => None,
+        }
     }
 
     /// Any event, read as a document.
@@ -342,17 +348,28 @@ pub(super) mod tests {
         }
     }
 
+    /// How a stream reads its events: `event` (which takes the short path where `text_of`
+    /// reads a text delta) and `in_full` (the document path).
+    pub(in crate::chat) struct Paths<S> {
+        pub event: fn(&mut S, &str) -> Vec<String>,
+        pub in_full: fn(&mut S, &str) -> Vec<String>,
+        pub text_of: fn(&str) -> Option<Cow<'_, str>>,
+    }
+
     /// Every event of `events`, in order, through `event` and through `event_in_full` on two
-    /// copies of one stream: the text-delta path must say what the document path says.
+    /// copies of one stream: the text-delta path must say what the document path says. And the
+    /// short path must be taken: `short` is the text it reads, event by event, in order.
     pub(in crate::chat) fn same_as_in_full<S: Clone>(
         mut stream: S,
         events: &[&str],
-        event: fn(&mut S, &str) -> Vec<String>,
-        in_full: fn(&mut S, &str) -> Vec<String>,
+        paths: &Paths<S>,
+        short: &[&str],
     ) {
+        let read: Vec<_> = events.iter().filter_map(|data| (paths.text_of)(data)).collect();
+        assert_eq!(read, short, "the events the short path reads");
         let mut full = stream.clone();
         for data in events {
-            assert_eq!(event(&mut stream, data), in_full(&mut full, data), "{data}");
+            assert_eq!((paths.event)(&mut stream, data), (paths.in_full)(&mut full, data), "{data}");
         }
     }
 
@@ -375,13 +392,14 @@ pub(super) mod tests {
             r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":1,"output_tokens":2}}}"#,
             r#"{"type":"response.output_text.delta","delta":"after the end"}"#,
         ];
+        let paths = Paths {
+            event: ChatStream::event,
+            in_full: ChatStream::event_in_full,
+            text_of: ChatStream::text_of,
+        };
+        let short = ["Hi", "Hello \"q\" \u{1f600}", "", "escaped type", "after the end"];
         for include_usage in [false, true] {
-            same_as_in_full(
-                ChatStream::new("m", include_usage),
-                &events,
-                ChatStream::event,
-                ChatStream::event_in_full,
-            );
+            same_as_in_full(ChatStream::new("m", include_usage), &events, &paths, &short);
         }
     }
 
