@@ -64,12 +64,10 @@ pub async fn run(s: &AppState, provider: Provider, credentials: &CredentialInput
             Err(_) => return failed("credentials_do_not_fit_provider", None),
         };
     let body = match &target.envelope {
-        Some(project) => {
-            match providers::wrap_envelope(body.to_string().as_bytes(), project, model, "test") {
-                Some(b) => Bytes::from(b),
-                None => return failed("internal_error", None),
-            }
-        }
+        Some(project) => match providers::envelope(body, project, model, "test") {
+            Ok(b) => Bytes::from(b),
+            Err(_) => return failed("internal_error", None),
+        },
         None => Bytes::from(body.to_string()),
     };
     let send = super::upstream::post(&s.model_http, &target, body);
