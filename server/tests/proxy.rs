@@ -489,6 +489,7 @@ async fn gemini_generate_and_stream_through_antigravity() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    let account = body["id"].clone();
     let (_, key) = admin.call(Method::POST, "/api/me/keys", Some(json!({"name": "gemini"}))).await;
     let key = key["secret"].as_str().unwrap().to_owned();
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "MARKER-GEMINI"}]}]});
@@ -544,6 +545,17 @@ async fn gemini_generate_and_stream_through_antigravity() {
     assert_eq!((&rows[1]["operation"], &rows[1]["outcome"]), (&json!("gemini_stream"), &json!("success")));
     assert!(rows[1]["first_output_ms"].is_i64());
     assert!(!contains(&t.db_bytes(), "MARKER-GEMINI"));
+
+    // the admin's test call goes to the account in the envelope too
+    let test = format!("/api/accounts/{account}/test");
+    let (status, tested) = admin.call(Method::POST, &test, Some(json!({}))).await;
+    assert_eq!((status, &tested["ok"]), (StatusCode::OK, &json!(true)), "{tested}");
+    let calls = r.calls("ya29.ag");
+    let probe = calls.last().unwrap();
+    assert_eq!(
+        (probe.path.as_str(), probe.model.as_deref()),
+        ("/v1internal:generateContent", Some("gemini-3-flash"))
+    );
 }
 
 /// PX-1 WebSocket mode: warm-up, then a continuation on the same connection (REC-1, REC-9).
