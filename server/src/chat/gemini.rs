@@ -6,12 +6,19 @@
 //! calls come back unsigned. Chat Completions has no field for it, so the signature travels in the
 //! tool call's id (`call_…` + [`SIGNATURE_MARK`] + signature), which every client echoes as is.
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, de::SeqAccess};
 use serde_json::{Map, Value, json};
 
 use super::{
     ChatError,
-    stream::Chunks,
+    stream::{Chunks, PENDING_ID},
     turns::{self, Turn},
+};
+use crate::providers::{
+    lenient::{AnObject, Expected, First, Loose, True, lenient_object},
+    observe::GeminiUsage,
 };
 
 /// Separates a tool call's own id from the Gemini thought signature carried in it.
@@ -301,20 +308,43 @@ fn finish_reason(reason: &str, called_tools: bool) -> &'static str {
     }
 }
 
-/// Gemini `usageMetadata` as Chat Completions usage: the prompt count includes the cached tokens,
-/// the completion count the thinking tokens.
-fn usage(u: &Value) -> Value {
-    let n = |k: &str| u[k].as_i64().unwrap_or(0);
-    let prompt = n("promptTokenCount");
-    let thoughts = n("thoughtsTokenCount");
-    let completion = n("candidatesTokenCount") + thoughts;
-    json!({
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": n("cachedContentTokenCount")},
-        "completion_tokens_details": {"reasoning_tokens": thoughts},
-    })
+/// Gemini's token counts (`usageMetadata`), each 0 where it is missing or not an `i64`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    prompt: i64,
+    candidates: i64,
+    thoughts: i64,
+    cached: i64,
+}
+
+impl Counts {
+    fn of(u: &GeminiUsage) -> Counts {
+        let n = |count: &Loose<i64>| count.0.unwrap_or(0);
+        Counts {
+            prompt: n(&u.promptTokenCount),
+            candidates: n(&u.candidatesTokenCount),
+            thoughts: n(&u.thoughtsTokenCount),
+            cached: n(&u.cachedContentTokenCount),
+        }
+    }
+
+    /// The counts of a `usageMetadata` value; `None` when it is no object.
+    fn of_value(u: &Value) -> Option<Counts> {
+        Loose::<GeminiUsage>::deserialize(u).ok()?.0.as_ref().map(Counts::of)
+    }
+
+    /// As Chat Completions usage: the prompt count includes the cached tokens, the completion
+    /// count the thinking tokens (sums saturate: an upstream's count is not trusted to be small).
+    fn usage(self) -> Value {
+        let completion = self.candidates.saturating_add(self.thoughts);
+        json!({
+            "prompt_tokens": self.prompt,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt.saturating_add(completion),
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+            "completion_tokens_details": {"reasoning_tokens": self.thoughts},
+        })
+    }
 }
 
 /// The inner response of an answer in the v1internal envelope, or the answer itself.
@@ -375,23 +405,24 @@ pub fn from_gemini(answer: &Value, model: &str, created: i64) -> Value {
         "created": created,
         "model": model,
         "choices": [{"index": 0, "message": msg, "logprobs": null, "finish_reason": finish}],
-        "usage": usage(&response["usageMetadata"]),
+        "usage": Counts::of_value(&response["usageMetadata"]).unwrap_or_default().usage(),
     })
 }
 
 /// A Gemini stream (each chunk a partial `generateContent` answer, in the envelope or bare) as a
 /// Chat Completions stream (see `stream::ChatStream` for the shape). The chunk with a
 /// `finishReason` ends it; function calls arrive whole, each in one tool-call delta.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct GeminiStream {
     w: Chunks,
     tools: usize,
-    usage: Value,
+    /// The last `usageMetadata` seen (each chunk's is the total so far).
+    usage: Counts,
 }
 
 impl GeminiStream {
     pub fn new(model: &str, include_usage: bool, created: i64) -> GeminiStream {
-        GeminiStream { w: Chunks::new(model, include_usage, created), tools: 0, usage: Value::Null }
+        GeminiStream { w: Chunks::new(model, include_usage, created), tools: 0, usage: Counts::default() }
     }
 
     pub fn ended(&self) -> bool {
@@ -400,6 +431,31 @@ impl GeminiStream {
 
     /// The chunks one upstream event makes.
     pub fn event(&mut self, data: &str) -> Vec<String> {
+        if self.w.ended() {
+            return Vec::new();
+        }
+        // Most chunks hold text only: read as the few members used, not a document.
+        match TextChunk::read(data) {
+            Some(chunk) => self.text_chunk(chunk),
+            None => self.event_in_full(data),
+        }
+    }
+
+    fn text_chunk(&mut self, chunk: TextChunk<'_>) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.w.id == PENDING_ID
+            && let Some(id) = &chunk.id
+        {
+            self.w.id = format!("chatcmpl-{id}");
+        }
+        self.w.start(&mut out);
+        out.extend(chunk.texts.iter().map(|t| self.w.text(t)));
+        self.end_of_chunk(chunk.usage, chunk.finish.as_deref(), &mut out);
+        out
+    }
+
+    /// Any event, read as a document.
+    fn event_in_full(&mut self, data: &str) -> Vec<String> {
         let Some(event) = self.w.open(data) else { return Vec::new() };
         let mut out = Vec::new();
         if event["error"].is_object() {
@@ -408,7 +464,7 @@ impl GeminiStream {
             return out;
         }
         let response = inner(&event);
-        if self.w.id == "chatcmpl-pending" && response["responseId"].is_string() {
+        if self.w.id == PENDING_ID && response["responseId"].is_string() {
             self.w.id = completion_id(response);
         }
         self.w.start(&mut out);
@@ -424,14 +480,128 @@ impl GeminiStream {
                 out.push(self.w.text(t));
             }
         }
-        if response["usageMetadata"].is_object() {
-            self.usage = response["usageMetadata"].clone();
-        }
-        if let Some(reason) = response["candidates"][0]["finishReason"].as_str() {
-            let finish = finish_reason(reason, self.tools > 0);
-            self.w.finish(finish, usage(&self.usage), &mut out);
-        }
+        let usage = Counts::of_value(&response["usageMetadata"]);
+        self.end_of_chunk(usage, response["candidates"][0]["finishReason"].as_str(), &mut out);
         out
+    }
+
+    /// A chunk's usage is kept (the last one is the answer's); its finish reason ends the stream.
+    fn end_of_chunk(&mut self, usage: Option<Counts>, finish: Option<&str>, out: &mut Vec<String>) {
+        if let Some(usage) = usage {
+            self.usage = usage;
+        }
+        if let Some(reason) = finish {
+            self.w.finish(finish_reason(reason, self.tools > 0), self.usage.usage(), out);
+        }
+    }
+}
+
+/// A chunk of text, usage and finish reason only, as [`TextChunk::read`] finds it.
+struct TextChunk<'a> {
+    id: Option<Cow<'a, str>>,
+    texts: Vec<Cow<'a, str>>,
+    usage: Option<Counts>,
+    finish: Option<Cow<'a, str>>,
+}
+
+impl TextChunk<'_> {
+    /// Reads a chunk as the document path would, without building it: `None` for one that is no
+    /// JSON object, carries an `error`, or holds a function call (those go to the document path).
+    fn read(data: &str) -> Option<TextChunk<'_>> {
+        let Ok(Loose(Some(top))) = serde_json::from_str::<Loose<ChunkTop<'_>>>(data) else {
+            return None;
+        };
+        if top.error.0.is_some() {
+            return None;
+        }
+        // As `inner`: the envelope's `response` when it is an object, else the top level.
+        let chunk = top.response.0.unwrap_or(Chunk {
+            responseId: top.responseId,
+            candidates: top.candidates,
+            usageMetadata: top.usageMetadata,
+        });
+        let (parts, finish) = match chunk.candidates.0 {
+            Some(First(c)) => (c.content.0.and_then(|c| c.parts.0).unwrap_or_default(), c.finishReason.0),
+            None => (Parts::default(), None),
+        };
+        if parts.calls {
+            return None;
+        }
+        Some(TextChunk {
+            id: chunk.responseId.0,
+            texts: parts.texts,
+            usage: chunk.usageMetadata.0.as_ref().map(Counts::of),
+            finish,
+        })
+    }
+}
+
+lenient_object! {
+    /// A stream chunk, in the envelope or bare, or an error sent inside the stream.
+    #[allow(non_snake_case)]
+    ChunkTop<'a> {
+        error: Loose<AnObject>,
+        response: Loose<Chunk<'a>>,
+        responseId: Loose<Cow<'a, str>>,
+        candidates: Loose<First<Candidate<'a>>>,
+        usageMetadata: Loose<GeminiUsage>,
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    Chunk<'a> {
+        responseId: Loose<Cow<'a, str>>,
+        candidates: Loose<First<Candidate<'a>>>,
+        usageMetadata: Loose<GeminiUsage>,
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    Candidate<'a> {
+        content: Loose<Content<'a>>,
+        finishReason: Loose<Cow<'a, str>>,
+    }
+}
+
+lenient_object! {
+    Content<'a> {
+        parts: Loose<Parts<'a>>,
+    }
+}
+
+lenient_object! {
+    #[allow(non_snake_case)]
+    Part<'a> {
+        text: Loose<Cow<'a, str>>,
+        thought: Loose<True>,
+        functionCall: Loose<AnObject>,
+    }
+}
+
+/// A `parts` array as [`parts`] and the stream read it: the texts that are not thoughts, in
+/// order, and whether a function call is among them.
+#[derive(Debug, Default)]
+struct Parts<'a> {
+    texts: Vec<Cow<'a, str>>,
+    calls: bool,
+}
+
+impl<'de: 'a, 'a> Expected<'de> for Parts<'a> {
+    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Option<Self>, A::Error> {
+        let mut parts = Parts::default();
+        while let Some(Loose(part)) = seq.next_element::<Loose<Part<'a>>>()? {
+            let Some(part) = part else { continue };
+            if part.functionCall.0.is_some() {
+                parts.calls = true;
+            } else if part.thought.0.is_none()
+                && let Some(text) = part.text.0.filter(|t| !t.is_empty())
+            {
+                parts.texts.push(text);
+            }
+        }
+        Ok(Some(parts))
     }
 }
 
@@ -588,6 +758,98 @@ mod tests {
         let mut s = GeminiStream::new("gemini", false, 5);
         let e = s.event(r#"{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}"#);
         assert!(e[0].contains("\"busy\"") && s.ended());
+    }
+
+    #[test]
+    fn text_chunks_read_as_the_document_reads_them() {
+        use super::super::stream::tests::{Paths, same_as_in_full};
+        let texts_of = |data: &str| TextChunk::read(data).map(|c| Cow::Owned(c.texts.concat()));
+        let paths =
+            Paths { event: GeminiStream::event, in_full: GeminiStream::event_in_full, text_of: texts_of };
+        let ended_by_finish = [
+            r#"{"response":{"candidates":[{"content":{"role":"model","parts":[{"text":"Hel"}]}}],"usageMetadata":{"promptTokenCount":5},"modelVersion":"g","responseId":"r1"},"traceId":"t"}"#,
+            r#"{"candidates":[{"content":{"parts":[{"text":"lo"},{"text":""},{"text":"think","thought":true},{"text":" there","thought":false}]}}],"responseId":"r2"}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"\u0041 \"q\" \ud83d\ude00"}]}}]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"s","thought":"true"},{"text":"d","thought":true,"thought":false},{"text":"t","thought":false,"thought":true}]}}]}}"#,
+            r#"{"response":"x","candidates":[{"content":{"parts":[{"text":"top"}]}}]}"#,
+            r#"{"response":null,"candidates":[{"content":{"parts":[{"text":"top2"}]}}],"usageMetadata":{"promptTokenCount":6}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"first"}]}}]},"response":1,"candidates":[{"content":{"parts":[{"text":"last"}]}}]}"#,
+            r#"{"response":{"candidates":[]}}"#,
+            r#"{"response":{"candidates":["x",{"content":{"parts":[{"text":"second"}]}}]}}"#,
+            r#"{"response":{"candidates":{"0":{"content":{"parts":[{"text":"obj"}]}}}}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":{"text":"x"}}}]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":["raw",7,{"text":7},{"text":null},{"text":"ok"}]}}]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"calling"},{"functionCall":{"name":"f","args":{"a":1}},"thoughtSignature":"sig"}]}}],"responseId":"r3"}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"functionCall":"f","text":"fc-str"}]}}]}}"#,
+            r#"{"error":"x","response":{"candidates":[{"content":{"parts":[{"text":"e"}]}}]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"u"}]}}],"usageMetadata":{"promptTokenCount":1.5,"candidatesTokenCount":"3","thoughtsTokenCount":18446744073709551615,"cachedContentTokenCount":2}}}"#,
+            r#"{"response":{"usageMetadata":[1],"responseId":7}}"#,
+            r#"{"response":"#,
+            r#"[1,2]"#,
+            r#"7"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"!"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":3,"thoughtsTokenCount":2,"cachedContentTokenCount":4}}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"after the end"}]}}]}}"#,
+        ];
+        let short = [
+            "Hel",
+            "lo there",
+            "A \"q\" \u{1f600}",
+            "sd",
+            "top",
+            "top2",
+            "last",
+            "",
+            "",
+            "",
+            "",
+            "ok",
+            "fc-str",
+            "e",
+            "u",
+            "",
+            "!",
+            "after the end",
+        ];
+        let ended_by_error = [
+            r#"{"response":{"responseId":"r4","candidates":[{"content":{"parts":[{"text":"a"}]}}]}}"#,
+            r#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"},"response":{"candidates":[{"content":{"parts":[{"text":"b"}]}}]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"c"}]}}]}}"#,
+        ];
+        for include_usage in [false, true] {
+            same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_finish, &paths, &short);
+            same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_error, &paths, &["a", "c"]);
+        }
+    }
+
+    #[test]
+    fn usage_counts_read_as_the_document_reads_them() {
+        // the reading before counts were typed, where its sums do not overflow
+        let by_value = |u: &Value| {
+            let n = |k: &str| u[k].as_i64().unwrap_or(0);
+            let (prompt, thoughts) = (n("promptTokenCount"), n("thoughtsTokenCount"));
+            let completion = n("candidatesTokenCount") + thoughts;
+            json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                   "prompt_tokens_details": {"cached_tokens": n("cachedContentTokenCount")},
+                   "completion_tokens_details": {"reasoning_tokens": thoughts}})
+        };
+        for u in [
+            json!({"promptTokenCount": 10, "candidatesTokenCount": 3, "thoughtsTokenCount": 2, "cachedContentTokenCount": 4}),
+            json!({"promptTokenCount": 1.5, "candidatesTokenCount": "3", "thoughtsTokenCount": u64::MAX, "totalTokenCount": 9}),
+            json!({"promptTokenCount": -4, "cachedContentTokenCount": null}),
+            json!({}),
+        ] {
+            assert_eq!(Counts::of_value(&u).unwrap().usage(), by_value(&u), "{u}");
+        }
+        for not_an_object in [json!(null), json!([1]), json!("x"), json!(3)] {
+            assert!(Counts::of_value(&not_an_object).is_none());
+        }
+        let huge =
+            json!({"promptTokenCount": i64::MAX, "candidatesTokenCount": i64::MAX, "thoughtsTokenCount": 1});
+        let usage = Counts::of_value(&huge).unwrap().usage();
+        assert_eq!(
+            (&usage["completion_tokens"], &usage["total_tokens"]),
+            (&json!(i64::MAX), &json!(i64::MAX))
+        );
     }
 }
 

@@ -29,6 +29,9 @@ fn error_object(message: &str, kind: &str, code: &Value) -> String {
     json!({"error": {"message": message, "type": kind, "code": code, "param": null}}).to_string()
 }
 
+/// A stream's id until the upstream names its own (a Gemini `responseId`).
+pub const PENDING_ID: &str = "chatcmpl-pending";
+
 /// The chunks of one Chat Completions stream: their common fields, and the role chunk first.
 /// Shared by the transforms from each upstream protocol.
 #[derive(Debug, Clone)]
@@ -47,7 +50,7 @@ impl Chunks {
     /// `model` is the client's model name; `include_usage` its `stream_options.include_usage`.
     pub fn new(model: &str, include_usage: bool, created: i64) -> Chunks {
         Chunks {
-            id: "chatcmpl-pending".to_owned(),
+            id: PENDING_ID.to_owned(),
             created,
             model: model.to_owned(),
             include_usage,

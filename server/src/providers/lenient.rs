@@ -13,13 +13,13 @@ use serde::{
 /// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
 /// comes twice keeps its last value, as in a `Value` map (a derived struct refuses the whole
 /// object), and other keys are skipped. A field's JSON name is its Rust name (so no raw
-/// identifiers).
+/// identifiers). The fields are as visible as the struct.
 macro_rules! lenient_object {
-    ($(#[$m:meta])* $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
+    ($(#[$m:meta])* $vis:vis $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
         $(#[$m])*
         #[derive(Debug, Default)]
-        struct $name $(<$a>)? {
-            $($field: $ty,)*
+        $vis struct $name $(<$a>)? {
+            $($vis $field: $ty,)*
         }
 
         impl<'de $(, $a)?> $crate::providers::lenient::Expected<'de> for $name $(<$a>)? $(where 'de: $a)? {
@@ -77,6 +77,9 @@ pub trait Expected<'de>: Sized {
     fn from_int(_: i128) -> Option<Self> {
         None
     }
+    fn from_bool(_: bool) -> Option<Self> {
+        None
+    }
     /// A string borrowed from the input (one without escapes).
     fn from_borrowed(_: &'de str) -> Option<Self> {
         None
@@ -128,8 +131,8 @@ impl<'de, T: Expected<'de>> Deserialize<'de> for Loose<T> {
             fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
                 Ok(Loose(None))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Loose(None))
+            fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(Loose(T::from_bool(v)))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
                 Ok(Loose(None))
@@ -185,6 +188,16 @@ impl Expected<'_> for NonEmpty {
     }
     fn from_transient(v: &str) -> Option<Self> {
         (!v.is_empty()).then_some(NonEmpty)
+    }
+}
+
+/// `true`, as `value == true` reads it (`false`, and any other type, is `None`).
+#[derive(Debug)]
+pub struct True;
+
+impl Expected<'_> for True {
+    fn from_bool(v: bool) -> Option<Self> {
+        v.then_some(True)
     }
 }
 

@@ -388,8 +388,9 @@ lenient_object! {
 }
 
 lenient_object! {
+    /// Gemini's `usageMetadata`: the counts SubLane reads (the Chat transform reads them too).
     #[allow(non_snake_case)]
-    GeminiUsage {
+    pub(crate) GeminiUsage {
         promptTokenCount: Loose<i64>,
         candidatesTokenCount: Loose<i64>,
         thoughtsTokenCount: Loose<i64>,
