@@ -763,6 +763,7 @@ mod tests {
     #[test]
     fn text_chunks_read_as_the_document_reads_them() {
         use super::super::stream::tests::{Paths, same_as_in_full};
+        use crate::providers::lenient::tests::faults_in_skipped_members;
         let texts_of = |data: &str| TextChunk::read(data).map(|c| Cow::Owned(c.texts.concat()));
         let paths =
             Paths { event: GeminiStream::event, in_full: GeminiStream::event_in_full, text_of: texts_of };
@@ -815,10 +816,33 @@ mod tests {
             r#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"},"response":{"candidates":[{"content":{"parts":[{"text":"b"}]}}]}}"#,
             r#"{"response":{"candidates":[{"content":{"parts":[{"text":"c"}]}}]}}"#,
         ];
+        let odd_ends = [
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"a"}]}}]}}"#,
+            r#"{"response":{"candidates":[]},"responseId":"top"}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"b"}]}}],"usageMetadata":{"promptTokenCount":-3,"candidatesTokenCount":9223372036854775807,"thoughtsTokenCount":9223372036854775807}}}"#,
+            r#"{"response":{"usageMetadata":[1]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"c"}]},"finishReason":7}]}}"#,
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"d"}]},"finishReason":"MAX_TOKENS"}]}}"#,
+        ];
         for include_usage in [false, true] {
             same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_finish, &paths, &short);
             same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_error, &paths, &["a", "c"]);
+            same_as_in_full(
+                GeminiStream::new("m", include_usage, 7),
+                &odd_ends,
+                &paths,
+                &["a", "", "b", "", "c", "d"],
+            );
         }
+        let mut faults =
+            faults_in_skipped_members(r#"{"response":{"candidates":[{"content":{"parts":[{"text":"x"}]}}]}"#);
+        let in_candidate =
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP""#;
+        faults.extend(faults_in_skipped_members(in_candidate).into_iter().map(|c| format!("{c}]}}}}")));
+        let in_part = r#"{"response":{"candidates":[{"content":{"parts":[{"text":"x""#;
+        faults.extend(faults_in_skipped_members(in_part).into_iter().map(|c| format!("{c}]}}}}]}}}}")));
+        let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+        same_as_in_full(GeminiStream::new("m", true, 7), &faults, &paths, &[]);
     }
 
     #[test]

@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -11,7 +10,7 @@ use super::{
     stream::Chunks,
     turns::{self, Turn},
 };
-use crate::providers::lenient::Object;
+use crate::providers::lenient::{Loose, lenient_object};
 
 /// `max_tokens` when the client sets none (Messages requires one; Chat Completions has no limit
 /// by default): large enough for any ordinary answer of the current models.
@@ -380,22 +379,20 @@ pub fn from_messages(message: &Value, model: &str, created: i64) -> Value {
     })
 }
 
-/// A Messages event's type and its `delta`'s type and string `text`: a text delta when both
-/// types say so. Any other shape fails to read and is read as a document instead.
-#[derive(Deserialize)]
-struct BlockDelta<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    delta: Object<TextPart<'a>>,
+lenient_object! {
+    /// A Messages event's type and its `delta`, read leniently (see `stream::TextDelta`).
+    BlockDelta<'a> {
+        kind = "type": Loose<Cow<'a, str>>,
+        delta: Loose<TextPart<'a>>,
+    }
 }
 
-#[derive(Deserialize)]
-struct TextPart<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    text: Cow<'a, str>,
+lenient_object! {
+    /// A `content_block_delta`'s delta: its type and its `text`.
+    TextPart<'a> {
+        kind = "type": Loose<Cow<'a, str>>,
+        text: Loose<Cow<'a, str>>,
+    }
 }
 
 /// A Messages stream as a Chat Completions stream (see `stream::ChatStream` for the shape).
@@ -439,12 +436,11 @@ impl MessagesStream {
     /// The text of a text delta, read as the few members it has; `None` for any other event or
     /// shape.
     fn text_of(data: &str) -> Option<Cow<'_, str>> {
-        match serde_json::from_str::<Object<BlockDelta<'_>>>(data) {
-            Ok(Object(d)) if d.kind == "content_block_delta" && d.delta.0.kind == "text_delta" => {
-                Some(d.delta.0.text)
-            }
-            _ => None,
-        }
+        let Ok(Loose(Some(event))) = serde_json::from_str::<Loose<BlockDelta<'_>>>(data) else { return None };
+        let Loose(Some(delta)) = event.delta else { return None };
+        let is_text = event.kind.0.as_deref() == Some("content_block_delta")
+            && delta.kind.0.as_deref() == Some("text_delta");
+        if is_text { delta.text.0 } else { None }
     }
 
     /// Any event, read as a document.
@@ -700,6 +696,7 @@ mod text_deltas {
         super::stream::tests::{Paths, same_as_in_full},
         *,
     };
+    use crate::providers::lenient::tests::faults_in_skipped_members;
 
     #[test]
     fn text_deltas_read_as_the_document_reads_them() {
@@ -726,10 +723,22 @@ mod text_deltas {
             in_full: MessagesStream::event_in_full,
             text_of: MessagesStream::text_of,
         };
-        let short = ["Hi", "Hi \"q\"", "", "escaped", "after the end"];
+        let short = ["Hi", "Hi \"q\"", "", "b", "escaped", "after the end"];
         for include_usage in [false, true] {
             same_as_in_full(MessagesStream::new("m", include_usage, 7), &events, &paths, &short);
         }
+        let mut faults = faults_in_skipped_members(
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}"#,
+        );
+        faults.extend(
+            faults_in_skipped_members(
+                r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"x""#,
+            )
+            .into_iter()
+            .map(|inner| format!("{inner}}}")),
+        );
+        let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+        same_as_in_full(MessagesStream::new("m", true, 7), &faults, &paths, &[]);
     }
 }
 

@@ -6,11 +6,11 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::response::{completion_id, finish_reason, usage};
-use crate::providers::lenient::Object;
+use crate::providers::lenient::{Loose, lenient_object};
 
 /// The data of the stream's last event.
 pub const DONE: &str = "[DONE]";
@@ -160,14 +160,15 @@ impl Chunks {
     }
 }
 
-/// A Responses event's type and string `delta`: a text delta when the type says so. Any other
-/// shape fails to read and is read as a document instead.
-#[derive(Deserialize)]
-struct TextDelta<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(borrow)]
-    delta: Cow<'a, str>,
+lenient_object! {
+    /// A Responses event's type and `delta`, read leniently: a text delta when the type says so
+    /// and the delta is a string; any other shape (a failed read included) is read as a document
+    /// instead, and the document path's reading is the one that counts. Read as `Value`'s
+    /// accessors read, a key given twice keeps its last value and no other member is built.
+    TextDelta<'a> {
+        kind = "type": Loose<Cow<'a, str>>,
+        delta: Loose<Cow<'a, str>>,
+    }
 }
 
 /// One Chat Completions stream being made from Responses events.
@@ -200,10 +201,8 @@ impl ChatStream {
 
     /// The text of a text delta, read as its two members; `None` for any other event or shape.
     fn text_of(data: &str) -> Option<Cow<'_, str>> {
-        match serde_json::from_str::<Object<TextDelta<'_>>>(data) {
-            Ok(Object(d)) if d.kind == "response.output_text.delta" => Some(d.delta),
-            _ => None,
-        }
+        let Ok(Loose(Some(event))) = serde_json::from_str::<Loose<TextDelta<'_>>>(data) else { return None };
+        if event.kind.0.as_deref() == Some("response.output_text.delta") { event.delta.0 } else { None }
     }
 
     /// Any event, read as a document.
@@ -360,9 +359,10 @@ pub(super) mod tests {
     }
 
     /// Every event of `events`, in order, through `event` and through `event_in_full` on two
-    /// copies of one stream: the text-delta path must say what the document path says. And the
-    /// short path must be taken: `short` is the text it reads, event by event, in order.
-    pub(in crate::chat) fn same_as_in_full<S: Clone>(
+    /// copies of one stream: the text-delta path must say what the document path says, and leave
+    /// the stream as the document path leaves it. And the short path must be taken: `short` is
+    /// the text it reads, event by event, in order.
+    pub(in crate::chat) fn same_as_in_full<S: Clone + std::fmt::Debug>(
         mut stream: S,
         events: &[&str],
         paths: &Paths<S>,
@@ -373,6 +373,7 @@ pub(super) mod tests {
         let mut full = stream.clone();
         for data in events {
             assert_eq!((paths.event)(&mut stream, data), (paths.in_full)(&mut full, data), "{data}");
+            assert_eq!(format!("{stream:?}"), format!("{full:?}"), "the state after {data}");
         }
     }
 
@@ -387,6 +388,7 @@ pub(super) mod tests {
             r#"{"type":"response.output_text.delta","delta":null}"#,
             r#"{"type":"response.output_text.delta"}"#,
             r#"{"type":"response.output_text.delta","delta":"a","delta":"b"}"#,
+            r#"{"type":"response.output_text.delta","delta":["not text"],"delta":"last"}"#,
             r#"{"type":"response.refusal.delta","delta":"no"}"#,
             r#"{"type":"response.output_text.d\u0065lta","delta":"escaped type"}"#,
             r#"{"type":"response.output_text.delta","delta":"x","type":"response.refusal.delta"}"#,
@@ -400,10 +402,15 @@ pub(super) mod tests {
             in_full: ChatStream::event_in_full,
             text_of: ChatStream::text_of,
         };
-        let short = ["Hi", "Hello \"q\" \u{1f600}", "", "escaped type", "after the end"];
+        let short = ["Hi", "Hello \"q\" \u{1f600}", "", "b", "last", "escaped type", "after the end"];
         for include_usage in [false, true] {
             same_as_in_full(ChatStream::new("m", include_usage), &events, &paths, &short);
         }
+        let faults = crate::providers::lenient::tests::faults_in_skipped_members(
+            r#"{"type":"response.output_text.delta","delta":"x""#,
+        );
+        let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+        same_as_in_full(ChatStream::new("m", true), &faults, &paths, &[]);
     }
 
     /// The Responses events of an answer with `texts` as output text deltas and `calls` as

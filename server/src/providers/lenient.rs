@@ -1,21 +1,23 @@
 //! A lenient typed reader for the few fields SubLane reads from an upstream's JSON answer: a
 //! field of another JSON type than expected reads as absent, a key given twice keeps its last
-//! value, and every other field is skipped unbuilt, which is how `Value`'s accessors read (and
-//! what they read is the oracle of the observer's tests), without building the document.
+//! value, and every other field is skipped unbuilt but checked (a text a `Value` refuses is
+//! refused here too), which is how `Value`'s accessors read (and what they read is the oracle of
+//! the observer's and the Chat transforms' tests), without building the document.
 
 use std::borrow::Cow;
 
 use serde::{
     Deserialize, Deserializer,
-    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor, value::MapAccessDeserializer},
+    de::{DeserializeSeed, Error, MapAccess, SeqAccess, Visitor},
 };
 
 /// A struct of [`Loose`] fields, read from a JSON object by hand rather than derived: a key that
 /// comes twice keeps its last value, as in a `Value` map (a derived struct refuses the whole
-/// object), and other keys are skipped. A field's JSON name is its Rust name (so no raw
-/// identifiers). The fields are as visible as the struct.
+/// object), and other keys are skipped (checked, not built: [`Skip`]). A field's JSON name is its
+/// Rust name, or the string after `=` (`kind = "type": Loose<..>`). The fields are as visible as
+/// the struct.
 macro_rules! lenient_object {
-    ($(#[$m:meta])* $vis:vis $name:ident $(<$a:lifetime>)? { $($field:ident: $ty:ty,)* }) => {
+    ($(#[$m:meta])* $vis:vis $name:ident $(<$a:lifetime>)? { $($field:ident $(= $json:literal)?: $ty:ty,)* }) => {
         $(#[$m])*
         #[derive(Debug, Default)]
         $vis struct $name $(<$a>)? {
@@ -25,18 +27,28 @@ macro_rules! lenient_object {
         impl<'de $(, $a)?> $crate::providers::lenient::Expected<'de> for $name $(<$a>)? $(where 'de: $a)? {
             fn from_map<A: ::serde::de::MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
                 let mut this = Self::default();
-                let known = $crate::providers::lenient::Known(&[$(stringify!($field)),*]);
+                let known = $crate::providers::lenient::Known(&[$($crate::providers::lenient::json_name!($field $($json)?)),*]);
                 while let Some(key) = map.next_key_seed(known)? {
                     match key {
-                        $(Some(stringify!($field)) => this.$field = map.next_value()?,)*
+                        $(Some($crate::providers::lenient::json_name!($field $($json)?)) => this.$field = map.next_value()?,)*
                         _ => {
-                            map.next_value::<::serde::de::IgnoredAny>()?;
+                            map.next_value::<$crate::providers::lenient::Skip>()?;
                         }
                     }
                 }
                 Ok(Some(this))
             }
         }
+    };
+}
+
+/// A [`lenient_object`] field's JSON name.
+macro_rules! json_name {
+    ($field:ident) => {
+        stringify!($field)
+    };
+    ($field:ident $json:literal) => {
+        $json
     };
 }
 
@@ -58,6 +70,53 @@ impl Visitor<'_> for Known {
     }
     fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
         Ok(self.0.iter().copied().find(|name| *name == v))
+    }
+}
+
+/// Any JSON value, skipped unbuilt but checked as a `Value` is: a string's escapes must make
+/// text (no lone surrogate), a number must fit an `f64`, and nesting obeys the parser's depth
+/// limit. serde's `IgnoredAny` checks none of these, so a reader that skipped with it would
+/// take a document that the document path refuses, and the two paths would part.
+#[derive(Debug, Clone, Copy)]
+pub struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = Skip;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E: Error>(self, v: f64) -> Result<Skip, E> {
+        // serde_json refuses a number out of range itself; this holds for any other reader.
+        if v.is_finite() { Ok(Skip) } else { Err(E::custom("number out of range")) }
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_unit<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        Ok(Skip)
     }
 }
 
@@ -88,13 +147,11 @@ pub trait Expected<'de>: Sized {
     fn from_transient(_: &str) -> Option<Self> {
         None
     }
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(None)
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Option<Self>, A::Error> {
+        Skip.visit_map(map).map(|_| None)
     }
-    fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Option<Self>, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
+    fn from_seq<A: SeqAccess<'de>>(seq: A) -> Result<Option<Self>, A::Error> {
+        Skip.visit_seq(seq).map(|_| None)
     }
 }
 
@@ -162,7 +219,7 @@ pub struct First<T>(pub T);
 impl<'de, T: Expected<'de>> Expected<'de> for First<T> {
     fn from_seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Option<Self>, A::Error> {
         let first = seq.next_element::<Loose<T>>()?.and_then(|l| l.0);
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Skip.visit_seq(seq)?;
         Ok(first.map(First))
     }
 }
@@ -172,9 +229,8 @@ impl<'de, T: Expected<'de>> Expected<'de> for First<T> {
 pub struct AnObject;
 
 impl<'de> Expected<'de> for AnObject {
-    fn from_map<A: MapAccess<'de>>(mut map: A) -> Result<Option<Self>, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Some(AnObject))
+    fn from_map<A: MapAccess<'de>>(map: A) -> Result<Option<Self>, A::Error> {
+        Skip.visit_map(map).map(|_| Some(AnObject))
     }
 }
 
@@ -222,25 +278,43 @@ impl<'de, T: Expected<'de>> Deserialize<'de> for Seen<T> {
     }
 }
 
-/// A derived `T` read only from a JSON object: a derived struct alone also reads an array, by
-/// position, which `Value`'s accessors never would.
-#[derive(Debug)]
-pub struct Object<T>(pub T);
+pub(crate) use {json_name, lenient_object};
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Visit<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
-            }
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `object` (a JSON object's text before its `}`) with one more member that only a check
+    /// refuses, in as many ways as there are: a document refuses each, so a reader that skips
+    /// the member must refuse it too.
+    pub(crate) fn faults_in_skipped_members(object: &str) -> Vec<String> {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        [r#""\ud800""#, "1e400", "-1e400", &deep, r#"{"k":"\udc00x"}"#]
+            .iter()
+            .map(|bad| format!(r#"{object},"unknown":{bad}}}"#))
+            .collect()
+    }
+
+    #[test]
+    fn a_skipped_member_is_checked_as_a_document_is() {
+        lenient_object! {
+            One { a: Loose<i64>, }
         }
-        d.deserialize_map(Visit(std::marker::PhantomData)).map(Object)
+        let read = |text: &str| serde_json::from_str::<Loose<One>>(text).map(|l| l.0.and_then(|o| o.a.0));
+        assert_eq!(read(r#"{"a":1,"b":[{"c":"\ud83d\ude00"},-1.5e300,null,true]}"#).ok(), Some(Some(1)));
+        for text in faults_in_skipped_members(r#"{"a":1"#) {
+            assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "{text}");
+            assert!(read(&text).is_err(), "{text}");
+        }
+        // the other places a value is skipped: the rest of an array, an object or array of
+        // another type than expected, an object whose members are not read
+        for bad in ["1e400", r#""\udfff""#] {
+            let rest = format!("[1,{bad}]");
+            assert!(serde_json::from_str::<Loose<First<i64>>>(&rest).is_err(), "{rest}");
+            assert!(serde_json::from_str::<Loose<i64>>(&rest).is_err(), "{rest}");
+            let members = format!(r#"{{"x":{bad}}}"#);
+            assert!(serde_json::from_str::<Loose<AnObject>>(&members).is_err(), "{members}");
+            assert!(serde_json::from_str::<Loose<i64>>(&members).is_err(), "{members}");
+        }
     }
 }
-
-pub(crate) use lenient_object;

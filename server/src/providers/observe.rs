@@ -650,10 +650,17 @@ mod tests {
             r#"{"usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":1,"cache_creation_input_tokens":5}}"#,
             r#"{}"#,
         ];
+        // a fault only a check finds, in a member the reader skips: the answer is no JSON
+        let faults = crate::providers::lenient::tests::faults_in_skipped_members(
+            r#"{"status":"failed","error":{"code":"x"},"usage":{"input_tokens":1,"output_tokens":2}"#,
+        );
         for grammar in [Grammar::Responses, Grammar::Messages] {
             for json in answers {
                 let expected = by_value(grammar, &serde_json::from_str(json).unwrap());
                 assert_eq!(answer_of(grammar, json), expected, "{grammar:?} {json}");
+            }
+            for json in &faults {
+                assert_eq!(answer_of(grammar, json), answer_of(grammar, "not json"), "{grammar:?} {json}");
             }
         }
     }
@@ -720,6 +727,7 @@ mod tests {
 
     #[test]
     fn gemini_reads_what_value_accessors_read() {
+        use crate::providers::lenient::tests::faults_in_skipped_members;
         let chunks = [
             r#"{"response":{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi"}]},"index":0}]},"traceId":"t"}"#,
             r#"{"candidates":[{"content":{"parts":[{"text":""},{"functionCall":{"name":"f","args":{}}}]}}]}"#,
@@ -757,6 +765,15 @@ mod tests {
             "",
             "{}",
         ];
+        // a fault only a check finds, in a member the observer skips: the chunk is no JSON
+        let finished =
+            r#"{"response":{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP""#;
+        let faults: Vec<String> = faults_in_skipped_members(finished)
+            .into_iter()
+            .map(|c| format!("{c}]}}}}"))
+            .chain(faults_in_skipped_members(r#"{"usageMetadata":{"promptTokenCount":1}"#))
+            .collect();
+        let chunks: Vec<&str> = chunks.into_iter().chain(faults.iter().map(String::as_str)).collect();
         for (i, data) in chunks.iter().enumerate() {
             let at = MS * (i as u32 + 1);
             let (mut typed, mut oracle) = (Observer::new(Grammar::Gemini), GeminiByValue::default());
@@ -775,7 +792,7 @@ mod tests {
             assert_eq!(told(&value.seen), told(&oracle.0), "parsed answer {data}");
         }
         // one stream of them all, in order and backwards: what accumulates agrees too
-        for order in [chunks.to_vec(), chunks.iter().rev().copied().collect()] {
+        for order in [chunks.clone(), chunks.iter().rev().copied().collect()] {
             let (mut typed, mut oracle) = (Observer::new(Grammar::Gemini), GeminiByValue::default());
             for (i, data) in order.iter().enumerate() {
                 typed.event(None, data, MS * (i as u32 + 1));
