@@ -54,8 +54,8 @@ pub fn wrap_envelope(body: &[u8], project: &str, model: &str, request_id: &str) 
     write(request, project, model, request_id).ok()
 }
 
-/// A Gemini request value (a translated Chat Completions call, or a request to edit) in the
-/// envelope, written out.
+/// A Gemini request value (a translated Chat Completions call, a request to edit, the admin's
+/// test call) in the envelope, written out.
 pub fn envelope(
     mut request: Value,
     project: &str,
@@ -121,19 +121,25 @@ fn inner(text: &[u8]) -> serde_json::Result<Option<&RawValue>> {
 }
 
 /// The `data` a stream event in the envelope becomes: its inner `response` (an event without
-/// one as it came); `None` for data that is not JSON (the event is dropped).
+/// one as it came), on one line; `None` for data that is not JSON (the event is dropped).
 pub fn unwrap_envelope(data: &str) -> Option<Cow<'_, str>> {
     match inner(data.as_bytes()) {
         Err(_) => None,
-        Ok(None) => Some(Cow::Borrowed(data)),
-        // A response written over several lines is written again on one: Gemini's own streams
-        // carry each event on one `data:` line, and a client that parses each `data:` line as a
-        // document of its own is served too (the relay writes a field per line, valid SSE, but
-        // such a client would fail on it).
-        Ok(Some(r)) if r.get().contains(['\n', '\r']) => {
-            serde_json::from_str::<Value>(r.get()).ok().map(|v| Cow::Owned(v.to_string()))
-        }
-        Ok(Some(r)) => Some(Cow::Borrowed(r.get())),
+        Ok(None) => Some(one_line(data)),
+        Ok(Some(r)) => Some(one_line(r.get())),
+    }
+}
+
+/// JSON `text` on one line. Gemini's own streams carry each event on one `data:` line, and
+/// google-genai's clients parse each `data:` line as a document of its own: the relay writes
+/// data over several lines as a field per line (valid SSE), but such a client fails on it. A
+/// line break in JSON text can only be whitespace between tokens (a string holds none
+/// unescaped), so a space in its place keeps the document and every byte of its values.
+fn one_line(text: &str) -> Cow<'_, str> {
+    if text.contains(['\n', '\r']) {
+        Cow::Owned(text.replace(['\n', '\r'], " "))
+    } else {
+        Cow::Borrowed(text)
     }
 }
 
@@ -268,6 +274,17 @@ mod tests {
                 assert!(data.contains(&*ours), "cut from the event's text: {ours}");
             }
         }
+        // on one line, whatever the upstream wrote: an event without a response too
+        let pretty = "{\n  \"error\": {\"code\": 429}\r\n}";
+        assert_eq!(unwrap_envelope(pretty).as_deref(), Some("{   \"error\": {\"code\": 429}  }"));
+        // the response is passed as written: its values are the upstream's to judge (a number
+        // past f64 is JSON, and Python and JavaScript clients read it), where the document path
+        // dropped the event
+        let huge = "{\"response\": {\"n\": 1e400,\n\"a\": 1}}";
+        assert_eq!(unwrap_envelope(huge).as_deref(), Some("{\"n\": 1e400, \"a\": 1}"));
+        // a line break inside a string is no JSON (so one outside is only whitespace)
+        assert_eq!(unwrap_envelope("{\"response\": {\"t\": \"a\nb\"}}"), None);
+        assert_eq!(unwrap_envelope("{\"response\": {\"t\": \"a\rb\"}}"), None);
         // an answer's response is a slice of the answer itself
         let answer = Bytes::from_static(br#"{"response":{"candidates":[]},"traceId":"t"}"#);
         let inner = answer_in_envelope(&answer).unwrap();

@@ -112,8 +112,8 @@ fn process(
 
 /// Writes one SSE event carrying `data`: a `data:` field per line of it, as the SSE grammar
 /// requires (a line break inside one field would end it there, and the client would read the
-/// rest as a field of its own). Every line terminator the grammar knows (`\r\n`, `\n`, `\r`)
-/// starts a new field, so the client joins the lines back with `\n`: what the upstream sent.
+/// rest as a field of its own). Each line terminator the grammar knows (`\r\n`, `\n`, `\r`)
+/// starts a new field, so the client reads `data` back with every line break as `\n`.
 fn write_event(out: &mut Vec<u8>, data: &str) {
     let mut rest = data;
     loop {
@@ -605,8 +605,9 @@ mod tests {
 
     #[test]
     fn a_rewritten_event_over_several_lines_keeps_one_data_field_per_line() {
-        // An Antigravity event without a `response` passes as it came: here an error written over
-        // several lines, which must reach the client as one event, not cut at its first line.
+        // An Antigravity event without a `response` passes as it came, but on one line: here an
+        // error written over several lines, which must reach the client whole, as one document
+        // on one `data:` line (google-genai's clients parse each line as a document).
         let upstream = "data: {\ndata:   \"error\": {\"code\": 429}\ndata: }\n\n";
         let mut rewrite = Some(Rewrite::Envelope);
         let out = process(
@@ -617,18 +618,21 @@ mod tests {
             Duration::ZERO,
         )
         .unwrap();
-        assert_eq!(&out[..], upstream.as_bytes());
+        assert_eq!(&out[..], b"data: {   \"error\": {\"code\": 429} }\n\n");
         let events = read_events(&out);
         assert_eq!(events.len(), 1);
         let error: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
         assert_eq!(error["error"]["code"], 429);
 
+        // Data with line breaks of its own (the Chat transforms' error object could carry one)
+        // is still one event: a field per line.
         for data in ["", "one", "a\nb", "a\r\nb", "a\rb", "\n", "a\n\nb\n", "\r\r\n"] {
             let mut out = Vec::new();
             write_event(&mut out, data);
             let lines = data.replace("\r\n", "\n").replace('\r', "\n");
             assert_eq!(read_events(&out), [lines], "{data:?} as {:?}", String::from_utf8_lossy(&out));
-            assert!(out.ends_with(b"\n\n") && !out[..out.len() - 2].windows(2).any(|w| w == b"\n\n"));
+            assert!(out.ends_with(b"\n\n") && !out[..out.len() - 1].windows(2).any(|w| w == b"\n\n"));
+            assert!(!out.contains(&b'\r'), "{data:?}");
         }
     }
 }
