@@ -217,7 +217,11 @@ async fn run() {
 /// translated to a Chat Completions chunk and framed again, per upstream protocol (best of 3).
 fn per_chunk() {
     use sublane::{
-        chat::{gemini::GeminiStream, messages::MessagesStream, stream::ChatStream},
+        chat::{
+            gemini::GeminiStream,
+            messages::MessagesStream,
+            stream::{ChatStream, Transform},
+        },
         providers::{Grammar, Observer, sse::Splitter, unwrap_envelope},
     };
     const EVENTS: u32 = 200_000;

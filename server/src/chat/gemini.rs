@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ChatError,
-    stream::{Chunks, PENDING_ID},
+    stream::{Chunks, PENDING_ID, Transform},
     turns::{self, Turn},
 };
 use crate::providers::{
@@ -420,6 +420,23 @@ pub struct GeminiStream {
     usage: Counts,
 }
 
+impl Transform for GeminiStream {
+    type Short<'a> = TextChunk<'a>;
+
+    /// Most chunks hold text only: read as the few members used, not a document.
+    fn short(data: &str) -> Option<TextChunk<'_>> {
+        TextChunk::read(data)
+    }
+
+    fn on_short(&mut self, chunk: TextChunk<'_>) -> Vec<String> {
+        self.text_chunk(chunk)
+    }
+
+    fn in_full(&mut self, data: &str) -> Vec<String> {
+        self.event_in_full(data)
+    }
+}
+
 impl GeminiStream {
     pub fn new(model: &str, include_usage: bool, created: i64) -> GeminiStream {
         GeminiStream { w: Chunks::new(model, include_usage, created), tools: 0, usage: Counts::default() }
@@ -429,20 +446,11 @@ impl GeminiStream {
         self.w.ended()
     }
 
-    /// The chunks one upstream event makes.
-    pub fn event(&mut self, data: &str) -> Vec<String> {
-        if self.w.ended() {
-            return Vec::new();
-        }
-        // Most chunks hold text only: read as the few members used, not a document.
-        match TextChunk::read(data) {
-            Some(chunk) => self.text_chunk(chunk),
-            None => self.event_in_full(data),
-        }
-    }
-
     fn text_chunk(&mut self, chunk: TextChunk<'_>) -> Vec<String> {
         let mut out = Vec::new();
+        if self.w.ended() {
+            return out;
+        }
         if self.w.id == PENDING_ID
             && let Some(id) = &chunk.id
         {
@@ -497,7 +505,7 @@ impl GeminiStream {
 }
 
 /// A chunk of text, usage and finish reason only, as [`TextChunk::read`] finds it.
-struct TextChunk<'a> {
+pub struct TextChunk<'a> {
     id: Option<Cow<'a, str>>,
     texts: Vec<Cow<'a, str>>,
     usage: Option<Counts>,
@@ -760,13 +768,16 @@ mod tests {
         assert!(e[0].contains("\"busy\"") && s.ended());
     }
 
+    impl super::super::stream::tests::ShortText for GeminiStream {
+        fn text(chunk: TextChunk<'_>) -> String {
+            chunk.texts.concat()
+        }
+    }
+
     #[test]
     fn text_chunks_read_as_the_document_reads_them() {
-        use super::super::stream::tests::{Paths, same_as_in_full};
+        use super::super::stream::tests::same_as_in_full;
         use crate::providers::lenient::tests::faults_in_skipped_members;
-        let texts_of = |data: &str| TextChunk::read(data).map(|c| Cow::Owned(c.texts.concat()));
-        let paths =
-            Paths { event: GeminiStream::event, in_full: GeminiStream::event_in_full, text_of: texts_of };
         let ended_by_finish = [
             r#"{"response":{"candidates":[{"content":{"role":"model","parts":[{"text":"Hel"}]}}],"usageMetadata":{"promptTokenCount":5},"modelVersion":"g","responseId":"r1"},"traceId":"t"}"#,
             r#"{"candidates":[{"content":{"parts":[{"text":"lo"},{"text":""},{"text":"think","thought":true},{"text":" there","thought":false}]}}],"responseId":"r2"}"#,
@@ -825,12 +836,11 @@ mod tests {
             r#"{"response":{"candidates":[{"content":{"parts":[{"text":"d"}]},"finishReason":"MAX_TOKENS"}]}}"#,
         ];
         for include_usage in [false, true] {
-            same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_finish, &paths, &short);
-            same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_error, &paths, &["a", "c"]);
+            same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_finish, &short);
+            same_as_in_full(GeminiStream::new("m", include_usage, 7), &ended_by_error, &["a", "c"]);
             same_as_in_full(
                 GeminiStream::new("m", include_usage, 7),
                 &odd_ends,
-                &paths,
                 &["a", "", "b", "", "c", "d"],
             );
         }
@@ -842,7 +852,7 @@ mod tests {
         let in_part = r#"{"response":{"candidates":[{"content":{"parts":[{"text":"x""#;
         faults.extend(faults_in_skipped_members(in_part).into_iter().map(|c| format!("{c}]}}}}]}}}}")));
         let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
-        same_as_in_full(GeminiStream::new("m", true, 7), &faults, &paths, &[]);
+        same_as_in_full(GeminiStream::new("m", true, 7), &faults, &[]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ChatError,
-    stream::Chunks,
+    stream::{Chunks, Transform},
     turns::{self, Turn},
 };
 use crate::providers::lenient::{Loose, lenient_object};
@@ -408,6 +408,22 @@ pub struct MessagesStream {
     stop_reason: Option<String>,
 }
 
+impl Transform for MessagesStream {
+    type Short<'a> = Cow<'a, str>;
+
+    fn short(data: &str) -> Option<Cow<'_, str>> {
+        MessagesStream::text_of(data)
+    }
+
+    fn on_short(&mut self, text: Cow<'_, str>) -> Vec<String> {
+        self.w.text_delta(&text)
+    }
+
+    fn in_full(&mut self, data: &str) -> Vec<String> {
+        self.event_in_full(data)
+    }
+}
+
 impl MessagesStream {
     pub fn new(model: &str, include_usage: bool, created: i64) -> MessagesStream {
         MessagesStream {
@@ -422,15 +438,6 @@ impl MessagesStream {
 
     pub fn ended(&self) -> bool {
         self.w.ended()
-    }
-
-    /// The chunks one upstream event makes.
-    pub fn event(&mut self, data: &str) -> Vec<String> {
-        // Most events are text deltas: read as the few members they have, not a document.
-        match MessagesStream::text_of(data) {
-            Some(text) => self.w.text_delta(&text),
-            None => self.event_in_full(data),
-        }
     }
 
     /// The text of a text delta, read as the few members it has; `None` for any other event or
@@ -693,10 +700,16 @@ mod tests {
 #[cfg(test)]
 mod text_deltas {
     use super::{
-        super::stream::tests::{Paths, same_as_in_full},
+        super::stream::tests::{ShortText, same_as_in_full},
         *,
     };
     use crate::providers::lenient::tests::faults_in_skipped_members;
+
+    impl ShortText for MessagesStream {
+        fn text(short: Cow<'_, str>) -> String {
+            short.into_owned()
+        }
+    }
 
     #[test]
     fn text_deltas_read_as_the_document_reads_them() {
@@ -718,14 +731,9 @@ mod text_deltas {
             r#"{"type":"message_stop"}"#,
             r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"after the end"}}"#,
         ];
-        let paths = Paths {
-            event: MessagesStream::event,
-            in_full: MessagesStream::event_in_full,
-            text_of: MessagesStream::text_of,
-        };
         let short = ["Hi", "Hi \"q\"", "", "b", "escaped", "after the end"];
         for include_usage in [false, true] {
-            same_as_in_full(MessagesStream::new("m", include_usage, 7), &events, &paths, &short);
+            same_as_in_full(MessagesStream::new("m", include_usage, 7), &events, &short);
         }
         let mut faults = faults_in_skipped_members(
             r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}"#,
@@ -738,7 +746,7 @@ mod text_deltas {
             .map(|inner| format!("{inner}}}")),
         );
         let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
-        same_as_in_full(MessagesStream::new("m", true, 7), &faults, &paths, &[]);
+        same_as_in_full(MessagesStream::new("m", true, 7), &faults, &[]);
     }
 }
 

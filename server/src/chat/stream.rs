@@ -160,6 +160,33 @@ impl Chunks {
     }
 }
 
+/// A Chat Completions stream made from an upstream's events, one event in, the chunks it makes
+/// out. Most events are text and take a short path: read as the few members they have
+/// (`short`), where any other event is read as a document (`in_full`). `event` is the one
+/// place that chooses, so the tests that hold the short path to the document path hold what
+/// runs.
+pub trait Transform {
+    /// What the short path reads from an event.
+    type Short<'a>;
+
+    /// The event read as its few members; `None` for any other event or shape.
+    fn short(data: &str) -> Option<Self::Short<'_>>;
+
+    /// The chunks an event read short makes.
+    fn on_short(&mut self, short: Self::Short<'_>) -> Vec<String>;
+
+    /// The chunks any event makes, read as a document.
+    fn in_full(&mut self, data: &str) -> Vec<String>;
+
+    /// The chunks one upstream event makes, each an SSE `data` payload, in order.
+    fn event(&mut self, data: &str) -> Vec<String> {
+        match Self::short(data) {
+            Some(short) => self.on_short(short),
+            None => self.in_full(data),
+        }
+    }
+}
+
 lenient_object! {
     /// A Responses event's type and `delta`, read leniently: a text delta when the type says so
     /// and the delta is a string; any other shape (a failed read included) is read as a document
@@ -179,6 +206,22 @@ pub struct ChatStream {
     tools: Vec<(String, String)>,
 }
 
+impl Transform for ChatStream {
+    type Short<'a> = Cow<'a, str>;
+
+    fn short(data: &str) -> Option<Cow<'_, str>> {
+        ChatStream::text_of(data)
+    }
+
+    fn on_short(&mut self, text: Cow<'_, str>) -> Vec<String> {
+        self.w.text_delta(&text)
+    }
+
+    fn in_full(&mut self, data: &str) -> Vec<String> {
+        self.event_in_full(data)
+    }
+}
+
 impl ChatStream {
     /// `model` is the client's model name; `include_usage` its `stream_options.include_usage`.
     pub fn new(model: &str, include_usage: bool) -> ChatStream {
@@ -188,15 +231,6 @@ impl ChatStream {
     /// Whether the upstream's terminal event was seen (a stream cut before it is incomplete).
     pub fn ended(&self) -> bool {
         self.w.ended()
-    }
-
-    /// The chunks one upstream event makes, each an SSE `data` payload, in order.
-    pub fn event(&mut self, data: &str) -> Vec<String> {
-        // Most events are text deltas: read as two members, not a document.
-        match ChatStream::text_of(data) {
-            Some(text) => self.w.text_delta(&text),
-            None => self.event_in_full(data),
-        }
     }
 
     /// The text of a text delta, read as its two members; `None` for any other event or shape.
@@ -350,29 +384,56 @@ pub(super) mod tests {
         }
     }
 
-    /// How a stream reads its events: `event` (which takes the short path where `text_of`
-    /// reads a text delta) and `in_full` (the document path).
-    pub(in crate::chat) struct Paths<S> {
-        pub event: fn(&mut S, &str) -> Vec<String>,
-        pub in_full: fn(&mut S, &str) -> Vec<String>,
-        pub text_of: fn(&str) -> Option<Cow<'_, str>>,
+    #[test]
+    fn an_event_read_short_takes_the_short_path() {
+        /// Tells which path each event took.
+        struct Paths(Vec<&'static str>);
+        impl Transform for Paths {
+            type Short<'a> = &'a str;
+            fn short(data: &str) -> Option<&str> {
+                data.strip_prefix("short:")
+            }
+            fn on_short(&mut self, _: &str) -> Vec<String> {
+                self.0.push("short");
+                Vec::new()
+            }
+            fn in_full(&mut self, _: &str) -> Vec<String> {
+                self.0.push("in full");
+                Vec::new()
+            }
+        }
+        let mut paths = Paths(Vec::new());
+        for data in ["short:a", "{}", "short:"] {
+            paths.event(data);
+        }
+        assert_eq!(paths.0, ["short", "in full", "short"]);
     }
 
-    /// Every event of `events`, in order, through `event` and through `event_in_full` on two
-    /// copies of one stream: the text-delta path must say what the document path says, and leave
-    /// the stream as the document path leaves it. And the short path must be taken: `short` is
-    /// the text it reads, event by event, in order.
-    pub(in crate::chat) fn same_as_in_full<S: Clone + std::fmt::Debug>(
+    /// The text of what a stream's short path reads.
+    pub(in crate::chat) trait ShortText: Transform {
+        fn text(short: Self::Short<'_>) -> String;
+    }
+
+    impl ShortText for ChatStream {
+        fn text(short: Cow<'_, str>) -> String {
+            short.into_owned()
+        }
+    }
+
+    /// Every event of `events`, in order, through `event` and through `in_full` on two copies of
+    /// one stream: the short path must say what the document path says, and leave the stream as
+    /// the document path leaves it. And the short path must be taken: `short` is the text it
+    /// reads, event by event, in order.
+    pub(in crate::chat) fn same_as_in_full<S: ShortText + Clone + std::fmt::Debug>(
         mut stream: S,
         events: &[&str],
-        paths: &Paths<S>,
         short: &[&str],
     ) {
-        let read: Vec<_> = events.iter().filter_map(|data| (paths.text_of)(data)).collect();
+        let read: Vec<_> = events.iter().filter_map(|data| S::short(data).map(S::text)).collect();
         assert_eq!(read, short, "the events the short path reads");
         let mut full = stream.clone();
         for data in events {
-            assert_eq!((paths.event)(&mut stream, data), (paths.in_full)(&mut full, data), "{data}");
+            assert_eq!(stream.event(data), full.in_full(data), "{data}");
             assert_eq!(format!("{stream:?}"), format!("{full:?}"), "the state after {data}");
         }
     }
@@ -397,20 +458,15 @@ pub(super) mod tests {
             r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":1,"output_tokens":2}}}"#,
             r#"{"type":"response.output_text.delta","delta":"after the end"}"#,
         ];
-        let paths = Paths {
-            event: ChatStream::event,
-            in_full: ChatStream::event_in_full,
-            text_of: ChatStream::text_of,
-        };
         let short = ["Hi", "Hello \"q\" \u{1f600}", "", "b", "last", "escaped type", "after the end"];
         for include_usage in [false, true] {
-            same_as_in_full(ChatStream::new("m", include_usage), &events, &paths, &short);
+            same_as_in_full(ChatStream::new("m", include_usage), &events, &short);
         }
         let faults = crate::providers::lenient::tests::faults_in_skipped_members(
             r#"{"type":"response.output_text.delta","delta":"x""#,
         );
         let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
-        same_as_in_full(ChatStream::new("m", true), &faults, &paths, &[]);
+        same_as_in_full(ChatStream::new("m", true), &faults, &[]);
     }
 
     /// The Responses events of an answer with `texts` as output text deltas and `calls` as

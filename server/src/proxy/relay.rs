@@ -18,7 +18,10 @@ use axum::body::{Body, Bytes};
 use futures_util::StreamExt;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 
-use crate::providers::{Observation, Observer, sse::Splitter};
+use crate::{
+    chat::stream::Transform,
+    providers::{Observation, Observer, sse::Splitter},
+};
 
 /// Comment line sent to keep idle connections (and client idle timers) alive.
 pub const HEARTBEAT: &[u8] = b": keep-alive\n\n";
