@@ -2,15 +2,22 @@
 //! batch in a single transaction and prunes in the same transaction (REC-5), so the hot path never
 //! opens a transaction and pruning is atomic with the write.
 //!
-//! The writer keeps one connection of the pool for itself. SQLite gives each connection its own
-//! page cache, and a connection that sees another's commit drops that cache: batches handed round
-//! the pool's connections re-read the table's and indexes' tail pages from the file on every
-//! commit, and re-parse their statements on each connection. One connection keeps both warm.
+//! The writer keeps one connection for itself. SQLite gives each connection its own page cache,
+//! and a connection that sees another's commit drops that cache: batches handed round the pool's
+//! connections re-read the table's and indexes' tail pages from the file on every commit, and
+//! re-parse their statements on each connection. One connection keeps both warm.
+//!
+//! That connection is opened apart from the pool (with the pool's options), so that the thread
+//! sqlx runs its SQLite work on has a name of its own, [`THREAD`], and a lower CPU priority
+//! ([`NICE`]). A batch is a millisecond or two of SQLite work at once, and on a small machine the
+//! scheduler often puts it on the CPU of a thread that is serving a call: that call then waits for
+//! the batch, which was most of SubLane's latency tail at concurrency 1. Records are written a
+//! moment later instead; none is lost (the queue holds them, and pushes back when full).
 
 use std::sync::Arc;
 
 use sqlx::{
-    Connection as _, Sqlite, SqliteConnection, SqlitePool, pool::PoolConnection, sqlite::SqliteArguments,
+    ConnectOptions as _, Connection as _, Sqlite, SqliteConnection, SqlitePool, sqlite::SqliteArguments,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +38,13 @@ const _: () = assert!(INSERT_ROWS.is_power_of_two(), "eight statement shapes: se
 /// totals, whatever its size: at 20,000 calls a second, 20 ms makes batches of about 400 instead
 /// of about 100, and a record on a quiet server is readable 20 ms after its call ended.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+/// The name of the thread that runs the writer's SQLite work (at most 15 bytes: Linux keeps no
+/// more of a thread's name).
+pub const THREAD: &str = "sublane-records";
+/// The writer thread's nice value (0 is every other thread's, 19 the lowest priority). Not 19:
+/// under a load that keeps both CPUs busy, the writer still needs its share (a few microseconds
+/// of CPU per record) or its queue fills and calls wait for it.
+pub const NICE: i32 = 10;
 /// How often the writer prunes by age. By count it prunes with every batch (a range of ids, found
 /// by the primary key); by age it has to read every row's start, for which no index is kept, and
 /// a record a minute past its seven days harms no one: every read prunes exactly first (REC-5).
@@ -121,8 +135,8 @@ pub fn spawn_writer(
     let task = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
         let mut names = crate::usage::Names::default();
-        // Taken at the first batch; given back after an error, so a broken one is not kept.
-        let mut conn: Option<PoolConnection<Sqlite>> = None;
+        // Opened at the first batch; closed after an error, so a broken one is not kept.
+        let mut conn: Option<SqliteConnection> = None;
         // The first batch prunes by age, then one a minute.
         let mut next_age_prune_ms = i64::MIN;
         loop {
@@ -157,7 +171,7 @@ pub fn spawn_writer(
             let written = async {
                 let c = match conn.as_mut() {
                     Some(c) => c,
-                    None => conn.insert(db.acquire().await?),
+                    None => conn.insert(connect(&db).await?),
                 };
                 write_batch(c, &batch, now_ms, retention, by_age, zone, &mut names).await
             };
@@ -183,6 +197,34 @@ pub fn spawn_writer(
         }
     });
     (RecordSink { tx, closed, metrics: sink_metrics }, task)
+}
+
+/// The writer's own connection, with the pool's options, its SQLite thread named [`THREAD`] and
+/// given the priority [`NICE`].
+async fn connect(db: &SqlitePool) -> sqlx::Result<SqliteConnection> {
+    let conn = (*db.connect_options()).clone().thread_name(|_| THREAD.to_owned()).connect().await?;
+    lower_priority();
+    Ok(conn)
+}
+
+/// Gives every thread named [`THREAD`] the nice value [`NICE`]: found by name, because sqlx
+/// starts the thread and tells nothing of it. Where that fails (not Linux, no `/proc`), the writer
+/// runs at the default priority, as it did before; that is only slower at the tail.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return };
+        for task in tasks.flatten() {
+            let named =
+                std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim_end() == THREAD);
+            let tid = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok());
+            if let (true, Some(pid)) = (named, tid.and_then(rustix::process::Pid::from_raw))
+                && let Err(e) = rustix::process::setpriority_process(Some(pid), NICE)
+            {
+                tracing::debug!(error = %e, "cannot lower the record writer's priority");
+            }
+        }
+    }
 }
 
 async fn write_batch(
@@ -407,6 +449,40 @@ mod tests {
         drop(sink);
         task.await.unwrap();
         assert_eq!(ids(&db).await, vec![4, 5, 6], "a pruned id is never handed out again");
+    }
+
+    /// The writer's SQLite work runs on a thread of its own name, at a lower priority.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_writer_thread_is_named_and_yields_to_serving_threads() {
+        let (_dir, db, _lock) = open_db().await;
+        let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let metrics = Arc::new(crate::metrics::Metrics::new(true));
+        let (sink, task) = spawn_writer(
+            db.clone(),
+            Arc::new(clock.clone()),
+            Retention::default(),
+            chrono_tz::UTC,
+            Arc::clone(&metrics),
+        );
+        sink.send(record(1, clock.now().timestamp_millis())).await;
+        settled(&metrics, 1.0).await;
+        // (nice is the 19th field of a thread's stat, the 17th after its parenthesised name)
+        let nice_of = |task: &std::path::Path| {
+            let stat = std::fs::read_to_string(task.join("stat")).unwrap();
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            rest.split(' ').nth(16).unwrap().parse::<i32>().unwrap()
+        };
+        let writers: Vec<i32> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).unwrap().trim_end() == THREAD)
+            .map(|t| nice_of(&t.path()))
+            .collect();
+        assert_eq!(writers, [NICE], "one writer thread, at its priority");
+        assert_eq!(counted(&metrics, "sublane_records_written_total"), 1.0);
+        drop(sink);
+        task.await.unwrap();
     }
 
     /// A counter of the writer's, read from the metrics text.
