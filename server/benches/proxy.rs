@@ -604,7 +604,8 @@ async fn cpu_per_call(http: &reqwest::Client, sublane: &Path) -> CpuPerCall {
 }
 
 /// CPU ticks (user + system) so far of this process's threads named `sublane-serve-*` and of
-/// those named `sqlx-sqlite-worker-*` (the name is cut to 15 bytes).
+/// its SQLite threads: the record writer's (`sublane-records`) and the pool's
+/// (`sqlx-sqlite-worker-*`; a name is cut to 15 bytes).
 fn thread_ticks() -> (u64, u64) {
     let (mut serving, mut sqlite) = (0, 0);
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
@@ -614,7 +615,7 @@ fn thread_ticks() -> (u64, u64) {
         let (name, ticks) = cpu::stat_ticks(&stat);
         if name.starts_with("sublane-serve") {
             serving += ticks;
-        } else if name.starts_with("sqlx-sqlite") {
+        } else if name.starts_with("sqlx-sqlite") || name == sublane::records::WRITER_THREAD {
             sqlite += ticks;
         }
     }

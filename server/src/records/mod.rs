@@ -9,7 +9,7 @@ mod writer;
 
 use std::time::Duration;
 
-pub use writer::{RecordSink, Retention, prune, spawn_writer};
+pub use writer::{RecordSink, Retention, THREAD as WRITER_THREAD, prune, spawn_writer};
 
 /// Retention window (REC-5).
 pub const RETENTION_AGE: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -12,7 +12,8 @@
 //! ([`NICE`]). A batch is a millisecond or two of SQLite work at once, and on a small machine the
 //! scheduler often puts it on the CPU of a thread that is serving a call: that call then waits for
 //! the batch, which was most of SubLane's latency tail at concurrency 1. Records are written a
-//! moment later instead; none is lost (the queue holds them, and pushes back when full).
+//! moment later instead: a writer that falls behind is waited for (the queue holds its records
+//! and pushes back on calls when full), never skipped.
 
 use std::sync::Arc;
 
@@ -38,13 +39,14 @@ const _: () = assert!(INSERT_ROWS.is_power_of_two(), "eight statement shapes: se
 /// totals, whatever its size: at 20,000 calls a second, 20 ms makes batches of about 400 instead
 /// of about 100, and a record on a quiet server is readable 20 ms after its call ended.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
-/// The name of the thread that runs the writer's SQLite work (at most 15 bytes: Linux keeps no
-/// more of a thread's name).
+/// The name of the thread that runs the writer's SQLite work.
 pub const THREAD: &str = "sublane-records";
-/// The writer thread's nice value (0 is every other thread's, 19 the lowest priority). Not 19:
-/// under a load that keeps both CPUs busy, the writer still needs its share (a few microseconds
-/// of CPU per record) or its queue fills and calls wait for it.
-pub const NICE: i32 = 10;
+const _: () = assert!(THREAD.len() <= 15, "Linux keeps 15 bytes of a thread's name");
+/// The writer thread's nice value, unless SubLane runs at a lower priority already (0 is the
+/// default, 19 the lowest). Not 19: under a load that keeps both CPUs busy the writer still needs
+/// its share (a few microseconds of CPU per record), or its queue fills and calls wait for it.
+#[cfg(target_os = "linux")]
+const NICE: i32 = 10;
 /// How often the writer prunes by age. By count it prunes with every batch (a range of ids, found
 /// by the primary key); by age it has to read every row's start, for which no index is kept, and
 /// a record a minute past its seven days harms no one: every read prunes exactly first (REC-5).
@@ -183,9 +185,9 @@ pub fn spawn_writer(
                     }
                 }
                 Err(e) => {
-                    // Replaced, never given back: after `OR ROLLBACK` SQLite has ended the
-                    // transaction that sqlx still counts as open, so the next `begin` on it
-                    // would open a savepoint inside nothing.
+                    // Closed, and a new one opened for the next batch: after `OR ROLLBACK`
+                    // SQLite has ended the transaction that sqlx still counts as open, so the
+                    // next `begin` on it would open a savepoint inside nothing.
                     if let Some(c) = conn.take() {
                         let _ = c.close().await;
                     }
@@ -195,21 +197,27 @@ pub fn spawn_writer(
             }
             batch.clear();
         }
+        // Closed before the writer ends, so shutdown's wait for it covers the connection too:
+        // a dropped one is closed later by its own thread, perhaps after the process lock went.
+        if let Some(c) = conn.take() {
+            let _ = c.close().await;
+        }
     });
     (RecordSink { tx, closed, metrics: sink_metrics }, task)
 }
 
 /// The writer's own connection, with the pool's options, its SQLite thread named [`THREAD`] and
-/// given the priority [`NICE`].
+/// given a lower priority.
 async fn connect(db: &SqlitePool) -> sqlx::Result<SqliteConnection> {
     let conn = (*db.connect_options()).clone().thread_name(|_| THREAD.to_owned()).connect().await?;
     lower_priority();
     Ok(conn)
 }
 
-/// Gives every thread named [`THREAD`] the nice value [`NICE`]: found by name, because sqlx
-/// starts the thread and tells nothing of it. Where that fails (not Linux, no `/proc`), the writer
-/// runs at the default priority, as it did before; that is only slower at the tail.
+/// Gives every thread named [`THREAD`] the nice value `NICE` (or keeps its own, if higher):
+/// found by name, because sqlx starts the thread and tells nothing of it. Where that fails (not
+/// Linux, no `/proc`), the writer runs at SubLane's priority, as it did before; that is only
+/// slower at the tail.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
@@ -218,9 +226,9 @@ fn lower_priority() {
             let named =
                 std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim_end() == THREAD);
             let tid = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok());
-            if let (true, Some(pid)) = (named, tid.and_then(rustix::process::Pid::from_raw))
-                && let Err(e) = rustix::process::setpriority_process(Some(pid), NICE)
-            {
+            let Some(pid) = tid.and_then(rustix::process::Pid::from_raw).filter(|_| named) else { continue };
+            let nice = rustix::process::getpriority_process(Some(pid)).map_or(NICE, |now| now.max(NICE));
+            if let Err(e) = rustix::process::setpriority_process(Some(pid), nice) {
                 tracing::debug!(error = %e, "cannot lower the record writer's priority");
             }
         }
@@ -451,10 +459,11 @@ mod tests {
         assert_eq!(ids(&db).await, vec![4, 5, 6], "a pruned id is never handed out again");
     }
 
-    /// The writer's SQLite work runs on a thread of its own name, at a lower priority.
+    /// The writer's SQLite work runs on a thread of its own name, at a lower priority. (It counts
+    /// the process's writer threads: nextest runs each test in a process of its own.)
     #[cfg(target_os = "linux")]
     #[tokio::test]
-    async fn the_writer_thread_is_named_and_yields_to_serving_threads() {
+    async fn the_writer_thread_is_named_and_runs_at_a_lower_priority() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let metrics = Arc::new(crate::metrics::Metrics::new(true));
@@ -476,7 +485,7 @@ mod tests {
         let writers: Vec<i32> = std::fs::read_dir("/proc/self/task")
             .unwrap()
             .flatten()
-            .filter(|t| std::fs::read_to_string(t.path().join("comm")).unwrap().trim_end() == THREAD)
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == THREAD))
             .map(|t| nice_of(&t.path()))
             .collect();
         assert_eq!(writers, [NICE], "one writer thread, at its priority");
