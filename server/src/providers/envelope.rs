@@ -10,10 +10,13 @@
 use std::borrow::Cow;
 
 use axum::body::Bytes;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{
+    Deserialize, Deserializer, Serialize,
+    de::{IgnoredAny, MapAccess, SeqAccess, Visitor},
+};
 use serde_json::{Value, value::RawValue};
 
-use super::lenient::{Loose, lenient_object};
+use super::lenient::Known;
 
 /// The envelope around a request, in the member order Antigravity's own clients send.
 #[derive(Serialize)]
@@ -96,28 +99,63 @@ pub fn thinking_suffix(model: &str) -> (&str, Option<&str>) {
     if known { (base, Some(level)) } else { (model, None) }
 }
 
-lenient_object! {
-    /// An answer or event in the envelope: only its `response`, as written (a `response` given
-    /// twice is the last, as in a document).
-    Wrapped<'a> {
-        response: Inner<'a>,
-    }
-}
+/// The text of the `response` member of an answer or event in the envelope, as written
+/// (whatever its value, `null` included; given twice, the last, as in a document), or `None`
+/// for JSON with no such member or no object. Every value is passed over for its syntax only
+/// (`RawValue`, serde's `IgnoredAny`): the envelope's reader drops only text that is no JSON,
+/// and what the upstream wrote in a value, a number past `f64` or a lone surrogate, is the
+/// client's to judge. (The readers held to the document path skip with `lenient::Skip` instead.)
+struct Wrapped<'a>(Option<&'a RawValue>);
 
-/// The text of a `response` member, whatever its value (`null` included).
-#[derive(Debug, Default)]
-struct Inner<'a>(Option<&'a RawValue>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Inner<'a> {
+impl<'de: 'a, 'a> Deserialize<'de> for Wrapped<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        <&RawValue>::deserialize(d).map(|r| Inner(Some(r)))
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Wrapped<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Wrapped<'de>, A::Error> {
+                let mut response = None;
+                while let Some(key) = map.next_key_seed(Known(&["response"]))? {
+                    match key {
+                        Some(_) => response = Some(map.next_value::<&RawValue>()?),
+                        None => _ = map.next_value::<IgnoredAny>()?,
+                    }
+                }
+                Ok(Wrapped(response))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Wrapped<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Wrapped(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Wrapped<'de>, E> {
+                Ok(Wrapped(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Wrapped<'de>, E> {
+                Ok(Wrapped(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Wrapped<'de>, E> {
+                Ok(Wrapped(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Wrapped<'de>, E> {
+                Ok(Wrapped(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Wrapped<'de>, E> {
+                Ok(Wrapped(None))
+            }
+            fn visit_unit<E>(self) -> Result<Wrapped<'de>, E> {
+                Ok(Wrapped(None))
+            }
+        }
+        d.deserialize_any(Visit)
     }
 }
 
 /// The `response` of JSON `text`, as written: `Ok(None)` when it has none (or is no object),
 /// `Err` when the text is not JSON.
 fn inner(text: &[u8]) -> serde_json::Result<Option<&RawValue>> {
-    serde_json::from_slice::<Loose<Wrapped<'_>>>(text).map(|w| w.0.and_then(|w| w.response.0))
+    serde_json::from_slice::<Wrapped<'_>>(text).map(|w| w.0)
 }
 
 /// The `data` a stream event in the envelope becomes: its inner `response` (an event without
@@ -135,12 +173,28 @@ pub fn unwrap_envelope(data: &str) -> Option<Cow<'_, str>> {
 /// data over several lines as a field per line (valid SSE), but such a client fails on it. A
 /// line break in JSON text can only be whitespace between tokens (a string holds none
 /// unescaped), so a space in its place keeps the document and every byte of its values.
+///
+/// The Python client splits lines as `str.splitlines` does, also at U+0085, U+2028 and U+2029,
+/// which JSON allows raw inside a string (and only there): those are written as `\u` escapes,
+/// the same string to any JSON reader.
 fn one_line(text: &str) -> Cow<'_, str> {
-    if text.contains(['\n', '\r']) {
-        Cow::Owned(text.replace(['\n', '\r'], " "))
-    } else {
-        Cow::Borrowed(text)
+    const BREAKS: [char; 5] = ['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'];
+    // A byte scan first (CR, LF, and the first byte of each of the others' UTF-8), as most
+    // events hold none.
+    if !text.bytes().any(|b| matches!(b, b'\n' | b'\r' | 0xC2 | 0xE2)) || !text.contains(BREAKS) {
+        return Cow::Borrowed(text);
     }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' => out.push(' '),
+            '\u{85}' => out.push_str("\\u0085"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// A whole answer's inner `response`, cut out of `answer` without a copy; `None` when the answer
@@ -282,6 +336,21 @@ mod tests {
         // dropped the event
         let huge = "{\"response\": {\"n\": 1e400,\n\"a\": 1}}";
         assert_eq!(unwrap_envelope(huge).as_deref(), Some("{\"n\": 1e400, \"a\": 1}"));
+        // what Python's line splitting also breaks at, inside a string, is escaped: the same text
+        let python = "{\"response\": {\"t\": \"a\u{85}b\u{2028}c\u{2029}d\u{2027}\"}}";
+        let escaped = unwrap_envelope(python).unwrap();
+        assert_eq!(escaped, "{\"t\": \"a\\u0085b\\u2028c\\u2029d\u{2027}\"}");
+        assert_eq!(escaped.lines().count(), 1);
+        let t: Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(t["t"], "a\u{85}b\u{2028}c\u{2029}d\u{2027}");
+        // faults outside the response are the upstream's to judge too: the response is cut out
+        for data in [r#"{"response":{"a":1},"traceId":"\ud800"}"#, r#"{"traceId":1e400,"response":{"a":1}}"#]
+        {
+            assert_eq!(unwrap_envelope(data).as_deref(), Some(r#"{"a":1}"#), "{data}");
+            let answer = Bytes::copy_from_slice(data.as_bytes());
+            assert_eq!(answer_in_envelope(&answer).as_deref(), Some(&br#"{"a":1}"#[..]), "{data}");
+        }
+        assert_eq!(unwrap_envelope("[1e400,\n2]").as_deref(), Some("[1e400, 2]"));
         // a line break inside a string is no JSON (so one outside is only whitespace)
         assert_eq!(unwrap_envelope("{\"response\": {\"t\": \"a\nb\"}}"), None);
         assert_eq!(unwrap_envelope("{\"response\": {\"t\": \"a\rb\"}}"), None);

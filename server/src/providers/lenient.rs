@@ -306,6 +306,11 @@ pub(crate) mod tests {
             assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "{text}");
             assert!(read(&text).is_err(), "{text}");
         }
+        // and from bytes, text that is not UTF-8
+        let bytes = |text: &[u8]| serde_json::from_slice::<Loose<One>>(text).map(|l| l.0.and_then(|o| o.a.0));
+        assert_eq!(bytes(br#"{"a":1,"b":"\u00e9"}"#).ok(), Some(Some(1)));
+        assert!(serde_json::from_slice::<serde_json::Value>(b"{\"a\":1,\"b\":\"\xff\"}").is_err());
+        assert!(bytes(b"{\"a\":1,\"b\":\"\xff\"}").is_err());
         // the other places a value is skipped: the rest of an array, an object or array of
         // another type than expected, an object whose members are not read
         for bad in ["1e400", r#""\udfff""#] {

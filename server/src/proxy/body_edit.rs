@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 
 use axum::body::Bytes;
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::error::GatewayError;
@@ -90,7 +90,7 @@ impl<'a> Members<'a> {
     pub fn of(text: &'a [u8]) -> Result<Self, Unreadable> {
         serde_json::from_slice(text).map_err(|_| {
             let object = text.trim_ascii_start().starts_with(b"{");
-            if !object && serde_json::from_slice::<crate::providers::lenient::Skip>(text).is_ok() {
+            if !object && serde_json::from_slice::<IgnoredAny>(text).is_ok() {
                 Unreadable::NotAnObject
             } else {
                 Unreadable::NotJson

@@ -50,8 +50,8 @@ pub type HardStop = std::sync::Arc<crate::app_state::Lifecycle>;
 /// without one, bytes pass unchanged. The observer always sees the upstream's own events.
 #[derive(Debug)]
 pub enum Rewrite {
-    /// Antigravity: each event's `{"response": ...}` unwrapped (an event without one passes as
-    /// it came; one that is not JSON is dropped).
+    /// Antigravity: each event's `{"response": ...}` unwrapped, on one line (an event without
+    /// one passes as it came, but on one line; one that is not JSON is dropped).
     Envelope,
     /// A Chat Completions client of a Responses upstream: a stateful transform (BEY-3).
     Chat(Box<crate::chat::stream::ChatStream>),
@@ -607,7 +607,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rewritten_event_over_several_lines_keeps_one_data_field_per_line() {
+    fn a_rewritten_event_over_several_lines_reaches_the_client_whole() {
         // An Antigravity event without a `response` passes as it came, but on one line: here an
         // error written over several lines, which must reach the client whole, as one document
         // on one `data:` line (google-genai's clients parse each line as a document).
