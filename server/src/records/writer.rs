@@ -9,7 +9,7 @@
 //!
 //! That connection is opened apart from the pool (with the pool's options), so that the thread
 //! sqlx runs its SQLite work on has a name of its own, [`THREAD`], and a lower CPU priority
-//! ([`NICE`]). A batch is a millisecond or two of SQLite work at once, and on a small machine the
+//! (`NICE`). A batch is a millisecond or two of SQLite work at once, and on a small machine the
 //! scheduler often puts it on the CPU of a thread that is serving a call: that call then waits for
 //! the batch, which was most of SubLane's latency tail at concurrency 1. Records are written a
 //! moment later instead: a writer that falls behind is waited for (the queue holds its records
