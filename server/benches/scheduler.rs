@@ -254,7 +254,7 @@ async fn handoff_scheduler() -> Vec<Duration> {
                     Step::Go(lease) => break (lease.account().id as usize, lease),
                     Step::Wait(mut t) => {
                         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-                        reserved = t.wait(deadline, &stop).await.unwrap();
+                        reserved = t.wait(deadline, stop.cancelled()).await.unwrap();
                     }
                     Step::Refuse(r) => panic!("{r:?}"),
                 }

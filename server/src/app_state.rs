@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::SqlitePool;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::task::TaskTracker;
 
 use crate::{
     clock::SharedClock,
@@ -17,6 +17,7 @@ use crate::{
     proxy::auth::Principals,
     records::RecordSink,
     scheduler::{Scheduler, admission::Admission},
+    signal::Signal,
 };
 
 /// The shared state behind one `Arc`; fields are read through `Deref`.
@@ -92,10 +93,10 @@ tokio::task_local! {
 /// `CancellationToken` takes a lock, which the hot path does not need to pay per request.
 #[derive(Debug, Default)]
 pub struct Lifecycle {
-    /// Cancelled when shutdown starts: nothing new is admitted, queued requests leave (ADM-7).
-    pub shutdown: CancellationToken,
-    /// Cancelled when the shutdown grace period is over: open streams end.
-    pub hard_stop: CancellationToken,
+    /// Raised when shutdown starts: nothing new is admitted, queued requests leave (ADM-7).
+    pub shutdown: Signal,
+    /// Raised when the shutdown grace period is over: open streams end.
+    pub hard_stop: Signal,
     /// Work a shutdown waits for: requests in flight, relayed streams, WebSocket sessions.
     pub tasks: TaskTracker,
 }

@@ -32,6 +32,7 @@ pub mod quota;
 pub mod records;
 pub mod scheduler;
 pub mod serve;
+pub mod signal;
 pub mod telemetry;
 #[cfg(test)]
 mod test_support;

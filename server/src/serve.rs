@@ -56,6 +56,7 @@ use crate::{
     proxy::{auth::Principals, error::Protocol},
     records,
     scheduler::Scheduler,
+    signal::Signal,
     web,
 };
 
@@ -268,8 +269,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
     scheduler.restore(loaded);
     scheduler.set_catalogues(config.models.clone());
     let lifecycle = Arc::new(Lifecycle {
-        shutdown: shutdown.clone(),
-        hard_stop: hard_stop.clone(),
+        shutdown: Signal::new(shutdown.clone()),
+        hard_stop: Signal::new(hard_stop.clone()),
         tasks: TaskTracker::new(),
     });
     let tasks = lifecycle.tasks.clone();
@@ -928,11 +929,7 @@ mod tests {
     }
 
     fn door<S>(inner: S) -> (FrontDoor<S>, Arc<Lifecycle>) {
-        let lifecycle = Arc::new(Lifecycle {
-            shutdown: CancellationToken::new(),
-            hard_stop: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        });
+        let lifecycle = Arc::new(Lifecycle::default());
         (FrontDoor { inner, lifecycle: Arc::clone(&lifecycle) }, lifecycle)
     }
 
@@ -1080,7 +1077,11 @@ mod tests {
             async { Ok::<_, std::convert::Infallible>(StatusCode::SERVICE_UNAVAILABLE.into_response()) }
         });
         let (mut app, lifecycle) = door(routes);
-        app.lifecycle = Arc::new(Lifecycle { shutdown, hard_stop: lifecycle.hard_stop.clone(), tasks });
+        app.lifecycle = Arc::new(Lifecycle {
+            shutdown: Signal::new(shutdown),
+            hard_stop: Signal::new(lifecycle.hard_stop.token().clone()),
+            tasks,
+        });
         let resp = app.oneshot(post("/refuses", "{}")).await.unwrap();
         assert_eq!(resp.headers()[header::CONNECTION], "close");
     }

@@ -134,7 +134,7 @@ pub(super) async fn schedule(
         let waiting = ticket.insert(waiting);
         let queued = tokio::time::Instant::now();
         let waited = waiting
-            .wait(until, &s.lifecycle.shutdown)
+            .wait(until, s.lifecycle.shutdown.cancelled())
             .instrument(tracing::debug_span!("queue_wait", pool_id = attempt.principal.pool_id))
             .await;
         attempt.stopwatch.queued(queued.elapsed());

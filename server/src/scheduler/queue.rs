@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use app::model::Provider;
 use tokio::{sync::oneshot, time::Instant};
-use tokio_util::sync::CancellationToken;
 
 use super::{Ask, Inner, Refusal, Scheduler, Step};
 
@@ -292,12 +291,12 @@ impl Ticket {
         self.id
     }
 
-    /// Waits until `deadline` (ADM-6) or shutdown for a reserved slot (`Some`), or for a hint
+    /// Waits until `deadline` (ADM-6) or `stop` (shutdown) for a reserved slot (`Some`), or for a hint
     /// that capacity may have appeared (`None`: decide again, passing [`Ticket::place`]).
     pub async fn wait(
         &mut self,
         deadline: Instant,
-        stop: &CancellationToken,
+        stop: impl Future<Output = ()>,
     ) -> Result<Option<Reservation>, Refusal> {
         let Some(rx) = self.rx.as_mut() else { return Err(Refusal::WaitTimeout) };
         // On timeout or shutdown the receiver stays in the ticket: if a slot arrived at the same
@@ -305,7 +304,7 @@ impl Ticket {
         let slot = tokio::select! {
             r = rx => r.map_err(|_| Refusal::WaitTimeout)?,
             () = tokio::time::sleep_until(deadline) => return Err(Refusal::WaitTimeout),
-            () = stop.cancelled() => return Err(Refusal::ShuttingDown),
+            () = stop => return Err(Refusal::ShuttingDown),
         };
         self.rx = None;
         Ok(slot.map(|slot| Reservation { scheduler: Arc::clone(&self.scheduler), slot, done: false }))

@@ -96,7 +96,7 @@ impl Bed {
     /// Waits with `ticket`, then decides again with the reserved slot.
     async fn admitted(&self, mut ticket: Ticket, ask: &Ask<'_>) -> Lease {
         let deadline = Instant::now() + self.scheduler.settings().queue_timeout;
-        let reserved = ticket.wait(deadline, &CancellationToken::new()).await.unwrap();
+        let reserved = ticket.wait(deadline, CancellationToken::new().cancelled()).await.unwrap();
         assert!(reserved.is_some(), "a slot, not just a hint");
         match self.scheduler.decide(&self.pool, ask, reserved).0 {
             Step::Go(l) => l,
@@ -148,7 +148,7 @@ async fn a_waiter_times_out_after_the_queue_timeout_exactly() {
     let mut ticket = b.wait(&a);
     let started = Instant::now();
     let deadline = started + DEFAULT_QUEUE_TIMEOUT;
-    let r = ticket.wait(deadline, &CancellationToken::new()).await;
+    let r = ticket.wait(deadline, CancellationToken::new().cancelled()).await;
     assert!(matches!(r, Err(Refusal::WaitTimeout)));
     assert_eq!(started.elapsed(), Duration::from_secs(30));
     drop(ticket);
@@ -176,7 +176,7 @@ async fn cancelled_and_shut_down_waiters_leave_at_once_and_never_swallow_a_slot(
     let mut ticket = b.wait(&a);
     let stop = CancellationToken::new();
     stop.cancel();
-    let r = ticket.wait(Instant::now() + Duration::from_secs(30), &stop).await;
+    let r = ticket.wait(Instant::now() + Duration::from_secs(30), stop.cancelled()).await;
     assert!(matches!(r, Err(Refusal::ShuttingDown)));
     drop(ticket);
     assert_eq!(b.scheduler.queue_depth(1), 0);
@@ -212,7 +212,7 @@ async fn waking_everyone_lets_waiters_decide_again_in_their_place() {
     assert_eq!(b.scheduler.queue_depth(1), 2, "waking keeps every place");
     let later = Instant::now() + Duration::from_secs(1);
     for t in [&mut older, &mut younger] {
-        let r = t.wait(later, &CancellationToken::new()).await;
+        let r = t.wait(later, CancellationToken::new().cancelled()).await;
         assert!(matches!(r, Ok(None)), "a hint, no slot");
     }
     assert_eq!(b.scheduler.in_flight(1), 1, "nothing was reserved");
@@ -342,7 +342,7 @@ async fn random_contention_never_exceeds_a_limit_and_leaks_nothing() {
                         Step::Refuse(_) => break None,
                         Step::Wait(mut ticket) => {
                             let deadline = Instant::now() + patience;
-                            match ticket.wait(deadline, &CancellationToken::new()).await {
+                            match ticket.wait(deadline, CancellationToken::new().cancelled()).await {
                                 Ok(r) => reserved = r,
                                 Err(_) => break None,
                             }
@@ -419,12 +419,12 @@ async fn freed_slots_follow_pool_membership_changes() {
     let Step::Wait(mut new_pool_waiter) = s.decide(&pool2, &in_pool(2, ask(None)), None).0 else { panic!() };
     drop(held);
     let later = Instant::now() + Duration::from_secs(1);
-    let got = new_pool_waiter.wait(later, &CancellationToken::new()).await.unwrap();
+    let got = new_pool_waiter.wait(later, CancellationToken::new().cancelled()).await.unwrap();
     assert!(got.is_some(), "the pool the account joined gets its slot");
     let Step::Go(l) = s.decide(&pool2, &in_pool(2, ask(None)), got).0 else { panic!() };
     drop(new_pool_waiter); // served: its place goes
     // The old pool's waiter was told to look again (the change may matter), never handed the slot.
-    let hint = old_pool_waiter.wait(later, &CancellationToken::new()).await.unwrap();
+    let hint = old_pool_waiter.wait(later, CancellationToken::new().cancelled()).await.unwrap();
     assert!(hint.is_none());
     let step = s.decide(&pool1_now, &Ask { queued: Some(old_pool_waiter.place()), ..ask(None) }, None).0;
     assert!(matches!(step, Step::Refuse(Refusal::NoAccount)));
@@ -451,7 +451,10 @@ async fn a_waiter_is_served_when_a_cooldown_ends() {
     let mut waiter = b.wait(&a);
     // 5 s later the cooldown is over: both clocks move (stored deadlines, timers).
     b.clock.advance(chrono::Duration::seconds(5));
-    let got = waiter.wait(Instant::now() + Duration::from_secs(30), &CancellationToken::new()).await.unwrap();
+    let got = waiter
+        .wait(Instant::now() + Duration::from_secs(30), CancellationToken::new().cancelled())
+        .await
+        .unwrap();
     assert!(got.is_some(), "a slot of the account whose cooldown ended");
     let Step::Go(l) = b.scheduler.decide(&b.pool, &a, got).0 else { panic!() };
     assert_eq!(l.account().id, cooled_id);
@@ -642,7 +645,10 @@ async fn random_contention_with_membership_changes_never_exceeds_a_limit() {
                         Step::Refuse(_) => break None,
                         Step::Wait(t) => {
                             let t = ticket.insert(t);
-                            match t.wait(Instant::now() + patience, &CancellationToken::new()).await {
+                            match t
+                                .wait(Instant::now() + patience, CancellationToken::new().cancelled())
+                                .await
+                            {
                                 Ok(r) => reserved = r,
                                 Err(_) => break None,
                             }
@@ -688,7 +694,10 @@ async fn a_block_set_after_a_waiter_queued_still_wakes_it() {
     drop(first); // its slot cannot go to the waiter: the account is cooling
     assert_eq!(b.scheduler.in_flight(first_id), 0);
     b.clock.advance(chrono::Duration::seconds(2));
-    let got = waiter.wait(Instant::now() + Duration::from_secs(30), &CancellationToken::new()).await.unwrap();
+    let got = waiter
+        .wait(Instant::now() + Duration::from_secs(30), CancellationToken::new().cancelled())
+        .await
+        .unwrap();
     let Step::Go(l) = b.scheduler.decide(&b.pool, &a, got).0 else { panic!("served when the block ended") };
     assert_eq!(l.account().id, first_id);
     drop((l, second));
@@ -710,7 +719,8 @@ async fn a_waiter_is_never_handed_an_account_it_already_tried() {
     drop(tried);
     // the tried account's slot went to the newcomer, not to the waiter that tried it
     assert_eq!(b.scheduler.in_flight(tried_id), 1);
-    let r = waiter.wait(Instant::now() + Duration::from_millis(100), &CancellationToken::new()).await;
+    let r =
+        waiter.wait(Instant::now() + Duration::from_millis(100), CancellationToken::new().cancelled()).await;
     assert!(matches!(r, Err(Refusal::WaitTimeout)), "{:?}", r.map(|r| r.is_some()));
     drop((waiter, newcomer, busy));
 }
