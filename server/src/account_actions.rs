@@ -282,7 +282,7 @@ pub async fn refresh_quota(s: &AppState) -> Result<()> {
 
 /// API-1: every account's live scheduling state. Times are unix seconds, only while in the future.
 pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
-    let now = s.clock.now().timestamp_millis();
+    let now = s.clock.unix_ms();
     let live: HashMap<i64, RuntimeView> =
         s.scheduler.runtime().into_iter().map(|r| (r.account_id, r)).collect();
     let future =

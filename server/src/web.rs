@@ -114,7 +114,7 @@ impl Backend for ServerBackend {
         everyone: bool,
     ) -> Result<UsageReport, AppError> {
         let s = &self.state;
-        let now = s.clock.now().timestamp_millis();
+        let now = s.clock.unix_ms();
         Ok(crate::usage::query::report(&s.db, s.config.time_zone, now, scope(me, everyone)?, &filter).await?)
     }
 

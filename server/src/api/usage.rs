@@ -29,7 +29,7 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn report(s: &AppState, scope: Scope, filter: &UsageFilter) -> Result<UsageReport> {
-    query::report(&s.db, s.config.time_zone, s.clock.now().timestamp_millis(), scope, filter).await
+    query::report(&s.db, s.config.time_zone, s.clock.unix_ms(), scope, filter).await
 }
 
 async fn mine(

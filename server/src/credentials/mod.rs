@@ -187,7 +187,7 @@ impl Tokens {
     }
 
     fn now_ms(&self) -> i64 {
-        self.clock.now().timestamp_millis()
+        self.clock.unix_ms()
     }
 
     /// The cell of an account as the directory reads it. A row newer than what the cell holds

@@ -48,7 +48,7 @@ pub async fn scrape(State(s): State<AppState>, headers: HeaderMap) -> Response {
 
 /// Queues, account load, limits and blocks as they are now.
 async fn state(s: &AppState) -> sqlx::Result<super::State> {
-    let now = s.clock.now().timestamp_millis();
+    let now = s.clock.unix_ms();
     let pools: Vec<(i64, String)> =
         sqlx::query_as("SELECT id, name FROM pools WHERE deleted_at IS NULL ORDER BY id")
             .fetch_all(&s.db)

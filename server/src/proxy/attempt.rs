@@ -60,7 +60,7 @@ pub struct Start {
 
 impl Start {
     pub fn now(clock: &dyn crate::clock::Clock) -> Self {
-        Start { at: Instant::now(), unix_ms: clock.now().timestamp_millis() }
+        Start { at: Instant::now(), unix_ms: clock.unix_ms() }
     }
 }
 

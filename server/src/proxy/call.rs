@@ -192,7 +192,7 @@ pub(super) async fn count_for_breaker(s: &AppState, key_id: i64, failed: bool) {
     if s.lifecycle.shutdown.is_cancelled() {
         return;
     }
-    let now = s.clock.now().timestamp_millis();
+    let now = s.clock.unix_ms();
     if let Some(trip) = s.breaker.record(key_id, failed, now) {
         tracing::warn!(
             key_id,
@@ -409,7 +409,7 @@ async fn choose(
         let upstream = &sent.response;
         // QT-2: every answer's quota headers, success or not (the request never waits for it).
         if quota::observed(account.provider) {
-            let at = s.clock.now().timestamp_millis();
+            let at = s.clock.unix_ms();
             let status = upstream.status().as_u16();
             s.quota
                 .observe(&account, quota::parse::headers(account.provider, status, upstream.headers(), at));
@@ -432,7 +432,7 @@ async fn choose(
             ))
             .await;
         if quota::observed(account.provider) {
-            let at = s.clock.now().timestamp_millis();
+            let at = s.clock.unix_ms();
             s.quota.observe(&account, failure.quota_observation(account.provider, at));
         }
         let may_move = if bound {

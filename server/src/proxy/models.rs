@@ -64,14 +64,14 @@ pub async fn list_gemini(State(s): State<AppState>, headers: HeaderMap) -> Respo
 }
 
 async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protocol: Protocol) -> Response {
-    let request_id = new_request_id(s.clock.now().timestamp_millis());
+    let request_id = new_request_id(s.clock.unix_ms());
     let fail = |e: GatewayError| e.render(protocol, Some(&request_id));
     let principal = match authenticate_request(&s, &headers).await {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
     // BUD-4: a listing is a request of the key like any other (refused when blocked, counted).
-    if let Err(e) = s.breaker.check(principal.key_id, s.clock.now().timestamp_millis()) {
+    if let Err(e) = s.breaker.check(principal.key_id, s.clock.unix_ms()) {
         return fail(e);
     }
     let resp = served_models(&s, &principal, only, protocol, &request_id).await;

@@ -77,7 +77,7 @@ pub async fn upgrade(
         Err(e) => return e.render(Protocol::OpenAi, None).into_response(),
     };
     // BUD-4: a blocked or banned key gets no socket.
-    if let Err(e) = s.breaker.check(principal.key_id, s.clock.now().timestamp_millis()) {
+    if let Err(e) = s.breaker.check(principal.key_id, s.clock.unix_ms()) {
         return e.render(Protocol::OpenAi, None).into_response();
     }
     // Tracked from now: between this answer and the upgraded socket, a shutdown must not find
@@ -393,7 +393,7 @@ async fn turn_principal(
         // BUD-4: a key blocked or banned since the socket opened is refused per turn; a ban
         // ends the socket.
         Ok(p) if p.key_id == current.key_id && p.pool_id == current.pool_id => {
-            match s.breaker.check(p.key_id, s.clock.now().timestamp_millis()) {
+            match s.breaker.check(p.key_id, s.clock.unix_ms()) {
                 Ok(()) => Ok(p),
                 Err(e) => {
                     let end = e.code == "api_key_permanently_banned";
@@ -596,7 +596,7 @@ async fn handshake(
         let tls = tokio_tungstenite::Connector::Rustls(http.tls());
         tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), Some(tls)).await
     };
-    let at = s.clock.now().timestamp_millis();
+    let at = s.clock.unix_ms();
     match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
         Ok(Ok((socket, resp))) => {
             s.metrics.upstream_answer(account.provider.as_str(), resp.status().as_u16());
@@ -723,7 +723,7 @@ async fn relay_turn(
                 observer.event(Some(&kind), &text, started.elapsed());
                 let terminal = matches!(kind.as_str(), "response.completed" | "response.incomplete" | "response.failed" | "error");
                 if kind == "codex.rate_limits" {
-                    s.quota.observe(account, quota::parse::codex_frame(&event, s.clock.now().timestamp_millis()));
+                    s.quota.observe(account, quota::parse::codex_frame(&event, s.clock.unix_ms()));
                 }
                 if kind == "error" {
                     error_code = providers::observe::sanitize(
@@ -731,7 +731,7 @@ async fn relay_turn(
                     );
                     if let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok()) {
                         error_verdict = Some(schedule::verdict(provider, status, None, &event, model));
-                        let at = s.clock.now().timestamp_millis();
+                        let at = s.clock.unix_ms();
                         s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), &event, at));
                     }
                 }

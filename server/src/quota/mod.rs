@@ -98,7 +98,7 @@ impl Quota {
     }
 
     fn now(&self) -> i64 {
-        self.clock.now().timestamp_millis()
+        self.clock.unix_ms()
     }
 
     /// Restores the observations of the accounts' current quota revisions (QT-2: they survive a

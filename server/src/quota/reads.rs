@@ -195,7 +195,7 @@ impl Quota {
         if !providers.iter().any(|p| Reads::readable(*p)) {
             return;
         }
-        let now = self.clock.now().timestamp_millis();
+        let now = self.clock.unix_ms();
         if !pool.quota_check_due(now, TRAFFIC_CHECK_MS) {
             return;
         }
@@ -211,7 +211,7 @@ impl Quota {
     /// button, every one not backing off), joined with any under way and capped like the
     /// others, waited for at most `wait`.
     pub async fn read_now(self: &Arc<Self>, accounts: &[Arc<Account>], force: bool, wait: Duration) {
-        let now = self.clock.now().timestamp_millis();
+        let now = self.clock.unix_ms();
         let mut started = Vec::new();
         for account in accounts.iter().filter(|a| Reads::readable(a.provider)) {
             let backing_off =
@@ -279,13 +279,13 @@ impl Quota {
                 let running = reads.running.fetch_add(1, Ordering::Relaxed) + 1;
                 reads.peak.fetch_max(running, Ordering::Relaxed);
                 // Stamped when the read starts: an older read that ends later never wins (QT-2).
-                let at = self.clock.now().timestamp_millis();
+                let at = self.clock.unix_ms();
                 let got = reads.fetch(account, at).await;
                 reads.running.fetch_sub(1, Ordering::Relaxed);
                 got
             }
         };
-        let now = self.clock.now().timestamp_millis();
+        let now = self.clock.unix_ms();
         match result {
             Ok(o) => {
                 reads.state().backoff.remove(&account.id);

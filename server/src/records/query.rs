@@ -60,7 +60,7 @@ pub async fn list(
     f: &RequestFilter,
 ) -> Result<Page<RequestRecord>> {
     let mut tx = db.begin().await?;
-    prune(&mut tx, clock.now().timestamp_millis(), Retention::default()).await?;
+    prune(&mut tx, clock.unix_ms(), Retention::default()).await?;
     let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
         "SELECT r.id, r.request_id, r.started_at_ms, r.duration_ms, r.first_output_ms, r.model, r.operation,
                 r.key_id, k.name AS key_name, r.outcome, r.error_code, r.upstream_status, r.input_tokens,
@@ -155,7 +155,7 @@ const MAX_CHOICES: i64 = 200;
 /// include revoked ones; a personal view names no member and no account (REC-3).
 pub async fn choices(db: &SqlitePool, clock: &dyn Clock, scope: Scope) -> Result<RequestFilterChoices> {
     let mut tx = db.begin().await?;
-    prune(&mut tx, clock.now().timestamp_millis(), Retention::default()).await?;
+    prune(&mut tx, clock.unix_ms(), Retention::default()).await?;
     // A member's own records, or (no member: the bind is NULL) everyone's.
     let filter = "WHERE r.member_id = COALESCE(?, r.member_id)";
     let member = match scope {

@@ -165,7 +165,7 @@ pub fn spawn_writer(
                     rx.recv_many(&mut batch, room).await;
                 }
             }
-            let now_ms = clock.now().timestamp_millis();
+            let now_ms = clock.unix_ms();
             // (and at once after the wall clock went back more than a minute)
             let by_age =
                 now_ms >= next_age_prune_ms || now_ms < next_age_prune_ms.saturating_sub(AGE_PRUNE_EVERY_MS);
@@ -439,7 +439,7 @@ mod tests {
     async fn keeps_at_most_max_rows_and_never_reuses_ids() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
-        let now = clock.now().timestamp_millis();
+        let now = clock.unix_ms();
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 3 };
 
         let (sink, task) =
@@ -474,7 +474,7 @@ mod tests {
             chrono_tz::UTC,
             Arc::clone(&metrics),
         );
-        sink.send(record(1, clock.now().timestamp_millis())).await;
+        sink.send(record(1, clock.unix_ms())).await;
         settled(&metrics, 1.0).await;
         // (nice is the 19th field of a thread's stat, the 17th after its parenthesised name)
         let nice_of = |task: &std::path::Path| {
@@ -518,7 +518,7 @@ mod tests {
     async fn a_batch_that_cannot_be_written_is_dropped_whole_and_the_next_one_is_written() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
-        let now = clock.now().timestamp_millis();
+        let now = clock.unix_ms();
         let metrics = Arc::new(crate::metrics::Metrics::new(true));
         let (sink, task) = spawn_writer(
             db.clone(),
@@ -558,7 +558,7 @@ mod tests {
     async fn prunes_by_age_using_the_injected_clock() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
-        let start = clock.now().timestamp_millis();
+        let start = clock.unix_ms();
         let retention = Retention::default();
 
         let (sink, task) =
@@ -573,7 +573,7 @@ mod tests {
         clock.advance(TimeDelta::days(7) + TimeDelta::milliseconds(1));
         let (sink, task) =
             spawn_writer(db.clone(), Arc::new(clock.clone()), retention, chrono_tz::UTC, Default::default());
-        sink.send(record(3, clock.now().timestamp_millis())).await;
+        sink.send(record(3, clock.unix_ms())).await;
         drop(sink);
         task.await.unwrap();
         assert_eq!(ids(&db).await, vec![2, 3]);
@@ -583,7 +583,7 @@ mod tests {
     async fn a_running_writer_prunes_by_count_every_batch_and_by_age_once_a_minute() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
-        let t0 = clock.now().timestamp_millis();
+        let t0 = clock.unix_ms();
         let retention = Retention { max_age_ms: 10_000, max_rows: 3 };
         let metrics = Arc::new(crate::metrics::Metrics::new(true));
         let (sink, task) = spawn_writer(
@@ -599,7 +599,7 @@ mod tests {
         // 30 s on, record 1 is past its 10 s; the last prune by age was 30 s ago, so it stays
         // (a read would not see it: reads prune exactly).
         clock.advance(TimeDelta::seconds(30));
-        let t30 = clock.now().timestamp_millis();
+        let t30 = clock.unix_ms();
         sink.send(record(2, t30)).await;
         settled(&metrics, 2.0).await;
         assert_eq!(ids(&db).await, vec![1, 2]);
@@ -611,14 +611,14 @@ mod tests {
 
         // A minute after the first prune by age, the next batch prunes by age again.
         clock.advance(TimeDelta::seconds(30));
-        sink.send(record(5, clock.now().timestamp_millis())).await;
+        sink.send(record(5, clock.unix_ms())).await;
         settled(&metrics, 5.0).await;
         assert_eq!(ids(&db).await, vec![5], "by age, once the minute is up");
 
         // The wall clock set back two minutes: the next batch prunes by age at once (record 6
         // started 20 s before the new now, so pruning removes it in the batch that wrote it).
         clock.advance(TimeDelta::minutes(-2));
-        sink.send(record(6, clock.now().timestamp_millis() - 20_000)).await;
+        sink.send(record(6, clock.unix_ms() - 20_000)).await;
         settled(&metrics, 6.0).await;
         assert_eq!(ids(&db).await, vec![5], "a clock set back does not stop pruning by age");
         drop(sink);

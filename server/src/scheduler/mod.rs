@@ -256,7 +256,7 @@ impl Scheduler {
     }
 
     fn now(&self) -> i64 {
-        self.clock.now().timestamp_millis()
+        self.clock.unix_ms()
     }
 
     /// The dense slot of an account (assigned once, kept for the process's life).

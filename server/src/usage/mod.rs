@@ -380,7 +380,7 @@ mod tests {
     async fn a_days_model_names_are_bounded() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-11-30T04:00:00Z").unwrap().into());
-        let at = clock.now().timestamp_millis();
+        let at = clock.unix_ms();
         let named = |n: usize| NewRecord { model: format!("made-up-{n:04}"), ..record(n as i64, at) };
         let first: Vec<NewRecord> = (0..MODELS_PER_DAY - 5).map(named).collect();
         let second: Vec<NewRecord> = (MODELS_PER_DAY - 5..MODELS_PER_DAY + 10).map(named).collect();
@@ -427,12 +427,12 @@ mod tests {
     async fn summaries_outlive_records_and_are_kept_ninety_days() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::parse_from_rfc3339("2026-09-01T04:00:00Z").unwrap().into());
-        let first = clock.now().timestamp_millis();
+        let first = clock.unix_ms();
         write(&db, &clock, vec![vec![record(1, first)]]).await;
 
         // 10 days on, the record is pruned (7 days) and its summary is still there.
         clock.advance(TimeDelta::days(10));
-        write(&db, &clock, vec![vec![record(2, clock.now().timestamp_millis())]]).await;
+        write(&db, &clock, vec![vec![record(2, clock.unix_ms())]]).await;
         let records: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM request_records").fetch_one(&db).await.unwrap();
         assert_eq!(records, 1);
@@ -447,10 +447,10 @@ mod tests {
         // On the 90th day (1 September counted as the first), it is still kept; on the 91st not.
         let target: DateTime<Utc> = DateTime::parse_from_rfc3339("2026-11-29T15:59:00Z").unwrap().into();
         clock.advance(target - clock.now());
-        write(&db, &clock, vec![vec![record(3, clock.now().timestamp_millis())]]).await;
+        write(&db, &clock, vec![vec![record(3, clock.unix_ms())]]).await;
         assert_eq!(days().await, vec!["2026-09-01", "2026-09-11", "2026-11-29"]);
         clock.advance(TimeDelta::minutes(1));
-        write(&db, &clock, vec![vec![record(4, clock.now().timestamp_millis())]]).await;
+        write(&db, &clock, vec![vec![record(4, clock.unix_ms())]]).await;
         assert_eq!(days().await, vec!["2026-09-11", "2026-11-29", "2026-11-30"]);
     }
 }
