@@ -25,7 +25,7 @@ use prometheus_client::{
 
 /// Every metric family `/metrics` serves, by the name in its `# TYPE` line.
 /// (Samples add `_bucket`, `_sum`, `_count` or `_total` to these names.)
-pub const FAMILIES: [&str; 18] = [
+pub const FAMILIES: [&str; 19] = [
     "sublane_admissions",
     "sublane_upstream_responses",
     "sublane_request_duration_seconds",
@@ -35,6 +35,7 @@ pub const FAMILIES: [&str; 18] = [
     "sublane_queue_wait_seconds",
     "sublane_records_written",
     "sublane_records_dropped",
+    "sublane_records_waited",
     "sublane_quota_reads",
     "sublane_token_refreshes",
     "sublane_pool_info",
@@ -110,6 +111,7 @@ struct Live {
     queue_waits: Histograms<PoolLabel>,
     records_written: Counter,
     records_dropped: Counter,
+    records_waited: Counter,
     quota_reads: Family<EndpointCall, Counter>,
     token_refreshes: Family<EndpointCall, Counter>,
 }
@@ -177,6 +179,12 @@ impl Metrics {
             "Request records lost (the writer stopped, or a write failed)",
             records_dropped.clone(),
         );
+        let records_waited = Counter::default();
+        registry.register(
+            "records_waited",
+            "Calls that waited for room in the record writer's queue (the writer had fallen behind)",
+            records_waited.clone(),
+        );
         let quota_reads = Family::<EndpointCall, Counter>::default();
         registry.register(
             "quota_reads",
@@ -213,6 +221,7 @@ impl Metrics {
             queue_waits,
             records_written,
             records_dropped,
+            records_waited,
             quota_reads,
             token_refreshes,
         })))
@@ -290,6 +299,13 @@ impl Metrics {
     pub fn records_dropped(&self, n: usize) {
         if let Some(m) = &self.0 {
             m.records_dropped.inc_by(n as u64);
+        }
+    }
+
+    /// A record that found the writer's queue full, so its call waited (nothing is lost).
+    pub fn record_waited(&self) {
+        if let Some(m) = &self.0 {
+            m.records_waited.inc();
         }
     }
 

@@ -73,6 +73,7 @@ impl RecordSink {
     /// every call's attempt, which a stream holds while it is open.)
     pub async fn send_into(&self, record: NewRecord, slot: &mut Option<Box<NewRecord>>) {
         let Some(record) = self.try_send(record) else { return };
+        self.metrics.record_waited();
         *slot = Some(Box::new(record));
         match self.tx.reserve().await {
             Ok(permit) => {
@@ -492,6 +493,31 @@ mod tests {
         assert_eq!(counted(&metrics, "sublane_records_written_total"), 1.0);
         drop(sink);
         task.await.unwrap();
+    }
+
+    /// A call that finds the queue full waits for room, is counted as having waited, and its
+    /// record is written with the rest; calls that found room are not counted.
+    #[tokio::test]
+    async fn a_record_that_finds_the_queue_full_waits_and_is_counted() {
+        let (_dir, db, _lock) = open_db().await;
+        let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let now = clock.unix_ms();
+        let metrics = Arc::new(crate::metrics::Metrics::new(true));
+        let retention = Retention { max_age_ms: 3_600_000, max_rows: 100_000 };
+        let (sink, task) =
+            spawn_writer(db.clone(), Arc::new(clock), retention, chrono_tz::UTC, Arc::clone(&metrics));
+        // (this test's runtime has one thread, so the writer receives nothing until it awaits)
+        for n in 0..QUEUE {
+            assert!(sink.try_send(record(n as i64, now)).is_none(), "room for record {n}");
+        }
+        assert_eq!(counted(&metrics, "sublane_records_waited_total"), 0.0);
+        assert!(sink.try_send(record(-1, now)).is_some(), "the queue is full");
+        sink.send(record(QUEUE as i64, now)).await;
+        assert_eq!(counted(&metrics, "sublane_records_waited_total"), 1.0);
+        drop(sink);
+        task.await.unwrap();
+        assert_eq!(counted(&metrics, "sublane_records_written_total"), (QUEUE + 1) as f64, "nothing lost");
+        assert_eq!(counted(&metrics, "sublane_records_waited_total"), 1.0);
     }
 
     /// A counter of the writer's, read from the metrics text.
