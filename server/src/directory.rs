@@ -20,7 +20,7 @@ use std::{
 
 use app::model::{ModelPolicy, PolicyMode, Provider};
 use sqlx::SqlitePool;
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::Mutex;
 
 use crate::{
     credentials::{Flags, TokenCell, Tokens, open_sealed},
@@ -216,7 +216,11 @@ pub struct Directory {
     generation: Generation,
     scheduler: Arc<Scheduler>,
     tokens: Arc<Tokens>,
-    current: RwLock<Option<Arc<Snapshot>>>,
+    /// The snapshot every call reads. A plain lock, held only to clone the `Arc`: a tokio
+    /// `RwLock` takes its waiters' mutex on every release, one more lock that each call's read
+    /// shared with every serving thread (issue 15).
+    current: std::sync::RwLock<Option<Arc<Snapshot>>>,
+    /// One reload at a time (held across the database reads, hence tokio's).
     reload: Mutex<()>,
 }
 
@@ -239,29 +243,47 @@ struct AccountRow {
 
 impl Directory {
     pub fn new(generation: Generation, scheduler: Arc<Scheduler>, tokens: Arc<Tokens>) -> Self {
-        Directory { generation, scheduler, tokens, current: RwLock::new(None), reload: Mutex::new(()) }
+        Directory {
+            generation,
+            scheduler,
+            tokens,
+            current: std::sync::RwLock::new(None),
+            reload: Mutex::new(()),
+        }
     }
 
     /// The current snapshot, rebuilt first if the configuration changed.
     pub async fn snapshot(&self, db: &SqlitePool, sealer: &Sealer) -> Result<Arc<Snapshot>> {
-        let generation = self.generation.current();
-        if let Some(s) = self.current.read().await.as_ref().filter(|s| s.generation == generation) {
-            return Ok(Arc::clone(s));
+        if let Some(s) = self.fresh() {
+            return Ok(s);
         }
         // One reload at a time; latecomers reuse its result.
         let _guard = self.reload.lock().await;
-        let generation = self.generation.current();
-        if let Some(s) = self.current.read().await.as_ref().filter(|s| s.generation == generation) {
-            return Ok(Arc::clone(s));
+        if let Some(s) = self.fresh() {
+            return Ok(s);
         }
-        let previous = self.current.read().await.clone();
+        let generation = self.generation.current();
+        let previous = self.stored().clone();
         let snapshot =
             Arc::new(load(db, sealer, &self.scheduler, &self.tokens, generation, previous.as_deref()).await?);
         // Membership, limits and lifecycle reach the live state at once, not only where a
         // decision happens to look; accounts left out serve no pool any more.
         self.scheduler.sync_directory(snapshot.accounts.values().map(|(_, a)| a));
-        *self.current.write().await = Some(Arc::clone(&snapshot));
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Arc::clone(&snapshot));
         Ok(snapshot)
+    }
+
+    /// The stored snapshot, if it is of the current generation.
+    fn fresh(&self) -> Option<Arc<Snapshot>> {
+        let generation = self.generation.current();
+        self.stored().as_ref().filter(|s| s.generation == generation).cloned()
+    }
+
+    /// The stored snapshot, read under the lock (never held across an await). A panic while it
+    /// was held cannot leave it half written: it is only ever replaced whole.
+    fn stored(&self) -> std::sync::RwLockReadGuard<'_, Option<Arc<Snapshot>>> {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
