@@ -182,7 +182,7 @@ impl Metrics {
         let records_waited = Counter::default();
         registry.register(
             "records_waited",
-            "Calls that waited for room in the record writer's queue (the writer had fallen behind)",
+            "Request records that found the writer's queue full, so that their calls waited for room",
             records_waited.clone(),
         );
         let quota_reads = Family::<EndpointCall, Counter>::default();

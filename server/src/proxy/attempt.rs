@@ -404,10 +404,11 @@ impl Drop for Attempt {
                 self.record(Ending::failed(code, Outcome::Cancelled))
             }
         };
-        // Queued now, or by a task the shutdown waits for when the queue is full.
+        // Queued now, or by a task the shutdown waits for when the queue is full (no call waits
+        // for it, so it is not counted as a call that waited).
         if let Some(record) = self.records.try_send(record) {
             let sink = self.records.clone();
-            self.lifecycle.tasks.spawn(async move { sink.send(record).await });
+            self.lifecycle.tasks.spawn(async move { sink.send_when_room(record).await });
         }
     }
 }
