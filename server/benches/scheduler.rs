@@ -95,7 +95,7 @@ fn observe_quota(scheduler: &Arc<Scheduler>, n: usize) {
         QuotaLive,
         observation::{Snapshot, Window},
     };
-    let now = SystemClock.now().timestamp_millis();
+    let now = SystemClock.unix_ms();
     for i in 0..n {
         let window = |id: &str, used: f64, minutes: i64| Window {
             id: id.into(),

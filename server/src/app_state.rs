@@ -89,8 +89,8 @@ tokio::task_local! {
     pub static CHANGE_APPLIED: std::cell::Cell<bool>;
 }
 
-/// The server's shutdown (OPS-3) as the request path sees it. Shared behind one `Arc`: cloning a
-/// `CancellationToken` takes a lock, which the hot path does not need to pay per request.
+/// The server's shutdown (OPS-3) as the request path sees it. Shared behind one `Arc`, so an
+/// attempt or a relay that keeps it costs one reference count, not a copy of each part.
 #[derive(Debug, Default)]
 pub struct Lifecycle {
     /// Raised when shutdown starts: nothing new is admitted, queued requests leave (ADM-7).

@@ -99,8 +99,11 @@ mod tests {
                     runtime.block_on(async {
                         assert!(!signal.is_cancelled());
                         let mut waiting = std::pin::pin!(signal.cancelled());
-                        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+                        let registered = futures_util::poll!(waiting.as_mut()).is_pending();
+                        // (at the barrier before asserting: a thread that failed first would
+                        // leave the others, and the test, waiting there for good)
                         ready.wait();
+                        assert!(registered);
                         let woken = tokio::time::timeout(Duration::from_secs(10), waiting).await;
                         assert!(woken.is_ok(), "a registered waiter was not woken");
                         assert!(signal.is_cancelled());

@@ -481,14 +481,7 @@ mod tests {
     async fn the_writer_thread_is_named_and_runs_at_a_lower_priority() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
-        let metrics = Arc::new(crate::metrics::Metrics::new(true));
-        let (sink, task) = spawn_writer(
-            db.clone(),
-            Arc::new(clock.clone()),
-            Retention::default(),
-            chrono_tz::UTC,
-            Arc::clone(&metrics),
-        );
+        let (sink, task, metrics) = counting_writer(&db, &clock, Retention::default());
         sink.send(record(1, clock.unix_ms())).await;
         settled(&metrics, 1.0).await;
         // (nice is the 19th field of a thread's stat, the 17th after its parenthesised name)
@@ -517,10 +510,8 @@ mod tests {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let now = clock.unix_ms();
-        let metrics = Arc::new(crate::metrics::Metrics::new(true));
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 100_000 };
-        let (sink, task) =
-            spawn_writer(db.clone(), Arc::new(clock), retention, chrono_tz::UTC, Arc::clone(&metrics));
+        let (sink, task, metrics) = counting_writer(&db, &clock, retention);
         let mut sent = 0;
         // Fills what room there is, without awaiting: this test's runtime has one thread, so the
         // writer receives nothing meanwhile. The record that finds it full comes back.
@@ -543,6 +534,23 @@ mod tests {
         task.await.unwrap();
         let all = sent - 1;
         assert_eq!(counted(&metrics, "sublane_records_written_total"), all as f64, "nothing lost");
+    }
+
+    /// A writer on `db` at `clock`'s time, with metrics on (to count what it wrote and dropped).
+    fn counting_writer(
+        db: &SqlitePool,
+        clock: &FakeClock,
+        retention: Retention,
+    ) -> (RecordSink, tokio::task::JoinHandle<()>, Arc<crate::metrics::Metrics>) {
+        let metrics = Arc::new(crate::metrics::Metrics::new(true));
+        let (sink, task) = spawn_writer(
+            db.clone(),
+            Arc::new(clock.clone()),
+            retention,
+            chrono_tz::UTC,
+            Arc::clone(&metrics),
+        );
+        (sink, task, metrics)
     }
 
     /// A counter of the writer's, read from the metrics text.
@@ -570,14 +578,7 @@ mod tests {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let now = clock.unix_ms();
-        let metrics = Arc::new(crate::metrics::Metrics::new(true));
-        let (sink, task) = spawn_writer(
-            db.clone(),
-            Arc::new(clock),
-            Retention::default(),
-            chrono_tz::UTC,
-            Arc::clone(&metrics),
-        );
+        let (sink, task, metrics) = counting_writer(&db, &clock, Retention::default());
         sink.send(record(1, now)).await;
         settled(&metrics, 1.0).await;
         // One batch: a new record, and one the database refuses. A row breaking a constraint
@@ -636,14 +637,7 @@ mod tests {
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let t0 = clock.unix_ms();
         let retention = Retention { max_age_ms: 10_000, max_rows: 3 };
-        let metrics = Arc::new(crate::metrics::Metrics::new(true));
-        let (sink, task) = spawn_writer(
-            db.clone(),
-            Arc::new(clock.clone()),
-            retention,
-            chrono_tz::UTC,
-            Arc::clone(&metrics),
-        );
+        let (sink, task, metrics) = counting_writer(&db, &clock, retention);
         sink.send(record(1, t0)).await;
         settled(&metrics, 1.0).await;
 

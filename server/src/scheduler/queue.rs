@@ -291,8 +291,9 @@ impl Ticket {
         self.id
     }
 
-    /// Waits until `deadline` (ADM-6) or `stop` (shutdown) for a reserved slot (`Some`), or for a hint
-    /// that capacity may have appeared (`None`: decide again, passing [`Ticket::place`]).
+    /// Waits until `deadline` (ADM-6) or until `stop` completes (shutdown) for a reserved slot
+    /// (`Some`), or for a hint that capacity may have appeared (`None`: decide again, passing
+    /// [`Ticket::place`]).
     pub async fn wait(
         &mut self,
         deadline: Instant,
