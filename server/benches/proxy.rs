@@ -8,11 +8,13 @@
 //!   client alone, with no key, admission, selection or record (`support/floor.rs`), at c=1 and
 //!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's
 //!   (a process of its own for side-by-side runs: `examples/floor.rs`);
-//! - throughput at concurrency 64 for the three paths, and SubLane's share of direct; then, in one
-//!   more round, SubLane's CPU time per call on its serving threads and on its SQLite threads
-//!   (the record writer's work in the database);
+//! - throughput at concurrency 64 for the three paths, and SubLane's share of direct, with how
+//!   many of its calls waited for the record writer's queue; then, in one more round, SubLane's
+//!   CPU time per call on its serving threads and on its SQLite threads (the record writer's work
+//!   in the database);
 //! - the cost of budgets: SubLane's throughput with three budgets on every call (its key's, its
-//!   member's, the workspace's) against the same SubLane without, in alternating rounds;
+//!   member's, the workspace's) against the same SubLane without, in alternating rounds, and the
+//!   calls that waited for the record writer on each side;
 //! - the cost of metrics (OPS-4): the same figures against a second SubLane with metrics off;
 //! - at a fixed, open-loop 5,000 req/s (performance goal 5), the mean latency of both paths and
 //!   SubLane's added mean, with median and p99 beside them (`SUBLANE_BENCH_ONLY_OPEN_LOOP=1` runs
@@ -119,14 +121,16 @@ async fn run() {
             us(fp50) - us(dp50)
         );
     }
+    let waited = records_waited(&http, &base).await;
     let [d, f, s] = alternating(&http, [&direct, &floor, &sublane]).await;
+    let waited = records_waited(&http, &base).await - waited;
     println!(
         "c={CONCURRENCY} throughput, non-streaming, instant upstream (CPU-bound: client, mock and SubLane share the cores), best of 2 alternating rounds:"
     );
     println!("  direct  {d:>8.0} req/s");
     println!("  floor   {f:>8.0} req/s   = {:.0} % of direct (the stack alone)", 100.0 * f / d);
     println!(
-        "  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %), {:.2}x the floor",
+        "  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %), {:.2}x the floor; {waited:.0} of its calls waited for the record writer",
         100.0 * s / d,
         s / f
     );
@@ -150,10 +154,18 @@ async fn run() {
         );
     }
     let (mut without, mut with) = (Vec::new(), Vec::new());
+    // Calls that waited for the record writer, each side: a writer that falls behind (budgets
+    // add charges to its work) slows the calls, and this tells that from the budgets' own cost.
+    let (mut waited_without, mut waited_with) = (0.0, 0.0);
     for _ in 0..2 {
+        let before = records_waited(&http, &base).await;
         without.push(throughput(&http, &sublane).await);
+        let between = records_waited(&http, &base).await;
         let ids = add_budgets(&http, &base, &cookie, key_id).await;
         with.push(throughput(&http, &sublane).await);
+        let after = records_waited(&http, &base).await;
+        waited_without += between - before;
+        waited_with += after - between;
         for id in ids {
             let r = http
                 .delete(format!("{base}/api/budgets/{id}"))
@@ -169,8 +181,13 @@ async fn run() {
     println!(
         "c={CONCURRENCY} throughput with budgets (key, member and workspace on every call), best of 2 alternating rounds:"
     );
-    println!("  no budgets    {without:>8.0} req/s");
-    println!("  three budgets {with:>8.0} req/s   = {:.1} % of no budgets", 100.0 * with / without);
+    println!(
+        "  no budgets    {without:>8.0} req/s   ({waited_without:.0} calls waited for the record writer)"
+    );
+    println!(
+        "  three budgets {with:>8.0} req/s   = {:.1} % of no budgets ({waited_with:.0} calls waited for the record writer)",
+        100.0 * with / without
+    );
     // OPS-4: what counting metrics costs, against a second SubLane on the same mock with metrics
     // switched off (SUBLANE_METRICS=false), in alternating rounds.
     let (quiet, quiet_base, _quiet_dir, _) = start(&mock_url, false).await;
@@ -381,6 +398,16 @@ fn body_edits() {
         gemini.len() / 1024,
         text / document
     );
+}
+
+/// `sublane_records_waited_total` as SubLane's `/metrics` reads now: calls whose record found the
+/// record writer's queue full, so that they waited for room.
+async fn records_waited(http: &reqwest::Client, base: &str) -> f64 {
+    let text = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("sublane_records_waited_total "))
+        .map(|v| v.trim().parse().unwrap())
+        .expect("SubLane's metrics count the calls that waited for the record writer")
 }
 
 /// A SubLane on a fresh data directory, pointed at the mock's OpenAI API, metrics on or off; with
