@@ -3,7 +3,8 @@
 //!
 //! - added latency at concurrency 1 (samples of the paths interleaved): p50/p99 of SubLane minus
 //!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
-//!   streaming one;
+//!   streaming one, with SubLane's own part of its calls as they report it
+//!   (`x-sublane-overhead-ms`), which tells its work from the stack's and the machine's;
 //! - the stack floor (goals 1 and 2): SubLane's serving threads, hyper connection and upstream
 //!   client alone, with no key, admission, selection or record (`support/floor.rs`), at c=1 and
 //!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's
@@ -107,6 +108,8 @@ async fn run() {
     // added figure minus the floor's, from one pass.
     for (label, stream) in [("non-streaming JSON", false), ("streaming, time to first byte", true)] {
         let [d, f, s] = latencies(&http, [&direct, &floor, &sublane], stream).await;
+        let own = s.own;
+        let [d, f, s] = [d.took, f.took, s.took];
         let (dp50, dp99) = (pct(&d, 0.50), pct(&d, 0.99));
         let (fp50, fp99) = (pct(&f, 0.50), pct(&f, 0.99));
         let (sp50, sp99) = (pct(&s, 0.50), pct(&s, 0.99));
@@ -120,6 +123,15 @@ async fn run() {
             us(sp99) - us(dp99),
             us(fp50) - us(dp50)
         );
+        // Where the added time goes: SubLane's own work, as each answer reports it; the rest
+        // of `added` is the stack's (the floor's) and the machine's.
+        if !own.is_empty() {
+            println!(
+                "  sublane's own work (x-sublane-overhead-ms): p50 {:>7.1} us  p99 {:>7.1} us",
+                us(pct(&own, 0.50)),
+                us(pct(&own, 0.99))
+            );
+        }
     }
     let waited = records_waited(&http, &base).await;
     let [d, f, s] = alternating(&http, [&direct, &floor, &sublane]).await;
@@ -145,6 +157,7 @@ async fn run() {
     println!("c=1 Chat Completions translation (against Responses pass-through, same SubLane):");
     for (label, stream) in [("non-streaming JSON   ", false), ("streaming, whole body", true)] {
         let [r, c] = latencies(&http, [&responses_whole, &chat], stream).await;
+        let [r, c] = [r.took, c.took];
         println!(
             "  {label}  responses p50 {:>6.1} us  chat p50 {:>6.1} us  added {:>5.1} us ({:.2}x)",
             us(pct(&r, 0.5)),
@@ -195,7 +208,7 @@ async fn run() {
     let off = Path { url: format!("{quiet_base}/v1/responses"), key: quiet_key, chat: false, whole: false };
     let (on_p50, off_p50) = {
         let [on, off_lat] = latencies(&http, [&sublane, &off], false).await;
-        (pct(&on, 0.5), pct(&off_lat, 0.5))
+        (pct(&on.took, 0.5), pct(&off_lat.took, 0.5))
     };
     let [on_rps, off_rps] = alternating(&http, [&sublane, &off]).await;
     println!("metrics on against metrics off (two SubLanes, same mock, alternating rounds):");
@@ -546,13 +559,20 @@ async fn send(http: &reqwest::Client, path: &Path, stream: bool) -> reqwest::Res
 }
 
 /// One call; returns the time to the whole JSON body, or to the first streamed byte.
-async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
+/// One call: its time, and SubLane's own part of it as the answer says (`x-sublane-overhead-ms`,
+/// BEY-4: everything but the upstream and the queue; none from the other paths).
+async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> (Duration, Option<Duration>) {
     let start = Instant::now();
     let resp = send(http, path, stream).await.unwrap();
     if !resp.status().is_success() {
         panic!("{} {}: {}", path.url, resp.status(), resp.text().await.unwrap_or_default());
     }
-    if stream {
+    let own = resp
+        .headers()
+        .get("x-sublane-overhead-ms")
+        .and_then(|v| v.to_str().ok()?.parse::<f64>().ok())
+        .map(|ms| Duration::from_secs_f64(ms / 1e3));
+    let took = if stream {
         let mut s = resp.bytes_stream();
         let _ = s.next().await;
         let elapsed = start.elapsed();
@@ -561,7 +581,15 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> Duration {
     } else {
         let _ = resp.bytes().await.unwrap();
         start.elapsed()
-    }
+    };
+    (took, own)
+}
+
+/// One path's samples, sorted: each call's time, and SubLane's own part where it said it.
+#[derive(Default)]
+struct Latencies {
+    took: Vec<Duration>,
+    own: Vec<Duration>,
 }
 
 /// Samples the paths in turn, so all see the same machine conditions (this box is shared by the
@@ -570,20 +598,23 @@ async fn latencies<const N: usize>(
     http: &reqwest::Client,
     paths: [&Path; N],
     stream: bool,
-) -> [Vec<Duration>; N] {
+) -> [Latencies; N] {
     for _ in 0..WARMUP {
         for path in paths {
             once(http, path, stream).await;
         }
     }
-    let mut samples = [(); N].map(|()| Vec::with_capacity(SAMPLES));
+    let mut samples = [(); N].map(|()| Latencies::default());
     for _ in 0..SAMPLES {
         for (path, v) in paths.iter().zip(&mut samples) {
-            v.push(once(http, path, stream).await);
+            let (took, own) = once(http, path, stream).await;
+            v.took.push(took);
+            v.own.extend(own);
         }
     }
     samples.map(|mut v| {
-        v.sort();
+        v.took.sort();
+        v.own.sort();
         v
     })
 }
