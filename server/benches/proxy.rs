@@ -3,8 +3,9 @@
 //!
 //! - added latency at concurrency 1 (samples of the paths interleaved): p50/p99 of SubLane minus
 //!   p50/p99 of direct, for a non-streaming Responses call and for time-to-first-byte of a
-//!   streaming one, with SubLane's own part of its calls as they report it
-//!   (`x-sublane-overhead-ms`), which tells its work from the stack's and the machine's;
+//!   streaming one, with SubLane's handler time as its answers report it
+//!   (`x-sublane-overhead-ms`: to the answer's head, upstream waits left out), which tells the
+//!   gateway's work from the stack's and the machine's;
 //! - the stack floor (goals 1 and 2): SubLane's serving threads, hyper connection and upstream
 //!   client alone, with no key, admission, selection or record (`support/floor.rs`), at c=1 and
 //!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's
@@ -123,11 +124,12 @@ async fn run() {
             us(sp99) - us(dp99),
             us(fp50) - us(dp50)
         );
-        // Where the added time goes: SubLane's own work, as each answer reports it; the rest
-        // of `added` is the stack's (the floor's) and the machine's.
+        // Where the added time goes: SubLane's handler work from the call's start to the answer's
+        // head, its upstream waits and queue left out, as each answer reports it. The rest of
+        // `added` is the stack's (the floor's), the machine's, and SubLane's after the head.
         if !own.is_empty() {
             println!(
-                "  sublane's own work (x-sublane-overhead-ms): p50 {:>7.1} us  p99 {:>7.1} us",
+                "  sublane's handler to the answer's head, upstream excluded (x-sublane-overhead-ms): p50 {:>7.1} us  p99 {:>7.1} us",
                 us(pct(&own, 0.50)),
                 us(pct(&own, 0.99))
             );
@@ -142,7 +144,7 @@ async fn run() {
     println!("  direct  {d:>8.0} req/s");
     println!("  floor   {f:>8.0} req/s   = {:.0} % of direct (the stack alone)", 100.0 * f / d);
     println!(
-        "  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %), {:.2}x the floor; {waited:.0} of its calls waited for the record writer",
+        "  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %), {:.2}x the floor; {waited:.0} of its calls over both rounds waited for the record writer",
         100.0 * s / d,
         s / f
     );
@@ -195,10 +197,10 @@ async fn run() {
         "c={CONCURRENCY} throughput with budgets (key, member and workspace on every call), best of 2 alternating rounds:"
     );
     println!(
-        "  no budgets    {without:>8.0} req/s   ({waited_without:.0} calls waited for the record writer)"
+        "  no budgets    {without:>8.0} req/s   ({waited_without:.0} calls over both rounds waited for the record writer)"
     );
     println!(
-        "  three budgets {with:>8.0} req/s   = {:.1} % of no budgets ({waited_with:.0} calls waited for the record writer)",
+        "  three budgets {with:>8.0} req/s   = {:.1} % of no budgets ({waited_with:.0} calls over both rounds waited for the record writer)",
         100.0 * with / without
     );
     // OPS-4: what counting metrics costs, against a second SubLane on the same mock with metrics
@@ -558,9 +560,9 @@ async fn send(http: &reqwest::Client, path: &Path, stream: bool) -> reqwest::Res
         .await
 }
 
-/// One call; returns the time to the whole JSON body, or to the first streamed byte.
-/// One call: its time, and SubLane's own part of it as the answer says (`x-sublane-overhead-ms`,
-/// BEY-4: everything but the upstream and the queue; none from the other paths).
+/// One call: its time (to the whole JSON body, or to the first streamed byte), and SubLane's
+/// handler time as the answer says (`x-sublane-overhead-ms`, BEY-4: from the call's start to the
+/// answer's head, the upstream and the queue left out; none from the other paths).
 async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> (Duration, Option<Duration>) {
     let start = Instant::now();
     let resp = send(http, path, stream).await.unwrap();
