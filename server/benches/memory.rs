@@ -9,12 +9,13 @@
 //! 8 s while all of them are open and nothing else runs: the median, with the series to show it
 //! levels off), the largest gap between a stream's chunks beyond the upstream's own second, and the
 //! added time to first byte at concurrency 1 while they are open, against calling the mock directly
-//! in the same run (from a thread of its own, as a client in a process of its own would). N is `SUBLANE_BENCH_STREAMS` (default 10,000, the goal's). SubLane's CPU time
-//! per stream, over the streams' whole life, shows what relaying costs. SubLane holds two sockets
-//! per stream and so does this process (the client's and the mock's): the bench raises its
-//! open-file limit to what N needs, which takes the privilege to raise a hard limit; without it, N
-//! is cut to what the hard limit allows, and the bench says so. `SUBLANE_BENCH_ONLY_STREAMS=1`
-//! measures only the streams.
+//! in the same run (from a thread of its own, as a client in a process of its own would). N is
+//! `SUBLANE_BENCH_STREAMS` (default 10,000, the goal's). SubLane's CPU time per stream, over the
+//! streams' whole life (the first-byte calls left out), shows what relaying costs. SubLane holds
+//! two sockets per stream and so does this process (the client's and the mock's): the bench
+//! raises its open-file limit to what N needs, which takes the privilege to raise a hard limit;
+//! without it, N is cut to what the hard limit allows, and the bench says so.
+//! `SUBLANE_BENCH_ONLY_STREAMS=1` measures only the streams.
 //!
 //! What `SUBLANE_HUGE_PAGES=true` trades, both sides in the same run: SubLane's CPU time per
 //! ordinary call (alternating rounds, best of each), and its memory per open stream.

@@ -571,7 +571,7 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> (Duration, O
     }
     let own = resp
         .headers()
-        .get("x-sublane-overhead-ms")
+        .get(&sublane::header_names::OVERHEAD_MS)
         .and_then(|v| v.to_str().ok()?.parse::<f64>().ok())
         .map(|ms| Duration::from_secs_f64(ms / 1e3));
     let took = if stream {
@@ -587,7 +587,7 @@ async fn once(http: &reqwest::Client, path: &Path, stream: bool) -> (Duration, O
     (took, own)
 }
 
-/// One path's samples, sorted: each call's time, and SubLane's own part where it said it.
+/// One path's samples, sorted: each call's time, and SubLane's handler time where it said it.
 #[derive(Default)]
 struct Latencies {
     took: Vec<Duration>,
