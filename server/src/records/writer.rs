@@ -14,8 +14,20 @@
 //! the batch, which was most of SubLane's latency tail at concurrency 1. Records are written a
 //! moment later instead: a writer that falls behind is waited for (the queue holds its records
 //! and pushes back on calls when full), never skipped.
+//!
+//! A lower priority alone does not keep a batch out of a call's way. A scheduler trace of a c=1
+//! run (issue 15) showed each call slower than 300 us waiting behind a batch: the thread serving
+//! the call, ready to run, stood behind the writer's thread on the same CPU for 150-500 us while
+//! the other CPU idled. (The writer had just woken from a sleep, which gives a thread a head
+//! start whatever its nice value.) So a writer that is keeping up steps aside as it works: every
+//! [`YIELD_EVERY_OPS`] SQLite instructions its thread yields its CPU to any thread waiting for
+//! it, which costs one syscall when none waits. A writer that is behind does not, or it would
+//! fall further behind under a load that keeps both CPUs busy (see [`Courtesy`]).
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
 
 use sqlx::{
     ConnectOptions as _, Connection as _, Sqlite, SqliteConnection, SqlitePool, sqlite::SqliteArguments,
@@ -49,10 +61,47 @@ const _: () = assert!(THREAD.len() <= 15, "Linux keeps 15 bytes of a thread's na
 /// and throughput fell; at 5 next to none did, with the same gain at the latency tail.
 #[cfg(target_os = "linux")]
 const NICE: i32 = 5;
+/// How often (in SQLite virtual machine instructions, some tens of microseconds' work) a writer
+/// that is keeping up yields its thread's CPU to threads waiting for it. Here 150, 400 and 1,000
+/// all took the c=1 p99 from about 500 us to 250-320 us; the largest makes the fewest syscalls.
+const YIELD_EVERY_OPS: i32 = 1000;
 /// How often the writer prunes by age. By count it prunes with every batch (a range of ids, found
 /// by the primary key); by age it has to read every row's start, for which no index is kept, and
 /// a record a minute past its seven days harms no one: every read prunes exactly first (REC-5).
 const AGE_PRUNE_EVERY_MS: i64 = 60_000;
+
+/// Whether the writer's SQLite thread yields as it works (see the module doc). The writer task
+/// decides per batch; the thread reads it every [`YIELD_EVERY_OPS`] instructions.
+///
+/// It yields while keeping up: when a batch came alone, with fewer than `BATCH / 8` records,
+/// which is when it lingers for company. A batch that found that many waiting is a writer behind
+/// its calls, and it works without yielding: at 64 connections on two CPUs, a writer that
+/// yielded throughout made 10,000-16,000 calls in 6 s wait for room in its queue, and none
+/// waited with a writer that does not.
+#[derive(Debug, Default)]
+struct Courtesy {
+    on: AtomicBool,
+    /// How often the thread yielded (read by tests).
+    yields: AtomicU64,
+}
+
+impl Courtesy {
+    /// For the batch about to be written: `received` records came at once, and the queue is
+    /// `closed` (shutdown, which drains at full speed).
+    fn decide(&self, received: usize, closed: bool) {
+        self.on.store(received < BATCH / 8 && !closed, Ordering::Relaxed);
+    }
+
+    /// SQLite's progress callback, on the writer's thread: yields if the batch is to. Always
+    /// lets the statement go on.
+    fn step(&self) -> bool {
+        if self.on.load(Ordering::Relaxed) {
+            self.yields.fetch_add(1, Ordering::Relaxed);
+            std::thread::yield_now();
+        }
+        true
+    }
+}
 
 /// Where finished attempts are sent. Cheap to clone: it is cloned with `AppState` on every
 /// request, so the close signal sits behind an `Arc` (cloning a `CancellationToken` takes a lock).
@@ -156,6 +205,7 @@ pub fn spawn_writer(
         let mut conn: Option<SqliteConnection> = None;
         // The first batch prunes by age, then one a minute.
         let mut next_age_prune_ms = i64::MIN;
+        let courtesy = Arc::new(Courtesy::default());
         loop {
             let received = tokio::select! {
                 biased;
@@ -169,6 +219,7 @@ pub fn spawn_writer(
             if received == 0 {
                 break;
             }
+            courtesy.decide(received, rx.is_closed());
             // A batch that came alone waits a moment for company: each commit rewrites the tail
             // pages of the table and its index (and the pruned head) and may checkpoint, so
             // under load fewer, larger commits write far less per record; a quiet server's record
@@ -188,7 +239,7 @@ pub fn spawn_writer(
             let written = async {
                 let c = match conn.as_mut() {
                     Some(c) => c,
-                    None => conn.insert(connect(&db).await?),
+                    None => conn.insert(connect(&db, Arc::clone(&courtesy)).await?),
                 };
                 write_batch(c, &batch, now_ms, retention, by_age, zone, &mut names).await
             };
@@ -221,11 +272,12 @@ pub fn spawn_writer(
     (RecordSink { tx, closed, metrics: sink_metrics }, task)
 }
 
-/// The writer's own connection, with the pool's options, its SQLite thread named [`THREAD`] and
-/// given a lower priority.
-async fn connect(db: &SqlitePool) -> sqlx::Result<SqliteConnection> {
-    let conn = (*db.connect_options()).clone().thread_name(|_| THREAD.to_owned()).connect().await?;
+/// The writer's own connection, with the pool's options, its SQLite thread named [`THREAD`],
+/// given a lower priority, and yielding as `courtesy` says.
+async fn connect(db: &SqlitePool, courtesy: Arc<Courtesy>) -> sqlx::Result<SqliteConnection> {
+    let mut conn = (*db.connect_options()).clone().thread_name(|_| THREAD.to_owned()).connect().await?;
     lower_priority();
+    conn.lock_handle().await?.set_progress_handler(YIELD_EVERY_OPS, move || courtesy.step());
     Ok(conn)
 }
 
@@ -500,6 +552,37 @@ mod tests {
         assert_eq!(counted(&metrics, "sublane_records_written_total"), 1.0);
         drop(sink);
         task.await.unwrap();
+    }
+
+    /// A writer that is keeping up yields as it works, so a call waiting for its CPU goes
+    /// first; one that is behind does not, nor one draining at shutdown. Through the writer's
+    /// own connection and batch write.
+    #[tokio::test]
+    async fn a_writer_yields_as_it_works_only_while_keeping_up() {
+        let (_dir, db, _lock) = open_db().await;
+        let now = 1_900_000_000_000;
+        let courtesy = Arc::new(Courtesy::default());
+        let mut conn = connect(&db, Arc::clone(&courtesy)).await.unwrap();
+        let mut names = crate::usage::Names::default();
+        let mut n = 0;
+        let cases =
+            [(BATCH / 8 - 1, false, true), (BATCH / 8, false, false), (1, true, false), (1, false, true)];
+        for (received, closed, yields) in cases {
+            courtesy.decide(received, closed);
+            let before = courtesy.yields.load(Ordering::Relaxed);
+            let batch: Vec<NewRecord> = (0..BATCH)
+                .map(|_| {
+                    n += 1;
+                    record(n, now)
+                })
+                .collect();
+            write_batch(&mut conn, &batch, now, Retention::default(), false, chrono_tz::UTC, &mut names)
+                .await
+                .unwrap();
+            let yielded = courtesy.yields.load(Ordering::Relaxed) - before;
+            assert_eq!(yielded > 0, yields, "{received} came at once, closed: {closed}; {yielded} yields");
+        }
+        assert_eq!(ids(&db).await.len(), 4 * BATCH, "every batch written");
     }
 
     /// A call that finds the queue full waits for room, is counted as having waited, and its
