@@ -19,10 +19,13 @@
 //! run (issue 15) showed each call slower than 300 us waiting behind a batch: the thread serving
 //! the call, ready to run, stood behind the writer's thread on the same CPU for 150-500 us while
 //! the other CPU idled. (The writer had just woken from a sleep, which gives a thread a head
-//! start whatever its nice value.) So a writer that is keeping up steps aside as it works: every
-//! [`YIELD_EVERY_OPS`] SQLite instructions its thread yields its CPU to any thread waiting for
-//! it, which costs one syscall when none waits. A writer that is behind does not, or it would
-//! fall further behind under a load that keeps both CPUs busy (see [`Courtesy`]).
+//! start whatever its nice value.) So a writer that is keeping up steps aside now and then:
+//! while a statement runs, its thread yields its CPU every [`YIELD_EVERY_OPS`] SQLite
+//! instructions, which lets a thread waiting for that CPU go first and costs one syscall when
+//! none waits. The commit's and checkpoint's writes to the file are not instructions and do not
+//! yield, and a yield is a hint the kernel may pass over; the measured gain is in
+//! [`YIELD_EVERY_OPS`]. A writer that is behind does not yield, or it would fall further behind
+//! under a load that keeps both CPUs busy (see [`Courtesy`]).
 
 use std::sync::{
     Arc,
@@ -61,8 +64,8 @@ const _: () = assert!(THREAD.len() <= 15, "Linux keeps 15 bytes of a thread's na
 /// and throughput fell; at 5 next to none did, with the same gain at the latency tail.
 #[cfg(target_os = "linux")]
 const NICE: i32 = 5;
-/// How often (in SQLite virtual machine instructions, some tens of microseconds' work) a writer
-/// that is keeping up yields its thread's CPU to threads waiting for it. Here 150, 400 and 1,000
+/// How often (in SQLite virtual machine instructions, counted per statement) a writer that is
+/// keeping up yields its thread's CPU to threads waiting for it. Here 150, 400 and 1,000
 /// all took the c=1 p99 from about 500 us to 250-320 us; the largest makes the fewest syscalls.
 const YIELD_EVERY_OPS: i32 = 1000;
 /// How often the writer prunes by age. By count it prunes with every batch (a range of ids, found
@@ -73,23 +76,23 @@ const AGE_PRUNE_EVERY_MS: i64 = 60_000;
 /// Whether the writer's SQLite thread yields as it works (see the module doc). The writer task
 /// decides per batch; the thread reads it every [`YIELD_EVERY_OPS`] instructions.
 ///
-/// It yields while keeping up: when a batch came alone, with fewer than `BATCH / 8` records,
-/// which is when it lingers for company. A batch that found that many waiting is a writer behind
-/// its calls, and it works without yielding: at 64 connections on two CPUs, a writer that
-/// yielded throughout made 10,000-16,000 calls in 6 s wait for room in its queue, and none
-/// waited with a writer that does not.
+/// It yields while keeping up: when a batch came alone (see [`alone`]) and left nothing waiting
+/// after its linger. A batch that found more waiting is a writer behind its calls, and it works
+/// without yielding: at 64 connections on two CPUs, a writer that yielded with every batch made
+/// 10,000-16,000 calls in 6 s wait for room in its queue; with this rule as many waited as
+/// before it (0-1,700 in 6 s, run to run). Yielding also holds SQLite's write lock a little
+/// longer, which other writers wait out in their busy handler; it happens only at light load.
 #[derive(Debug, Default)]
 struct Courtesy {
     on: AtomicBool,
-    /// How often the thread yielded (read by tests).
+    /// How often the thread yielded (counted always, read by tests).
     yields: AtomicU64,
 }
 
 impl Courtesy {
-    /// For the batch about to be written: `received` records came at once, and the queue is
-    /// `closed` (shutdown, which drains at full speed).
-    fn decide(&self, received: usize, closed: bool) {
-        self.on.store(received < BATCH / 8 && !closed, Ordering::Relaxed);
+    /// Sets whether the batch about to be written yields.
+    fn set(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
     }
 
     /// SQLite's progress callback, on the writer's thread: yields if the batch is to. Always
@@ -185,6 +188,13 @@ impl Default for Retention {
     }
 }
 
+/// Whether a batch that came with `received` records came alone: few, and not while shutting
+/// down (when the writer drains its queue at full speed). Such a batch lingers for company, and
+/// unless that fills it, it is written yielding.
+fn alone(received: usize, closing: bool) -> bool {
+    received < BATCH / 8 && !closing
+}
+
 /// Starts the writer. It ends after every sender is dropped, or after [`RecordSink::close`], once
 /// the queue is drained, so no record queued before shutdown is lost.
 pub fn spawn_writer(
@@ -193,6 +203,18 @@ pub fn spawn_writer(
     retention: Retention,
     zone: chrono_tz::Tz,
     metrics: Arc<crate::metrics::Metrics>,
+) -> (RecordSink, tokio::task::JoinHandle<()>) {
+    spawn_yielding_as(db, clock, retention, zone, metrics, Arc::default())
+}
+
+/// [`spawn_writer`], its yields set and counted in `courtesy`.
+fn spawn_yielding_as(
+    db: SqlitePool,
+    clock: SharedClock,
+    retention: Retention,
+    zone: chrono_tz::Tz,
+    metrics: Arc<crate::metrics::Metrics>,
+    courtesy: Arc<Courtesy>,
 ) -> (RecordSink, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<NewRecord>(QUEUE);
     let closed = Arc::new(CancellationToken::new());
@@ -205,7 +227,6 @@ pub fn spawn_writer(
         let mut conn: Option<SqliteConnection> = None;
         // The first batch prunes by age, then one a minute.
         let mut next_age_prune_ms = i64::MIN;
-        let courtesy = Arc::new(Courtesy::default());
         loop {
             let received = tokio::select! {
                 biased;
@@ -219,18 +240,20 @@ pub fn spawn_writer(
             if received == 0 {
                 break;
             }
-            courtesy.decide(received, rx.is_closed());
             // A batch that came alone waits a moment for company: each commit rewrites the tail
             // pages of the table and its index (and the pruned head) and may checkpoint, so
             // under load fewer, larger commits write far less per record; a quiet server's record
-            // is merely written a few milliseconds later.
-            if received < BATCH / 8 && !rx.is_closed() {
+            // is merely written a few milliseconds later. (At shutdown the queue is closed only
+            // once empty, so the cancelled signal says so first.)
+            let alone = alone(received, rx.is_closed() || close.is_cancelled());
+            if alone {
                 tokio::time::sleep(LINGER).await;
                 let room = BATCH - batch.len();
                 if !rx.is_empty() {
                     rx.recv_many(&mut batch, room).await;
                 }
             }
+            courtesy.set(alone && batch.len() < BATCH);
             let now_ms = clock.unix_ms();
             // (and at once after the wall clock went back more than a minute)
             let by_age =
@@ -554,35 +577,52 @@ mod tests {
         task.await.unwrap();
     }
 
-    /// A writer that is keeping up yields as it works, so a call waiting for its CPU goes
-    /// first; one that is behind does not, nor one draining at shutdown. Through the writer's
-    /// own connection and batch write.
+    /// A running writer yields while keeping up (a batch that came alone), so a call waiting for
+    /// its CPU goes first; not with a batch that found more waiting, nor while draining at
+    /// shutdown. (The test's runtime has one thread: records sent without awaiting are all
+    /// waiting when the writer next looks.)
     #[tokio::test]
     async fn a_writer_yields_as_it_works_only_while_keeping_up() {
         let (_dir, db, _lock) = open_db().await;
-        let now = 1_900_000_000_000;
+        let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let now = clock.unix_ms();
+        let retention = Retention { max_age_ms: 3_600_000, max_rows: 100_000 };
+        let metrics = Arc::new(crate::metrics::Metrics::new(true));
         let courtesy = Arc::new(Courtesy::default());
-        let mut conn = connect(&db, Arc::clone(&courtesy)).await.unwrap();
-        let mut names = crate::usage::Names::default();
-        let mut n = 0;
-        let cases =
-            [(BATCH / 8 - 1, false, true), (BATCH / 8, false, false), (1, true, false), (1, false, true)];
-        for (received, closed, yields) in cases {
-            courtesy.decide(received, closed);
-            let before = courtesy.yields.load(Ordering::Relaxed);
-            let batch: Vec<NewRecord> = (0..BATCH)
-                .map(|_| {
-                    n += 1;
-                    record(n, now)
-                })
-                .collect();
-            write_batch(&mut conn, &batch, now, Retention::default(), false, chrono_tz::UTC, &mut names)
-                .await
-                .unwrap();
-            let yielded = courtesy.yields.load(Ordering::Relaxed) - before;
-            assert_eq!(yielded > 0, yields, "{received} came at once, closed: {closed}; {yielded} yields");
-        }
-        assert_eq!(ids(&db).await.len(), 4 * BATCH, "every batch written");
+        let (sink, task) = spawn_yielding_as(
+            db.clone(),
+            Arc::new(clock),
+            retention,
+            chrono_tz::UTC,
+            Arc::clone(&metrics),
+            Arc::clone(&courtesy),
+        );
+        let yields = || courtesy.yields.load(Ordering::Relaxed);
+        let mut sent = 0;
+        let mut send = |n: usize| {
+            for _ in 0..n {
+                sent += 1;
+                assert!(sink.try_send(record(sent, now)).is_none());
+            }
+            sent as f64
+        };
+
+        let total = send(BATCH / 8 - 1);
+        settled(&metrics, total).await;
+        let after_alone = yields();
+        assert!(after_alone > 0, "a batch that came alone yields");
+
+        let total = send(BATCH / 8);
+        settled(&metrics, total).await;
+        assert_eq!(yields(), after_alone, "a batch that found more waiting does not");
+
+        let total = send(10);
+        sink.close();
+        settled(&metrics, total).await;
+        assert_eq!(yields(), after_alone, "nor one drained at shutdown");
+        drop(sink);
+        task.await.unwrap();
+        assert_eq!(ids(&db).await.len(), sent as usize, "every record written");
     }
 
     /// A call that finds the queue full waits for room, is counted as having waited, and its
