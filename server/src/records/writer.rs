@@ -587,16 +587,9 @@ mod tests {
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let now = clock.unix_ms();
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 100_000 };
-        let metrics = Arc::new(crate::metrics::Metrics::new(true));
         let courtesy = Arc::new(Courtesy::default());
-        let (sink, task) = spawn_yielding_as(
-            db.clone(),
-            Arc::new(clock),
-            retention,
-            chrono_tz::UTC,
-            Arc::clone(&metrics),
-            Arc::clone(&courtesy),
-        );
+        let (sink, task, metrics) =
+            counting_writer_yielding_as(&db, &clock, retention, Arc::clone(&courtesy));
         let yields = || courtesy.yields.load(Ordering::Relaxed);
         let mut sent = 0;
         let mut send = |n: usize| {
@@ -665,14 +658,20 @@ mod tests {
         clock: &FakeClock,
         retention: Retention,
     ) -> (RecordSink, tokio::task::JoinHandle<()>, Arc<crate::metrics::Metrics>) {
+        counting_writer_yielding_as(db, clock, retention, Arc::default())
+    }
+
+    /// [`counting_writer`], its yields set and counted in `courtesy`.
+    fn counting_writer_yielding_as(
+        db: &SqlitePool,
+        clock: &FakeClock,
+        retention: Retention,
+        courtesy: Arc<Courtesy>,
+    ) -> (RecordSink, tokio::task::JoinHandle<()>, Arc<crate::metrics::Metrics>) {
         let metrics = Arc::new(crate::metrics::Metrics::new(true));
-        let (sink, task) = spawn_writer(
-            db.clone(),
-            Arc::new(clock.clone()),
-            retention,
-            chrono_tz::UTC,
-            Arc::clone(&metrics),
-        );
+        let clock = Arc::new(clock.clone());
+        let (sink, task) =
+            spawn_yielding_as(db.clone(), clock, retention, chrono_tz::UTC, Arc::clone(&metrics), courtesy);
         (sink, task, metrics)
     }
 
