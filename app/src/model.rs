@@ -792,6 +792,8 @@ pub struct RoutingDecision {
     pub rule: RoutingRule,
     /// Accounts the final choice was made among.
     pub candidates: u32,
+    /// (absent from a record that excluded none: see the server's stored form)
+    #[serde(default)]
     pub excluded: Exclusions,
 }
 

@@ -320,7 +320,7 @@ impl Attempt {
             error_code: end.error_code,
             upstream_status: end.upstream_status,
             usage: end.usage,
-            routing: self.routing.as_ref().and_then(|d| serde_json::to_string(d).ok()),
+            routing: self.routing.as_ref().and_then(crate::records::stored_routing),
             charges,
         }
     }
