@@ -68,9 +68,10 @@ const NICE: i32 = 5;
 /// keeping up yields its thread's CPU to threads waiting for it. Here 150, 400 and 1,000
 /// all took the c=1 p99 from about 500 us to 250-320 us; the largest makes the fewest syscalls.
 const YIELD_EVERY_OPS: i32 = 1000;
-/// How often the writer prunes by age. By count it prunes with every batch (a range of ids, found
-/// by the primary key); by age it has to read every row's start, for which no index is kept, and
-/// a record a minute past its seven days harms no one: every read prunes exactly first (REC-5).
+/// How often the writer prunes by age: records past seven days and daily usage past 90. By count
+/// it prunes with every batch (a range of ids, found by the primary key); by age it has to read
+/// every row's start, for which no index is kept, and a row a minute past its time harms no one:
+/// every read of records prunes exactly first (REC-5), and usage is read from its first kept day.
 const AGE_PRUNE_EVERY_MS: i64 = 60_000;
 
 /// Whether the writer's SQLite thread yields as it works (see the module doc). The writer task
@@ -369,12 +370,14 @@ async fn write_batch(
     touch_keys(&mut tx, batch).await?;
     crate::budgets::store::add_charges(&mut tx, batch.iter().flat_map(|r| &r.charges), now_ms).await?;
     crate::usage::add(&mut tx, batch, zone, names).await?;
+    // (the daily usage, kept 90 days, with the prune by age, once a minute: a statement a batch
+    // is a round trip to SQLite's thread a batch)
     if by_age {
         prune(&mut tx, now_ms, retention).await?;
+        crate::usage::prune(&mut tx, now_ms, zone).await?;
     } else {
         prune_by_count(&mut tx, retention).await?;
     }
-    crate::usage::prune(&mut tx, now_ms, zone).await?;
     tx.commit().await
 }
 
