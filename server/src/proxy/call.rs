@@ -107,7 +107,10 @@ async fn handle_call(
         return answered(&s, e.render(spec.protocol, Some(&request_id)), &request_id, start.at, None);
     }
     let mut stopwatch = None;
+    // (`biased`, the call first: it is most often ready at once, and then the stop signal is never
+    // polled, so the call does not join and leave its list of waiters)
     let admitted = tokio::select! {
+        biased;
         admitted = admit(&s, spec, principal, &headers, path_model, body) => admitted,
         () = stop.cancelled() => Err(Refused::Silently(GatewayError::shutting_down())),
     };
