@@ -9,7 +9,7 @@ mod writer;
 
 use std::time::Duration;
 
-use app::model::RoutingDecision;
+use app::model::{Exclusions, RoutingDecision, RoutingRule};
 
 pub use writer::{RecordSink, Retention, THREAD as WRITER_THREAD, prune, spawn_writer};
 
@@ -88,13 +88,13 @@ pub struct NewRecord {
 pub fn stored_routing(decision: &RoutingDecision) -> Option<String> {
     #[derive(serde::Serialize)]
     struct Stored<'a> {
-        rule: app::model::RoutingRule,
+        rule: RoutingRule,
         candidates: u32,
         #[serde(skip_serializing_if = "none_excluded")]
-        excluded: &'a app::model::Exclusions,
+        excluded: &'a Exclusions,
     }
-    fn none_excluded(e: &&app::model::Exclusions) -> bool {
-        **e == app::model::Exclusions::default()
+    fn none_excluded(e: &&Exclusions) -> bool {
+        **e == Exclusions::default()
     }
     let stored =
         Stored { rule: decision.rule, candidates: decision.candidates, excluded: &decision.excluded };
@@ -114,7 +114,6 @@ mod tests {
 
     #[test]
     fn a_stored_routing_explanation_leaves_out_only_exclusions_that_are_all_zero() {
-        use app::model::{Exclusions, RoutingRule};
         let none = RoutingDecision::rotation(2, Exclusions::default());
         let stored = stored_routing(&none).unwrap();
         assert_eq!(stored, r#"{"rule":"uniform_rotation","candidates":2}"#);
