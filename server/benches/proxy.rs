@@ -664,7 +664,7 @@ async fn cpu_per_call(http: &reqwest::Client, sublane: &Path) -> CpuPerCall {
 }
 
 /// CPU ticks (user + system) so far of this process's threads named `sublane-serve-*` and of
-/// its SQLite threads: the record writer's (`sublane-records`) and the pool's
+/// its SQLite threads: the record writer's (`sublane-records`, `sublane-rec-low`) and the pool's
 /// (`sqlx-sqlite-worker-*`; a name is cut to 15 bytes).
 fn thread_ticks() -> (u64, u64) {
     let (mut serving, mut sqlite) = (0, 0);
@@ -675,7 +675,7 @@ fn thread_ticks() -> (u64, u64) {
         let (name, ticks) = cpu::stat_ticks(&stat);
         if name.starts_with("sublane-serve") {
             serving += ticks;
-        } else if name.starts_with("sqlx-sqlite") || name == sublane::records::WRITER_THREAD {
+        } else if name.starts_with("sqlx-sqlite") || sublane::records::WRITER_THREADS.contains(&name) {
             sqlite += ticks;
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use app::model::{Exclusions, RoutingDecision, RoutingRule};
 
-pub use writer::{RecordSink, Retention, THREAD as WRITER_THREAD, prune, spawn_writer};
+pub use writer::{RecordSink, Retention, THREADS as WRITER_THREADS, prune, spawn_writer};
 
 /// Retention window (REC-5).
 pub const RETENTION_AGE: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -2,34 +2,41 @@
 //! batch in a single transaction and prunes in the same transaction (REC-5), so the hot path never
 //! opens a transaction and pruning is atomic with the write.
 //!
-//! The writer keeps one connection for itself. SQLite gives each connection its own page cache,
-//! and a connection that sees another's commit drops that cache: batches handed round the pool's
-//! connections re-read the table's and indexes' tail pages from the file on every commit, and
-//! re-parse their statements on each connection. One connection keeps both warm.
+//! The writer keeps its own connections, apart from the pool (with the pool's options), each
+//! on a SQLite thread of its own name and lower priority. SQLite gives each connection its own
+//! page cache, and a connection that sees another's commit drops that cache: batches handed round
+//! the pool's connections re-read the table's and indexes' tail pages from the file on every
+//! commit, and re-parse their statements on each connection. A connection that writes batch after
+//! batch keeps both warm.
 //!
-//! That connection is opened apart from the pool (with the pool's options), so that the thread
-//! sqlx runs its SQLite work on has a name of its own, [`THREAD`], and a lower CPU priority
-//! (`NICE`). A batch is a millisecond or two of SQLite work at once, and on a small machine the
-//! scheduler often puts it on the CPU of a thread that is serving a call: that call then waits for
-//! the batch, which was most of SubLane's latency tail at concurrency 1. Records are written a
-//! moment later instead: a writer that falls behind is waited for (the queue holds its records
-//! and pushes back on calls when full), never skipped.
+//! It has two, for two paces, because a batch is a millisecond or two of SQLite work at once,
+//! and on a small machine the scheduler often puts it on the CPU of a thread that is serving a
+//! call: that call then waits for the batch, which was most of SubLane's latency tail at
+//! concurrency 1 (a scheduler trace showed each call slower than 300 us waiting behind a batch,
+//! ready to run, while the other CPU idled). Records are written a moment later instead: a
+//! writer that falls behind is waited for (the queue holds its records and pushes back on calls
+//! when full), never skipped.
 //!
-//! A lower priority alone does not keep a batch out of a call's way. A scheduler trace of a c=1
-//! run (issue 15) showed each call slower than 300 us waiting behind a batch: the thread serving
-//! the call, ready to run, stood behind the writer's thread on the same CPU for 150-500 us while
-//! the other CPU idled. (The writer had just woken from a sleep, which gives a thread a head
-//! start whatever its nice value.) So a writer that is keeping up steps aside now and then:
-//! while a statement runs, its thread yields its CPU every [`YIELD_EVERY_OPS`] SQLite
-//! instructions, which lets a thread waiting for that CPU go first and costs one syscall when
-//! none waits. The commit's and checkpoint's writes to the file are not instructions and do not
-//! yield, and a yield is a hint the kernel may pass over; the measured gain is in
-//! [`YIELD_EVERY_OPS`]. A writer that is behind does not yield, or it would fall further behind
-//! under a load that keeps both CPUs busy (see [`Courtesy`]).
+//! - **Keeping up** (a batch that came alone, see [`alone`]), the batch is written by the
+//!   [`CALM_THREAD`]'s connection, which runs at idle priority (Linux's `SCHED_IDLE`): it gets
+//!   a CPU only when no other thread wants one, and a thread woken to serve a call takes the CPU
+//!   from it at once. Where the kernel refuses that, it yields its CPU every [`YIELD_EVERY_OPS`]
+//!   SQLite instructions instead, which lets a waiting thread go first (a hint the kernel may
+//!   pass over; the commit's writes to the file are not instructions and do not yield).
+//! - **Behind** (a batch that found more waiting, or the drain at shutdown), it is written by the
+//!   [`THREAD`]'s connection, at a nice value of `NICE`: under a load that keeps both CPUs
+//!   busy, a writer at idle priority would get next to no CPU and its queue would fill.
+//!
+//! Why not one connection whose thread changes priority: an unprivileged thread may go to idle
+//! priority but never come back from it. Each switch between the two costs the next batch a
+//! re-read of the tail pages; the pace changes with the load, not from batch to batch. A calm
+//! batch still running when the load rises finishes at idle priority, slowly while both CPUs are
+//! busy: the writer's next batch waits for it (one batch at a time), and so, in their busy
+//! handler, do other writes to the database meanwhile. It holds fewer than [`BATCH`] records.
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicU64, Ordering},
 };
 
 use sqlx::{
@@ -54,19 +61,27 @@ const _: () = assert!(INSERT_ROWS.is_power_of_two(), "eight statement shapes: se
 /// totals, whatever its size: at 20,000 calls a second, 20 ms makes batches of about 400 instead
 /// of about 100, and a record on a quiet server is readable 20 ms after its call ended.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
-/// The name of the thread that runs the writer's SQLite work.
+/// The name of the thread that runs the writer's SQLite work when it is behind.
 pub const THREAD: &str = "sublane-records";
-const _: () = assert!(THREAD.len() <= 15, "Linux keeps 15 bytes of a thread's name");
-/// The writer thread's nice value, unless SubLane runs at a lower priority already (0 is the
+/// The name of the thread that runs it, at idle priority, while it keeps up.
+pub const CALM_THREAD: &str = "sublane-rec-low";
+/// Both writer threads' names.
+pub const THREADS: [&str; 2] = [CALM_THREAD, THREAD];
+const _: () =
+    assert!(THREAD.len() <= 15 && CALM_THREAD.len() <= 15, "Linux keeps 15 bytes of a thread's name");
+/// The writer threads' nice value, unless SubLane runs at a lower priority already (0 is the
 /// default, 19 the lowest). Under a load that keeps both CPUs busy the writer still needs its
 /// share (a few microseconds of CPU per record), or its queue fills and calls wait for it: at 10,
 /// about one call in twenty waited at 64 connections on two CPUs (`sublane_records_waited_total`)
-/// and throughput fell; at 5 next to none did, with the same gain at the latency tail.
+/// and throughput fell; at 5 next to none did, with the same gain at the latency tail. (At idle
+/// priority, 64 connections made one call in nine wait and cost a tenth of the throughput: why
+/// a writer that is behind has a thread of its own.)
 #[cfg(target_os = "linux")]
 const NICE: i32 = 5;
-/// How often (in SQLite virtual machine instructions, counted per statement) a writer that is
-/// keeping up yields its thread's CPU to threads waiting for it. Here 150, 400 and 1,000
-/// all took the c=1 p99 from about 500 us to 250-320 us; the largest makes the fewest syscalls.
+/// How often (in SQLite virtual machine instructions, counted per statement) the calm thread
+/// looks at its priority: the first time it asks for idle priority; where that was refused, it
+/// yields its CPU each time instead (150, 400 and 1,000 all took the c=1 p99 from about 500 us
+/// to 250-320 us; the largest makes the fewest syscalls).
 const YIELD_EVERY_OPS: i32 = 1000;
 /// How often the writer prunes by age: records past seven days and daily usage past 90. By count
 /// it prunes with every batch (a range of ids, found by the primary key); by age it has to read
@@ -74,37 +89,87 @@ const YIELD_EVERY_OPS: i32 = 1000;
 /// every read of records prunes exactly first (REC-5), and usage is read from its first kept day.
 const AGE_PRUNE_EVERY_MS: i64 = 60_000;
 
-/// Whether the writer's SQLite thread yields as it works (see the module doc). The writer task
-/// decides per batch; the thread reads it every [`YIELD_EVERY_OPS`] instructions.
-///
-/// It yields while keeping up: when a batch came alone (see [`alone`]) and left nothing waiting
-/// after its linger. A batch that found more waiting is a writer behind its calls, and it works
-/// without yielding: at 64 connections on two CPUs, a writer that yielded with every batch made
-/// 10,000-16,000 calls in 6 s wait for room in its queue; with this rule as many waited as
-/// before it (0-1,700 in 6 s, run to run). Yielding also holds SQLite's write lock a little
-/// longer, which other writers wait out in their busy handler; it happens only at light load.
+/// Which of the writer's two connections writes a batch (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// Keeping up: a batch that came alone (see [`alone`]) and left nothing waiting after its
+    /// linger. Written at idle priority.
+    Calm,
+    /// Behind: a batch that found more waiting, or the drain at shutdown. Written at `NICE`:
+    /// at 64 connections on two CPUs, a writer that yielded with every batch made 10,000-16,000
+    /// calls in 6 s wait for room in its queue, and one at idle priority about one in nine.
+    Busy,
+}
+
+impl Pace {
+    /// The pace of a batch of `len` records, `alone` as it came.
+    fn of(alone: bool, len: usize) -> Pace {
+        if alone && len < BATCH { Pace::Calm } else { Pace::Busy }
+    }
+
+    /// The name of the thread that runs this pace's connection.
+    fn thread(self) -> &'static str {
+        match self {
+            Pace::Calm => CALM_THREAD,
+            Pace::Busy => THREAD,
+        }
+    }
+}
+
+/// How the calm connection's thread keeps out of the calls' way, decided on that thread at its
+/// first [`YIELD_EVERY_OPS`] instructions: at idle priority where the kernel allows it (it does
+/// for any thread of one's own on Linux), else by yielding its CPU every time. The counts are
+/// read by tests.
 #[derive(Debug, Default)]
 struct Courtesy {
-    on: AtomicBool,
-    /// How often the thread yielded (counted always, read by tests).
+    /// How often the progress callback ran: the calm connection's work.
+    steps: AtomicU64,
+    /// How often the thread yielded.
     yields: AtomicU64,
 }
 
 impl Courtesy {
-    /// Sets whether the batch about to be written yields.
-    fn set(&self, on: bool) {
-        self.on.store(on, Ordering::Relaxed);
-    }
-
-    /// SQLite's progress callback, on the writer's thread: yields if the batch is to. Always
-    /// lets the statement go on.
+    /// SQLite's progress callback, on the calm connection's thread. Always lets the statement go
+    /// on.
     fn step(&self) -> bool {
-        if self.on.load(Ordering::Relaxed) {
+        // What this thread does: not yet decided (`None`), or whether it yields. (Per thread: a
+        // connection opened again after an error runs on a new one.)
+        thread_local! {
+            static YIELDS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+        }
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        let yields = YIELDS.with(|y| match y.get() {
+            Some(yields) => yields,
+            None => {
+                let yields = !idle_priority();
+                y.set(Some(yields));
+                yields
+            }
+        });
+        if yields {
             self.yields.fetch_add(1, Ordering::Relaxed);
             std::thread::yield_now();
         }
         true
     }
+}
+
+/// Puts the calling thread at idle priority (`SCHED_IDLE`); whether it is there now.
+#[cfg(target_os = "linux")]
+fn idle_priority() -> bool {
+    use thread_priority::{
+        NormalThreadSchedulePolicy::Idle, ThreadPriority, ThreadSchedulePolicy::Normal,
+        set_thread_priority_and_policy, thread_native_id, thread_schedule_policy,
+    };
+    // (read back rather than trusted: with the policy the crate also asks for nice 0, which a
+    // thread already at `NICE` may not take back without privilege, and it then says it failed)
+    let _ = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, Normal(Idle));
+    matches!(thread_schedule_policy(), Ok(Normal(Idle)))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn idle_priority() -> bool {
+    false
 }
 
 /// Where finished attempts are sent. Cheap to clone: it is cloned with `AppState` on every
@@ -205,11 +270,11 @@ pub fn spawn_writer(
     zone: chrono_tz::Tz,
     metrics: Arc<crate::metrics::Metrics>,
 ) -> (RecordSink, tokio::task::JoinHandle<()>) {
-    spawn_yielding_as(db, clock, retention, zone, metrics, Arc::default())
+    spawn_counted_in(db, clock, retention, zone, metrics, Arc::default())
 }
 
-/// [`spawn_writer`], its yields set and counted in `courtesy`.
-fn spawn_yielding_as(
+/// [`spawn_writer`], its calm connection's work counted in `courtesy`.
+fn spawn_counted_in(
     db: SqlitePool,
     clock: SharedClock,
     retention: Retention,
@@ -224,8 +289,9 @@ fn spawn_yielding_as(
     let task = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(BATCH);
         let mut names = crate::usage::Names::default();
-        // Opened at the first batch; closed after an error, so a broken one is not kept.
-        let mut conn: Option<SqliteConnection> = None;
+        // One per pace, opened at its first batch; closed after an error, so a broken one is
+        // not kept.
+        let mut conns: [Option<SqliteConnection>; 2] = [None, None];
         // The first batch prunes by age, then one a minute.
         let mut next_age_prune_ms = i64::MIN;
         loop {
@@ -254,16 +320,17 @@ fn spawn_yielding_as(
                     rx.recv_many(&mut batch, room).await;
                 }
             }
-            courtesy.set(alone && batch.len() < BATCH);
+            let pace = Pace::of(alone, batch.len());
             let now_ms = clock.unix_ms();
             // (and at once after the wall clock went back more than a minute)
             let by_age =
                 now_ms >= next_age_prune_ms || now_ms < next_age_prune_ms.saturating_sub(AGE_PRUNE_EVERY_MS);
             let span = tracing::debug_span!("write_records", records = batch.len());
+            let conn = &mut conns[pace as usize];
             let written = async {
                 let c = match conn.as_mut() {
                     Some(c) => c,
-                    None => conn.insert(connect(&db, Arc::clone(&courtesy)).await?),
+                    None => conn.insert(connect(&db, pace, &courtesy).await?),
                 };
                 write_batch(c, &batch, now_ms, retention, by_age, zone, &mut names).await
             };
@@ -287,35 +354,40 @@ fn spawn_yielding_as(
             }
             batch.clear();
         }
-        // Closed before the writer ends, so shutdown's wait for it covers the connection too:
+        // Closed before the writer ends, so shutdown's wait for it covers the connections too:
         // a dropped one is closed later by its own thread, perhaps after the process lock went.
-        if let Some(c) = conn.take() {
+        for c in conns.into_iter().flatten() {
             let _ = c.close().await;
         }
     });
     (RecordSink { tx, closed, metrics: sink_metrics }, task)
 }
 
-/// The writer's own connection, with the pool's options, its SQLite thread named [`THREAD`],
-/// given a lower priority, and yielding as `courtesy` says.
-async fn connect(db: &SqlitePool, courtesy: Arc<Courtesy>) -> sqlx::Result<SqliteConnection> {
-    let mut conn = (*db.connect_options()).clone().thread_name(|_| THREAD.to_owned()).connect().await?;
-    lower_priority();
-    conn.lock_handle().await?.set_progress_handler(YIELD_EVERY_OPS, move || courtesy.step());
+/// The writer's connection for `pace`, with the pool's options, its SQLite thread named for the
+/// pace and given a lower priority; the calm one's thread keeps out of the calls' way as
+/// `courtesy` finds it can.
+async fn connect(db: &SqlitePool, pace: Pace, courtesy: &Arc<Courtesy>) -> sqlx::Result<SqliteConnection> {
+    let name = pace.thread();
+    let mut conn = (*db.connect_options()).clone().thread_name(move |_| name.to_owned()).connect().await?;
+    lower_priority(name);
+    if pace == Pace::Calm {
+        let courtesy = Arc::clone(courtesy);
+        conn.lock_handle().await?.set_progress_handler(YIELD_EVERY_OPS, move || courtesy.step());
+    }
     Ok(conn)
 }
 
-/// Gives every thread named [`THREAD`] the nice value `NICE` (or keeps its own, if higher):
+/// Gives every thread named `name` the nice value `NICE` (or keeps its own, if higher):
 /// found by name, because sqlx starts the thread and tells nothing of it. Where that fails (not
 /// Linux, no `/proc`), the writer runs at SubLane's priority, as it did before; that is only
 /// slower at the tail.
-fn lower_priority() {
+#[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+fn lower_priority(name: &str) {
     #[cfg(target_os = "linux")]
     {
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return };
         for task in tasks.flatten() {
-            let named =
-                std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim_end() == THREAD);
+            let named = std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim_end() == name);
             let tid = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok());
             let Some(pid) = tid.and_then(rustix::process::Pid::from_raw).filter(|_| named) else { continue };
             let nice = rustix::process::getpriority_process(Some(pid)).map_or(NICE, |now| now.max(NICE));
@@ -552,48 +624,71 @@ mod tests {
         assert_eq!(ids(&db).await, vec![4, 5, 6], "a pruned id is never handed out again");
     }
 
-    /// The writer's SQLite work runs on a thread of its own name, at a lower priority. (It counts
-    /// the process's writer threads: nextest runs each test in a process of its own.)
+    /// The writer's SQLite work runs on threads of their own names, at a lower priority: while
+    /// it keeps up at idle priority, when behind at [`NICE`]. (It counts the process's writer
+    /// threads: nextest runs each test in a process of its own.)
     #[cfg(target_os = "linux")]
     #[tokio::test]
-    async fn the_writer_thread_is_named_and_runs_at_a_lower_priority() {
+    async fn the_writer_threads_are_named_and_run_at_a_lower_priority() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
+        let now = clock.unix_ms();
         let (sink, task, metrics) = counting_writer(&db, &clock, Retention::default());
-        sink.send(record(1, clock.unix_ms())).await;
-        settled(&metrics, 1.0).await;
-        // (nice is the 19th field of a thread's stat, the 17th after its parenthesised name)
-        let nice_of = |task: &std::path::Path| {
-            let stat = std::fs::read_to_string(task.join("stat")).unwrap();
-            let rest = &stat[stat.rfind(')').unwrap() + 2..];
-            rest.split(' ').nth(16).unwrap().parse::<i32>().unwrap()
+        // (nice and the scheduling policy are the 19th and 41st fields of a thread's stat, the
+        // 17th and 39th after its parenthesised name; SCHED_IDLE is 5, SCHED_OTHER 0)
+        let threads = |name: &str| -> Vec<(i32, i32)> {
+            std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+                })
+                .map(|t| {
+                    let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+                    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+                    (fields[16].parse().unwrap(), fields[38].parse().unwrap())
+                })
+                .collect()
         };
-        let writers: Vec<i32> = std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .flatten()
-            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == THREAD))
-            .map(|t| nice_of(&t.path()))
-            .collect();
-        assert_eq!(writers, [NICE], "one writer thread, at its priority");
-        assert_eq!(counted(&metrics, "sublane_records_written_total"), 1.0);
+        // A batch that came alone (enough records for its statements to reach the thread's
+        // first look at its priority).
+        let mut sent = 0;
+        for _ in 0..BATCH / 8 - 1 {
+            sent += 1;
+            sink.send(record(sent, now)).await;
+        }
+        settled(&metrics, sent as f64).await;
+        let calm = threads(CALM_THREAD);
+        assert_eq!(calm.len(), 1, "one calm writer thread");
+        assert_eq!(calm[0].1, 5, "at idle priority");
+        assert!(threads(THREAD).is_empty(), "no busy writer thread yet");
+        // A batch that found more waiting (sent without awaiting: the test's runtime has one
+        // thread, so all are waiting when the writer next looks).
+        for _ in 0..BATCH / 8 {
+            sent += 1;
+            assert!(sink.try_send(record(sent, now)).is_none());
+        }
+        settled(&metrics, sent as f64).await;
+        assert_eq!(threads(THREAD), [(NICE, 0)], "one busy writer thread, at its nice value");
+        assert_eq!(threads(CALM_THREAD).len(), 1, "the calm one kept");
         drop(sink);
         task.await.unwrap();
+        assert_eq!(ids(&db).await.len(), sent as usize, "every record written");
     }
 
-    /// A running writer yields while keeping up (a batch that came alone), so a call waiting for
-    /// its CPU goes first; not with a batch that found more waiting, nor while draining at
-    /// shutdown. (The test's runtime has one thread: records sent without awaiting are all
-    /// waiting when the writer next looks.)
+    /// A batch that came alone is written by the calm connection, which keeps out of the calls'
+    /// way (at idle priority here, so without yielding); a batch that found more waiting, and the
+    /// drain at shutdown, by the busy one. (The test's runtime has one thread: records sent
+    /// without awaiting are all waiting when the writer next looks.)
     #[tokio::test]
-    async fn a_writer_yields_as_it_works_only_while_keeping_up() {
+    async fn only_a_writer_keeping_up_writes_on_its_calm_connection() {
         let (_dir, db, _lock) = open_db().await;
         let clock = FakeClock::new(DateTime::from_timestamp(1_900_000_000, 0).unwrap());
         let now = clock.unix_ms();
         let retention = Retention { max_age_ms: 3_600_000, max_rows: 100_000 };
         let courtesy = Arc::new(Courtesy::default());
-        let (sink, task, metrics) =
-            counting_writer_yielding_as(&db, &clock, retention, Arc::clone(&courtesy));
-        let yields = || courtesy.yields.load(Ordering::Relaxed);
+        let (sink, task, metrics) = counting_writer_counted_in(&db, &clock, retention, Arc::clone(&courtesy));
+        let steps = || courtesy.steps.load(Ordering::Relaxed);
         let mut sent = 0;
         let mut send = |n: usize| {
             for _ in 0..n {
@@ -605,17 +700,19 @@ mod tests {
 
         let total = send(BATCH / 8 - 1);
         settled(&metrics, total).await;
-        let after_alone = yields();
-        assert!(after_alone > 0, "a batch that came alone yields");
+        let after_alone = steps();
+        assert!(after_alone > 0, "a batch that came alone is written on the calm connection");
+        #[cfg(target_os = "linux")]
+        assert_eq!(courtesy.yields.load(Ordering::Relaxed), 0, "at idle priority, it need not yield");
 
         let total = send(BATCH / 8);
         settled(&metrics, total).await;
-        assert_eq!(yields(), after_alone, "a batch that found more waiting does not");
+        assert_eq!(steps(), after_alone, "a batch that found more waiting is not");
 
         let total = send(10);
         sink.close();
         settled(&metrics, total).await;
-        assert_eq!(yields(), after_alone, "nor one drained at shutdown");
+        assert_eq!(steps(), after_alone, "nor one drained at shutdown");
         drop(sink);
         task.await.unwrap();
         assert_eq!(ids(&db).await.len(), sent as usize, "every record written");
@@ -661,11 +758,11 @@ mod tests {
         clock: &FakeClock,
         retention: Retention,
     ) -> (RecordSink, tokio::task::JoinHandle<()>, Arc<crate::metrics::Metrics>) {
-        counting_writer_yielding_as(db, clock, retention, Arc::default())
+        counting_writer_counted_in(db, clock, retention, Arc::default())
     }
 
-    /// [`counting_writer`], its yields set and counted in `courtesy`.
-    fn counting_writer_yielding_as(
+    /// [`counting_writer`], its calm connection's work counted in `courtesy`.
+    fn counting_writer_counted_in(
         db: &SqlitePool,
         clock: &FakeClock,
         retention: Retention,
@@ -674,7 +771,7 @@ mod tests {
         let metrics = Arc::new(crate::metrics::Metrics::new(true));
         let clock = Arc::new(clock.clone());
         let (sink, task) =
-            spawn_yielding_as(db.clone(), clock, retention, chrono_tz::UTC, Arc::clone(&metrics), courtesy);
+            spawn_counted_in(db.clone(), clock, retention, chrono_tz::UTC, Arc::clone(&metrics), courtesy);
         (sink, task, metrics)
     }
 
