@@ -6,6 +6,9 @@
 //!   streaming one, with SubLane's handler time as its answers report it
 //!   (`x-sublane-overhead-ms`: to the answer's head, upstream waits left out), which tells the
 //!   gateway's work from the stack's and the machine's;
+//! - a bare nginx reverse proxy in front of the same mock, where Debian's nginx is installed: the
+//!   baseline the performance issue's goals 1, 2 and 5 are stated against, at c=1 (JSON), c=64
+//!   and open loop, with each goal's ratio printed;
 //! - the stack floor (goals 1 and 2): SubLane's serving threads, hyper connection and upstream
 //!   client alone, with no key, admission, selection or record (`support/floor.rs`), at c=1 and
 //!   c=64 beside direct and SubLane, so SubLane's own work per call shows apart from the stack's
@@ -97,33 +100,63 @@ async fn run() {
     let responses_whole = Path { whole: true, ..sublane.clone() };
     let chat = Path { url: format!("{base}/v1/chat/completions"), key: gateway_key, chat: true, whole: true };
 
+    // A bare nginx reverse proxy in front of the same mock, where Debian's nginx is installed:
+    // the baseline of goals 1, 2 and 5 (its upstream is a process apart from it, as SubLane's is).
+    let nginx = NginxProxy::start(&mock_url);
+    let bare = nginx.as_ref().map(|n| Path { url: format!("{}/v1/responses", n.url), ..direct.clone() });
     if std::env::var_os("SUBLANE_BENCH_ONLY_OPEN_LOOP").is_some() {
-        report_open_loop(&http, &mock_url, &direct, &sublane).await;
+        report_open_loop(&http, &direct, bare.as_ref(), &sublane).await;
         return server.shutdown().await.unwrap();
     }
     let floor = start_floor(&mock_url, serve_threads).await;
     println!(
         "SubLane proxy benchmark (mock upstream on 127.0.0.1, {SAMPLES} samples at c=1, {CONCURRENCY} clients for throughput)"
     );
-    // The stack floor's samples are interleaved with the other two, so SubLane's own work is its
-    // added figure minus the floor's, from one pass.
+    // The stack floor's samples are interleaved with the others, so SubLane's own work is its
+    // added figure minus the floor's, from one pass. nginx takes its turn on the JSON calls
+    // (goal 2 is about them; a streamed answer through it would wait on its buffering).
     for (label, stream) in [("non-streaming JSON", false), ("streaming, time to first byte", true)] {
-        let [d, f, s] = latencies(&http, [&direct, &floor, &sublane], stream).await;
+        let (d, f, n, s) = match bare.as_ref().filter(|_| !stream) {
+            Some(bare) => {
+                let [d, f, n, s] = latencies(&http, [&direct, &floor, bare, &sublane], stream).await;
+                (d, f, Some(n.took), s)
+            }
+            None => {
+                let [d, f, s] = latencies(&http, [&direct, &floor, &sublane], stream).await;
+                (d, f, None, s)
+            }
+        };
         let own = s.own;
         let [d, f, s] = [d.took, f.took, s.took];
-        let (dp50, dp99) = (pct(&d, 0.50), pct(&d, 0.99));
-        let (fp50, fp99) = (pct(&f, 0.50), pct(&f, 0.99));
-        let (sp50, sp99) = (pct(&s, 0.50), pct(&s, 0.99));
+        let (dp50, dp99) = (us(pct(&d, 0.50)), us(pct(&d, 0.99)));
+        let (fp50, fp99) = (us(pct(&f, 0.50)), us(pct(&f, 0.99)));
+        let (sp50, sp99) = (us(pct(&s, 0.50)), us(pct(&s, 0.99)));
         println!("c=1 {label}:");
-        println!("  direct   p50 {:>7.1} us  p99 {:>7.1} us", us(dp50), us(dp99));
-        println!("  floor    p50 {:>7.1} us  p99 {:>7.1} us", us(fp50), us(fp99));
-        println!("  sublane  p50 {:>7.1} us  p99 {:>7.1} us", us(sp50), us(sp99));
+        println!("  direct   p50 {dp50:>7.1} us  p99 {dp99:>7.1} us");
+        println!("  floor    p50 {fp50:>7.1} us  p99 {fp99:>7.1} us");
+        let nginx_p = n.as_ref().map(|n| (us(pct(n, 0.50)), us(pct(n, 0.99))));
+        if let Some((np50, np99)) = nginx_p {
+            println!("  nginx    p50 {np50:>7.1} us  p99 {np99:>7.1} us");
+        }
+        println!("  sublane  p50 {sp50:>7.1} us  p99 {sp99:>7.1} us");
         println!(
             "  added    p50 {:>7.1} us  p99 {:>7.1} us   (target p99 < 200 us); the floor adds p50 {:.1} us",
-            us(sp50) - us(dp50),
-            us(sp99) - us(dp99),
-            us(fp50) - us(dp50)
+            sp50 - dp50,
+            sp99 - dp99,
+            fp50 - dp50
         );
+        // Goal 2: SubLane's added p50 within twice nginx's, its p99 no worse than nginx's.
+        if let Some((np50, np99)) = nginx_p {
+            println!(
+                "  goal 2: added p50 {:.1} us against nginx's {:.1} us ({:.2}x, target <= 2x); p99 {sp99:.1} us against nginx's {np99:.1} us ({:.2}x, target <= 1x; added p99 {:.1} against {:.1} us)",
+                sp50 - dp50,
+                np50 - dp50,
+                (sp50 - dp50) / (np50 - dp50),
+                sp99 / np99,
+                sp99 - dp99,
+                np99 - dp99
+            );
+        }
         // Where the added time goes: SubLane's handler work from the call's start to the answer's
         // head, its upstream waits and queue left out, as each answer reports it. The rest of
         // `added` is the stack's (the floor's), the machine's, and SubLane's after the head.
@@ -136,18 +169,33 @@ async fn run() {
         }
     }
     let waited = records_waited(&http, &base).await;
-    let [d, f, s] = alternating(&http, [&direct, &floor, &sublane]).await;
+    let (d, f, n, s) = match &bare {
+        Some(bare) => {
+            let [d, f, n, s] = alternating(&http, [&direct, &floor, bare, &sublane]).await;
+            (d, f, Some(n), s)
+        }
+        None => {
+            let [d, f, s] = alternating(&http, [&direct, &floor, &sublane]).await;
+            (d, f, None, s)
+        }
+    };
     let waited = records_waited(&http, &base).await - waited;
     println!(
         "c={CONCURRENCY} throughput, non-streaming, instant upstream (CPU-bound: client, mock and SubLane share the cores), best of 2 alternating rounds:"
     );
     println!("  direct  {d:>8.0} req/s");
     println!("  floor   {f:>8.0} req/s   = {:.0} % of direct (the stack alone)", 100.0 * f / d);
+    if let Some(n) = n {
+        println!("  nginx   {n:>8.0} req/s   = {:.0} % of direct (a bare reverse proxy)", 100.0 * n / d);
+    }
     println!(
         "  sublane {s:>8.0} req/s   = {:.0} % of direct (target >= 70 %), {:.2}x the floor; {waited:.0} of its calls over both rounds waited for the record writer",
         100.0 * s / d,
         s / f
     );
+    if let Some(n) = n {
+        println!("  goal 1: sublane {:.2}x nginx (target >= 0.85x)", s / n);
+    }
     let cpu = cpu_per_call(&http, &sublane).await;
     println!(
         "  CPU per SubLane call (one more round, by thread): serving {}, SQLite {} (target: single-digit us)",
@@ -225,7 +273,8 @@ async fn run() {
         100.0 * on_rps / off_rps
     );
     quiet.shutdown().await.unwrap();
-    report_open_loop(&http, &mock_url, &direct, &sublane).await;
+    report_open_loop(&http, &direct, bare.as_ref(), &sublane).await;
+    drop(nginx);
     // Real upstreams take time to answer; with 20 ms per call the gateway's own cost shows as
     // lost concurrency rather than CPU.
     http.put(format!("{mock_url}/__mock/accounts/{ACCOUNT_KEY}"))
@@ -711,13 +760,11 @@ async fn calls_in_window(http: &reqwest::Client, path: &Path) -> (u64, Duration)
 /// (the goal's figure) with the median and p99 beside it, which tell a shifted whole from a few
 /// slow calls. Where Debian's nginx is installed, a bare nginx reverse proxy in front of the same
 /// mock takes its turn in each round: what any proxy adds at this rate on this machine.
-async fn report_open_loop(http: &reqwest::Client, mock_url: &str, direct: &Path, sublane: &Path) {
-    let nginx = NginxProxy::start(mock_url);
-    let bare = nginx.as_ref().map(|n| Path { url: format!("{}/v1/responses", n.url), ..direct.clone() });
+async fn report_open_loop(http: &reqwest::Client, direct: &Path, bare: Option<&Path>, sublane: &Path) {
     let (mut d, mut n, mut s) = (OpenLoop::default(), OpenLoop::default(), OpenLoop::default());
     for _ in 0..2 {
         open_loop(http, direct, &mut d).await;
-        if let Some(bare) = &bare {
+        if let Some(bare) = bare {
             open_loop(http, bare, &mut n).await;
         }
         open_loop(http, sublane, &mut s).await;
@@ -754,9 +801,14 @@ async fn report_open_loop(http: &reqwest::Client, mock_url: &str, direct: &Path,
     }
 }
 
-/// A bare nginx reverse proxy (one worker, keep-alive to the upstream, as
-/// `../shared/bench/side-by-side.sh` runs it) in front of `upstream`, stopped on drop. Without a
-/// master process, so the one process killed is the one that serves.
+/// A bare nginx reverse proxy (one worker, keep-alive to the upstream, configured as
+/// `../shared/bench/side-by-side.sh` configures it) in front of `upstream`, stopped on drop.
+/// Without a master process, so the one process killed is the one that serves.
+///
+/// One difference from side-by-side.sh, on purpose: there the static upstream is a second
+/// server in the proxy's own worker, so a call through nginx never leaves that process (each
+/// call wakes it once, where SubLane sleeps on its upstream and is woken again). Here nginx, like
+/// SubLane and the floor, calls the mock in another process.
 struct NginxProxy {
     url: String,
     child: std::process::Child,
@@ -767,7 +819,7 @@ impl NginxProxy {
     /// `None` (said on stdout) where nginx is not installed or does not start.
     fn start(upstream: &str) -> Option<Self> {
         let Some(nginx) = nginx_binary() else {
-            println!("(nginx is not installed: the open-loop run has no bare-proxy baseline)");
+            println!("(nginx is not installed: goals 1, 2 and 5 have no bare-proxy baseline)");
             return None;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -805,7 +857,7 @@ impl NginxProxy {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        println!("(nginx did not start: the open-loop run has no bare-proxy baseline)");
+        println!("(nginx did not start: goals 1, 2 and 5 have no bare-proxy baseline)");
         None
     }
 }
