@@ -18,21 +18,28 @@
 //! when full), never skipped.
 //!
 //! - **Keeping up** (a batch that came alone, see [`alone`]), the batch is written by the
-//!   [`CALM_THREAD`]'s connection, which runs at idle priority (Linux's `SCHED_IDLE`): it gets
-//!   a CPU only when no other thread wants one, and a thread woken to serve a call takes the CPU
-//!   from it at once. Where the kernel refuses that, it yields its CPU every [`YIELD_EVERY_OPS`]
-//!   SQLite instructions instead, which lets a waiting thread go first (a hint the kernel may
-//!   pass over; the commit's writes to the file are not instructions and do not yield).
-//! - **Behind** (a batch that found more waiting, or the drain at shutdown), it is written by the
-//!   [`THREAD`]'s connection, at a nice value of `NICE`: under a load that keeps both CPUs
-//!   busy, a writer at idle priority would get next to no CPU and its queue would fill.
+//!   [`CALM_THREAD`]'s connection, which runs at idle priority (Linux's `SCHED_IDLE`): on a busy
+//!   CPU it gets only a small share, and a thread woken to serve a call takes the CPU from it at
+//!   once. Where the kernel refuses that, it yields its CPU every [`YIELD_EVERY_OPS`] SQLite
+//!   instructions instead, which lets a waiting thread go first (a hint the kernel may pass over;
+//!   the commit's writes to the file are not instructions and do not yield).
+//! - **Behind** (a batch that found more waiting, or one received once shutdown began), it is
+//!   written by the [`THREAD`]'s connection, at a nice value of `NICE`: under a load that keeps
+//!   both CPUs busy, a writer at idle priority would get next to no CPU and its queue would fill.
 //!
-//! Why not one connection whose thread changes priority: an unprivileged thread may go to idle
-//! priority but never come back from it. Each switch between the two costs the next batch a
-//! re-read of the tail pages; the pace changes with the load, not from batch to batch. A calm
-//! batch still running when the load rises finishes at idle priority, slowly while both CPUs are
-//! busy: the writer's next batch waits for it (one batch at a time), and so, in their busy
-//! handler, do other writes to the database meanwhile. It holds fewer than [`BATCH`] records.
+//! Why not one connection whose thread changes priority: a thread without `CAP_SYS_NICE` (and
+//! with the default `RLIMIT_NICE`) may go to idle priority but never come back from it. Each
+//! switch between the two costs the next batch a re-read of the tail pages; the pace changes with
+//! the load, not from batch to batch.
+//!
+//! A calm batch holds SQLite's write lock from its first insert to its commit, and at idle
+//! priority that lasts as long as the CPUs stay busy: the writer's next batch waits for it (one
+//! batch at a time), and so do other writes to the database meanwhile, in their busy handler, for
+//! up to its 5 s timeout (a key's breaker trip, a refreshed credential, quota and scheduler state).
+//! Within SubLane, a rising load makes the next batch a busy one. A load from outside (another
+//! process keeping the CPUs busy) does not fill the queue, so the writer also watches the calm
+//! batches themselves: after one that took longer than [`CALM_SLOW`], every batch is written on
+//! the busy connection for [`CALM_PAUSE`].
 
 use std::sync::{
     Arc,
@@ -42,7 +49,10 @@ use std::sync::{
 use sqlx::{
     ConnectOptions as _, Connection as _, Sqlite, SqliteConnection, SqlitePool, sqlite::SqliteArguments,
 };
-use tokio::sync::mpsc;
+use tokio::{
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -79,10 +89,15 @@ const _: () =
 #[cfg(target_os = "linux")]
 const NICE: i32 = 5;
 /// How often (in SQLite virtual machine instructions, counted per statement) the calm thread
-/// looks at its priority: the first time it asks for idle priority; where that was refused, it
-/// yields its CPU each time instead (150, 400 and 1,000 all took the c=1 p99 from about 500 us
-/// to 250-320 us; the largest makes the fewest syscalls).
+/// yields its CPU where idle priority was refused (150, 400 and 1,000 all took the c=1 p99 from
+/// about 500 us to 250-320 us; the largest makes the fewest syscalls).
 const YIELD_EVERY_OPS: i32 = 1000;
+/// The longest a calm batch may take, from its first statement to its commit, before the calm
+/// connection is left alone for [`CALM_PAUSE`]. A keeping-up writer's batch is a millisecond or
+/// two of work; one that took longer waited for a CPU while it held the write lock.
+const CALM_SLOW: Duration = Duration::from_millis(50);
+/// How long every batch goes to the busy connection after a slow calm one.
+const CALM_PAUSE: Duration = Duration::from_secs(10);
 /// How often the writer prunes by age: records past seven days and daily usage past 90. By count
 /// it prunes with every batch (a range of ids, found by the primary key); by age it has to read
 /// every row's start, for which no index is kept, and a row a minute past its time harms no one:
@@ -102,9 +117,10 @@ enum Pace {
 }
 
 impl Pace {
-    /// The pace of a batch of `len` records, `alone` as it came.
-    fn of(alone: bool, len: usize) -> Pace {
-        if alone && len < BATCH { Pace::Calm } else { Pace::Busy }
+    /// The pace of a batch of `len` records, `alone` as it came, `calm` allowed or not (see
+    /// [`CalmGuard`]).
+    fn of(alone: bool, len: usize, calm: bool) -> Pace {
+        if alone && len < BATCH && calm { Pace::Calm } else { Pace::Busy }
     }
 
     /// The name of the thread that runs this pace's connection.
@@ -116,9 +132,33 @@ impl Pace {
     }
 }
 
-/// How the calm connection's thread keeps out of the calls' way, decided on that thread at its
-/// first [`YIELD_EVERY_OPS`] instructions: at idle priority where the kernel allows it (it does
-/// for any thread of one's own on Linux), else by yielding its CPU every time. The counts are
+/// Whether the calm connection may take a batch: not for [`CALM_PAUSE`] after a calm batch that
+/// took longer than [`CALM_SLOW`] (see the module doc).
+#[derive(Debug, Default)]
+struct CalmGuard {
+    paused_until: Option<Instant>,
+}
+
+impl CalmGuard {
+    fn allows(&self, now: Instant) -> bool {
+        self.paused_until.is_none_or(|until| now >= until)
+    }
+
+    /// A calm batch took `took`, ending `now`.
+    fn took(&mut self, took: Duration, now: Instant) {
+        if took > CALM_SLOW {
+            tracing::debug!(
+                took_ms = took.as_millis() as u64,
+                "a calm record batch was slow; the busy writer takes the next ones"
+            );
+            self.paused_until = Some(now + CALM_PAUSE);
+        }
+    }
+}
+
+/// How the calm connection's thread keeps out of the calls' way, decided on that thread when the
+/// connection opens: at idle priority where the kernel allows it (it does for any thread of one's
+/// own on Linux), else by yielding its CPU every [`YIELD_EVERY_OPS`] instructions. The counts are
 /// read by tests.
 #[derive(Debug, Default)]
 struct Courtesy {
@@ -256,7 +296,7 @@ impl Default for Retention {
 
 /// Whether a batch that came with `received` records came alone: few, and not while shutting
 /// down (when the writer drains its queue at full speed). Such a batch lingers for company, and
-/// unless that fills it, it is written yielding.
+/// unless that fills it, it is written on the calm connection (see [`Pace`]).
 fn alone(received: usize, closing: bool) -> bool {
     received < BATCH / 8 && !closing
 }
@@ -291,7 +331,8 @@ fn spawn_counted_in(
         let mut names = crate::usage::Names::default();
         // One per pace, opened at its first batch; closed after an error, so a broken one is
         // not kept.
-        let mut conns: [Option<SqliteConnection>; 2] = [None, None];
+        let (mut calm, mut busy): (Option<SqliteConnection>, Option<SqliteConnection>) = (None, None);
+        let mut guard = CalmGuard::default();
         // The first batch prunes by age, then one a minute.
         let mut next_age_prune_ms = i64::MIN;
         loop {
@@ -320,13 +361,17 @@ fn spawn_counted_in(
                     rx.recv_many(&mut batch, room).await;
                 }
             }
-            let pace = Pace::of(alone, batch.len());
+            let pace = Pace::of(alone, batch.len(), guard.allows(Instant::now()));
             let now_ms = clock.unix_ms();
             // (and at once after the wall clock went back more than a minute)
             let by_age =
                 now_ms >= next_age_prune_ms || now_ms < next_age_prune_ms.saturating_sub(AGE_PRUNE_EVERY_MS);
             let span = tracing::debug_span!("write_records", records = batch.len());
-            let conn = &mut conns[pace as usize];
+            let conn = match pace {
+                Pace::Calm => &mut calm,
+                Pace::Busy => &mut busy,
+            };
+            let started = Instant::now();
             let written = async {
                 let c = match conn.as_mut() {
                     Some(c) => c,
@@ -334,7 +379,12 @@ fn spawn_counted_in(
                 };
                 write_batch(c, &batch, now_ms, retention, by_age, zone, &mut names).await
             };
-            match written.instrument(span).await {
+            let written = written.instrument(span).await;
+            if pace == Pace::Calm {
+                let now = Instant::now();
+                guard.took(now - started, now);
+            }
+            match written {
                 Ok(()) => {
                     metrics.records_written(batch.len());
                     if by_age {
@@ -356,7 +406,7 @@ fn spawn_counted_in(
         }
         // Closed before the writer ends, so shutdown's wait for it covers the connections too:
         // a dropped one is closed later by its own thread, perhaps after the process lock went.
-        for c in conns.into_iter().flatten() {
+        for c in [calm, busy].into_iter().flatten() {
             let _ = c.close().await;
         }
     });
@@ -371,6 +421,11 @@ async fn connect(db: &SqlitePool, pace: Pace, courtesy: &Arc<Courtesy>) -> sqlx:
     let mut conn = (*db.connect_options()).clone().thread_name(move |_| name.to_owned()).connect().await?;
     lower_priority(name);
     if pace == Pace::Calm {
+        // The thread decides now how it keeps out of the way (the callback at every instruction
+        // of a trivial statement), then looks again every `YIELD_EVERY_OPS` instructions.
+        let first = Arc::clone(courtesy);
+        conn.lock_handle().await?.set_progress_handler(1, move || first.step());
+        sqlx::query("SELECT 1").execute(&mut conn).await?;
         let courtesy = Arc::clone(courtesy);
         conn.lock_handle().await?.set_progress_handler(YIELD_EVERY_OPS, move || courtesy.step());
     }
@@ -650,13 +705,9 @@ mod tests {
                 })
                 .collect()
         };
-        // A batch that came alone (enough records for its statements to reach the thread's
-        // first look at its priority).
-        let mut sent = 0;
-        for _ in 0..BATCH / 8 - 1 {
-            sent += 1;
-            sink.send(record(sent, now)).await;
-        }
+        // A batch that came alone.
+        let mut sent = 1;
+        sink.send(record(sent, now)).await;
         settled(&metrics, sent as f64).await;
         let calm = threads(CALM_THREAD);
         assert_eq!(calm.len(), 1, "one calm writer thread");
@@ -716,6 +767,25 @@ mod tests {
         drop(sink);
         task.await.unwrap();
         assert_eq!(ids(&db).await.len(), sent as usize, "every record written");
+    }
+
+    /// A batch that came alone goes to the calm connection unless a calm batch was slow (it
+    /// waited for a CPU while holding the write lock) within the last `CALM_PAUSE`; a full one,
+    /// or one that found more waiting, never does.
+    #[test]
+    fn the_calm_connection_is_left_alone_for_a_while_after_a_slow_batch() {
+        let t = Instant::now();
+        let mut guard = CalmGuard::default();
+        assert!(guard.allows(t));
+        assert_eq!(Pace::of(true, 10, guard.allows(t)), Pace::Calm);
+        assert_eq!(Pace::of(true, BATCH, guard.allows(t)), Pace::Busy, "a full batch");
+        assert_eq!(Pace::of(false, 10, guard.allows(t)), Pace::Busy, "a batch behind");
+        guard.took(CALM_SLOW, t);
+        assert!(guard.allows(t), "a batch as slow as allowed");
+        guard.took(CALM_SLOW + Duration::from_millis(1), t);
+        assert!(!guard.allows(t + CALM_PAUSE - Duration::from_millis(1)));
+        assert_eq!(Pace::of(true, 10, guard.allows(t)), Pace::Busy, "a calm batch, written busy");
+        assert!(guard.allows(t + CALM_PAUSE), "calm again after the pause");
     }
 
     /// A call that finds the queue full waits for room, is counted as having waited, and its
