@@ -23,6 +23,22 @@
 //! `SUBLANE_BENCH_BINARY=<path>` runs another build of `sublane` instead, to compare two builds in
 //! runs back to back. The mock upstream runs in this process, so its memory is not counted;
 //! SubLane is a process of its own, measured through `/proc/<pid>/status`.
+//!
+//! Where an open stream's memory goes (heaptrack on a build without mimalloc, 2,000 streams,
+//! December 2026; `SUBLANE_BENCH_BINARY` can point at a script that runs the binary under it).
+//! Most of it is per connection, in hyper and tokio, with sizes SubLane cannot set:
+//! - each of the stream's two HTTP/1 connections (the client's, the upstream's) has an 8 KiB read
+//!   buffer and an 8 KiB buffer for message heads (hyper's `INIT_BUFFER_SIZE`; its
+//!   `max_buf_size` may not go below it);
+//! - the upstream connection's request queue (hyper's dispatch channel, a tokio mpsc) allocates a
+//!   block of 32 request slots of 280 bytes with its header after them (8,992 bytes): the first
+//!   request and the header touch two pages of it.
+//!
+//! Only touched pages count towards RSS, so a buffer mostly unused still costs a page or two.
+//! SubLane's own allocations that live as long as a stream (the relay task and the body's queue)
+//! came to about 1 KiB in that (debug) build. Much less than
+//! 32 KiB per stream would take fewer upstream connections (HTTP/2) or other buffer sizes in
+//! hyper, not changes to SubLane's own code.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/cpu.rs"]
