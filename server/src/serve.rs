@@ -63,6 +63,16 @@ use crate::{
 /// Largest body of a JSON API or web app (server function) request, read only up to here:
 /// signing in, creating keys, accounts and pools all fit in far less.
 pub const API_BODY_BYTES: usize = 128 * 1024;
+/// How much input hyper buffers for one connection, which also bounds a request head (a larger
+/// one is answered 431, before any work): 32 KiB, nginx's default for all of a request's header
+/// lines. (hyper checks after each read, and a read may bring in up to half as much again.)
+/// hyper's read buffer grows with each read a large body fills, up to about this, and keeps its
+/// size for the connection's life, which includes every stream the connection carries. At
+/// hyper's default (about 408 KiB), each of 300 streams opened with a 2 MiB request body (a long
+/// Codex conversation, a picture) held 380-440 KiB more than one opened with a small body, and
+/// 125-160 KiB with this bound (`make bench`, memory). A large body is read in more, smaller
+/// reads instead.
+const CONNECTION_BUFFER: usize = 32 * 1024;
 /// After the hard stop: how long cut work gets to record itself, and then how long the server
 /// waits for connections to close before abandoning them.
 const CUT_SETTLE: Duration = Duration::from_secs(2);
@@ -557,6 +567,7 @@ async fn serve_connection<A: Serves>(io: Connection, peer: PeerAddr, app: A, clo
         .layer(app)
         .map_request(|req: Request<hyper::body::Incoming>| req.map(Body::new));
     let conn = hyper::server::conn::http1::Builder::new()
+        .max_buf_size(CONNECTION_BUFFER)
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);

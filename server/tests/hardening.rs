@@ -316,6 +316,44 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
+/// A request head may take 32 KiB, nginx's default for all of a request's header lines: one
+/// close to it is served, and one well past it is answered 431 before any work (hyper checks
+/// after each read, which may bring in up to half as much again). A body far larger than that
+/// still goes upstream whole, and a large answer comes back whole: each is read in pieces of about
+/// that size, since hyper keeps a connection's grown read buffer for as long as the connection
+/// is open, every stream it carries included.
+#[tokio::test]
+async fn request_heads_are_bounded_near_32_kib_and_large_bodies_still_pass_whole() {
+    let r = Rig::start(&[]).await;
+    let host = r.t.base.trim_start_matches("http://").to_owned();
+    let head = |padding: usize| {
+        format!("GET /healthz HTTP/1.1\r\nhost: {host}\r\nx-padding: {}\r\n\r\n", "p".repeat(padding))
+    };
+    let status = raw_status(&r.t.base, head(30 * 1024), Duration::from_secs(5)).await;
+    assert!(status.as_deref().is_some_and(|s| s.contains(" 200 ")), "a 30 KiB head is served: {status:?}");
+    let status = raw_status(&r.t.base, head(64 * 1024), Duration::from_secs(5)).await;
+    assert!(status.as_deref().is_some_and(|s| s.contains(" 431 ")), "a 64 KiB head is refused: {status:?}");
+
+    let mut body = responses(true);
+    body["input"] = json!("x".repeat(3 * 1024 * 1024));
+    let sent = serde_json::to_vec(&body).unwrap();
+    let resp = r.post("openai_api", "/v1/responses").json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let answer = resp.text().await.unwrap();
+    assert!(answer.contains("response.completed"), "the stream ran to its end");
+    let calls = r.mock.state.calls(OPENAI);
+    assert_eq!(calls.last().unwrap().body_len, sent.len(), "the whole body went upstream");
+
+    // and a large answer comes back whole (the upstream connection's buffer is bounded the same way)
+    let text = "y".repeat(1024);
+    r.script(OPENAI, json!({"deltas": 3 * 1024, "delta_text": text})).await;
+    let resp = r.post("openai_api", "/v1/responses").json(&responses(false)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let answer: Value = resp.json().await.unwrap();
+    let said = answer["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(said.len(), 3 * 1024 * 1024, "the whole answer came back");
+}
+
 /// A refusal that leaves a small request body unread reads it first and keeps the connection
 /// for the client's next request (under overload, a refusal must not also cost a new
 /// connection); a refusal that leaves a larger body unread tells the client the connection ends

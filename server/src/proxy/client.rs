@@ -49,6 +49,14 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an idle pooled connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(90);
+/// How much input hyper buffers for one upstream connection, which also bounds an answer's head
+/// (a larger one fails the call as an upstream error). hyper's read buffer grows with each read a
+/// large answer fills, up to about this, and keeps its size for the connection's life, pooled
+/// or carrying a stream. At hyper's default (about 408 KiB), each of 300 connections pooled
+/// after a 2 MiB answer held about 250 KiB more than after a small one, and about 15 KiB with
+/// this bound (`make bench`, memory). A large answer is read in more, smaller reads instead. (The
+/// same size as for the connections of SubLane's own clients, see `serve`.)
+const CONNECTION_BUFFER: usize = 32 * 1024;
 /// TCP keepalive: first probe after this much silence, then one per interval, gone after three.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Longest written data may go unacknowledged before the connection is given up.
@@ -189,6 +197,7 @@ impl Client {
 fn pool(connector: Timed<hyper_rustls::HttpsConnector<Connect>>) -> Pool {
     legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(POOL_IDLE)
+        .http1_max_buf_size(CONNECTION_BUFFER)
         .pool_timer(TokioTimer::new())
         .build(connector)
 }
