@@ -17,6 +17,11 @@
 //! without it, N is cut to what the hard limit allows, and the bench says so.
 //! `SUBLANE_BENCH_ONLY_STREAMS=1` measures only the streams.
 //!
+//! Before them, what a large request body (2 MiB) leaves in an open stream and a large answer in
+//! a pooled upstream connection, each against a small one in the same run: hyper keeps a
+//! connection's read buffer as large as its largest reads grew it, for the connection's life,
+//! and SubLane bounds it (see [`large_bodies`]).
+//!
 //! What `SUBLANE_HUGE_PAGES=true` trades, both sides in the same run: SubLane's CPU time per
 //! ordinary call (alternating rounds, best of each), and its memory per open stream.
 //!
@@ -103,6 +108,7 @@ async fn main() {
         println!("open streams: not measured (the open-file limit leaves no room for them)");
         return;
     }
+    large_bodies(&mock).await;
     let default = streams(&mock, n, &[]).await;
     let huge = streams(&mock, n, HUGE_PAGES).await;
     println!(
@@ -282,6 +288,127 @@ async fn streams(mock: &MockUpstream, n: usize, env: &[(&str, &str)]) -> f64 {
     per_stream
 }
 
+/// Streams opened with this large a request body, and answers this large, for [`large_bodies`].
+const LARGE: usize = 2 * 1024 * 1024;
+/// Streams, and then concurrent calls, in each of [`large_bodies`]' runs.
+const LARGE_RUNS_OF: usize = 300;
+
+/// What a large request body leaves in an open stream, and a large answer in a pooled upstream
+/// connection, beyond what a small one leaves, each in runs back to back: hyper keeps a
+/// connection's read buffer at the size its largest reads grew it to, for the connection's life
+/// (SubLane bounds it: `serve::CONNECTION_BUFFER`, `proxy::client::CONNECTION_BUFFER`). Each run
+/// starts SubLane afresh and first opens as many streams (or makes as many calls) with small
+/// bodies, so what the measured ones add is their own, not the allocator's first growth.
+async fn large_bodies(mock: &MockUpstream) {
+    let big = "x".repeat(LARGE);
+    let mut per_stream = Vec::new();
+    for input in ["hi", big.as_str()] {
+        per_stream.push(held_by_streams(mock, input).await);
+    }
+    println!(
+        "{LARGE_RUNS_OF} streams opened with a {} MiB request body hold {:.1} KiB each more than with a small one ({:.1} against {:.1} KiB of RSS per stream opened after as many small ones)",
+        LARGE / 1024 / 1024,
+        per_stream[1] - per_stream[0],
+        per_stream[1],
+        per_stream[0],
+    );
+    let mut per_connection = Vec::new();
+    for (deltas, text) in [(1, "ok".to_owned()), (LARGE / 1024, "y".repeat(1024))] {
+        per_connection.push(held_by_pooled_connections(mock, deltas, &text).await);
+    }
+    println!(
+        "{LARGE_RUNS_OF} upstream connections pooled after a {} MiB answer each hold {:.1} KiB each more than after a small one ({:.1} against {:.1} KiB of RSS per call)",
+        LARGE / 1024 / 1024,
+        per_connection[1] - per_connection[0],
+        per_connection[1],
+        per_connection[0],
+    );
+}
+
+/// RSS per stream (KiB) of [`LARGE_RUNS_OF`] streams opened with `input`, on a fresh SubLane that
+/// first opened and closed as many with a small input.
+async fn held_by_streams(mock: &MockUpstream, input: &str) -> f64 {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
+        .json(&json!({"deltas": 30, "delta_text": "Hi", "delta_delay_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    let mut s = launch(mock, &[("SUBLANE_WORKSPACE_CAPACITY", "2000")]).await;
+    let key = setup(&http, &s.base, 1).await;
+    let url = format!("{}/v1/responses", s.base);
+    let open = |input: String| {
+        let tasks: Vec<_> = (0..LARGE_RUNS_OF)
+            .map(|_| {
+                let (http, url, key, input) = (http.clone(), url.clone(), key.clone(), input.clone());
+                tokio::spawn(async move {
+                    let mut body = open_stream_with(&http, &url, &key, &input).await;
+                    let _ = futures_util::StreamExt::next(&mut body).await;
+                    body
+                })
+            })
+            .collect();
+        futures_util::future::join_all(tasks)
+    };
+    // as many small ones first, then closed
+    drop(open("hi".to_owned()).await);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let before = rss_kib(s.pid);
+    let streams = open(input.to_owned()).await;
+    let mut readings = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        readings.push(rss_kib(s.pid));
+    }
+    readings.sort_unstable();
+    drop(streams);
+    let _ = s.child.kill().await;
+    readings[1].saturating_sub(before) as f64 / LARGE_RUNS_OF as f64
+}
+
+/// RSS per pooled upstream connection (KiB) after [`LARGE_RUNS_OF`] concurrent calls answered
+/// with `deltas` times `text`, on a fresh SubLane that first made as many with small answers
+/// (so the connections exist, pooled, before).
+async fn held_by_pooled_connections(mock: &MockUpstream, deltas: usize, text: &str) -> f64 {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(LARGE_RUNS_OF).build().unwrap();
+    let script = |deltas: usize, text: &str| {
+        http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
+            .json(&json!({"deltas": deltas, "delta_text": text}))
+            .send()
+    };
+    let mut s = launch(mock, &[("SUBLANE_WORKSPACE_CAPACITY", "2000")]).await;
+    let key = setup(&http, &s.base, 1).await;
+    let url = format!("{}/v1/responses", s.base);
+    let calls = || {
+        futures_util::future::join_all((0..LARGE_RUNS_OF).map(|_| async {
+            let resp = http
+                .post(&url)
+                .bearer_auth(&key)
+                .json(&json!({"model": "gpt-5.1", "input": "hi"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(resp.status().is_success(), "{}", resp.status());
+            resp.bytes().await.unwrap().len()
+        }))
+    };
+    script(1, "ok").await.unwrap();
+    calls().await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let before = rss_kib(s.pid);
+    script(deltas, text).await.unwrap();
+    let sizes = calls().await;
+    assert!(sizes.iter().all(|&n| n >= deltas * text.len()), "every answer came whole");
+    // (the answers themselves are gone: as many small calls on the same connections let the
+    // threads that freed them give their pages back before the reading)
+    script(1, "ok").await.unwrap();
+    calls().await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let after = rss_kib(s.pid);
+    let _ = s.child.kill().await;
+    after.saturating_sub(before) as f64 / LARGE_RUNS_OF as f64
+}
+
 /// How many of `wanted` streams fit under this process's open-file limit (SubLane, started
 /// from here, inherits it), after raising it as far as it may go.
 fn streams_the_file_limit_allows(wanted: usize) -> usize {
@@ -366,10 +493,20 @@ async fn open_stream(
     url: &str,
     key: &str,
 ) -> impl futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + use<> {
+    open_stream_with(http, url, key, "hi").await
+}
+
+/// A streaming Responses call whose input is `input`; its body.
+async fn open_stream_with(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    input: &str,
+) -> impl futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + use<> {
     let resp = http
         .post(url)
         .bearer_auth(key)
-        .json(&json!({"model": "gpt-5.1", "stream": true, "input": "hi"}))
+        .json(&json!({"model": "gpt-5.1", "stream": true, "input": input}))
         .send()
         .await
         .unwrap();
