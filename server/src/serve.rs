@@ -16,7 +16,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -63,14 +63,16 @@ use crate::{
 /// Largest body of a JSON API or web app (server function) request, read only up to here:
 /// signing in, creating keys, accounts and pools all fit in far less.
 pub const API_BODY_BYTES: usize = 128 * 1024;
-/// How much input hyper buffers for one connection, which also bounds a request head (a larger
-/// one is answered 431, before any work): 32 KiB, nginx's default for all of a request's header
-/// lines. (hyper checks after each read, and a read may bring in up to half as much again.)
-/// hyper's read buffer grows with each read a large body fills, up to about this, and keeps its
-/// size for the connection's life, which includes every stream the connection carries. At
-/// hyper's default (about 408 KiB), each of 300 streams opened with a 2 MiB request body (a long
-/// Codex conversation, a picture) held 380-440 KiB more than one opened with a small body, and
-/// 125-160 KiB with this bound (`make bench`, memory). A large body is read in more, smaller
+/// How much input hyper buffers for one connection (at most half as much again: a read may bring
+/// in more than it asked for), and the largest request head, start line included: 32 KiB, nginx's
+/// default for all of a request's header lines. A larger head is answered 431, by hyper, without a
+/// body and before any work (see [`head_too_large`]). hyper's read buffer grows with each read a
+/// large body fills, up to about this, and keeps its size for the connection's life, which
+/// includes every stream the connection carries. At hyper's default (about 408 KiB), SubLane's
+/// RSS grew by 380-440 KiB more for each of 300 streams opened with a 2 MiB request body (a long
+/// Codex conversation, a picture) than for one opened with a small body; with this bound, by
+/// 125-160 KiB more, of which the buffer is at most 48 KiB and the rest the allocator keeping
+/// pages the bodies' copies used (`make bench`, memory). A large body is read in more, smaller
 /// reads instead.
 const CONNECTION_BUFFER: usize = 32 * 1024;
 /// After the hard stop: how long cut work gets to record itself, and then how long the server
@@ -568,6 +570,7 @@ async fn serve_connection<A: Serves>(io: Connection, peer: PeerAddr, app: A, clo
         .map_request(|req: Request<hyper::body::Incoming>| req.map(Body::new));
     let conn = hyper::server::conn::http1::Builder::new()
         .max_buf_size(CONNECTION_BUFFER)
+        .max_header_size(CONNECTION_BUFFER)
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
@@ -578,8 +581,35 @@ async fn serve_connection<A: Serves>(io: Connection, peer: PeerAddr, app: A, clo
             conn.await
         }
     };
-    if let Err(e) = served {
-        tracing::trace!(error = %e, "a connection ended with an error");
+    match served {
+        Err(e) if e.is_parse_too_large() => head_too_large(),
+        Err(e) => tracing::trace!(error = %e, "a connection ended with an error"),
+        Ok(()) => {}
+    }
+}
+
+/// Says that a request head over [`CONNECTION_BUFFER`] was refused: hyper answered it 431 and
+/// closed the connection, and the call never reached SubLane (no record, no request id). A client
+/// or a proxy in front that sends such heads sends them with every call, so it is said at warn
+/// level at most once a minute, and at debug level otherwise.
+fn head_too_large() {
+    static WARNED_AT: AtomicU64 = AtomicU64::new(0);
+    static SINCE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    // (seconds from the first refusal, plus a minute: the first one always warns)
+    let now = SINCE.get_or_init(std::time::Instant::now).elapsed().as_secs() + 60;
+    let last = WARNED_AT.load(Ordering::Relaxed);
+    if now >= last + 60 && WARNED_AT.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        tracing::warn!(
+            limit_kib = CONNECTION_BUFFER / 1024,
+            "refused a request whose head (start line and headers) is over the limit, with 431; \
+             a proxy in front that adds large headers would do this (said once a minute at most)"
+        );
+    } else {
+        tracing::debug!(
+            limit_kib = CONNECTION_BUFFER / 1024,
+            "refused a request head over the limit, with 431"
+        );
     }
 }
 

@@ -457,7 +457,9 @@ mod tests {
     use super::*;
 
     /// A listener that reads one request head, answers `reply` and returns the head it read.
-    async fn one_exchange(reply: &'static str) -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
+    async fn one_exchange(
+        reply: impl AsRef<[u8]> + Send + 'static,
+    ) -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
@@ -471,7 +473,7 @@ mod tests {
                 }
                 head.extend_from_slice(&buf[..n]);
             }
-            sock.write_all(reply.as_bytes()).await.unwrap();
+            sock.write_all(reply.as_ref()).await.unwrap();
             String::from_utf8_lossy(&head).into_owned()
         });
         (addr, task)
@@ -507,6 +509,24 @@ mod tests {
     }
 
     const OK: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+
+    /// An answer's head is read up to about [`CONNECTION_BUFFER`] (hyper reads at most half as much
+    /// again before it gives up): one of 16 KiB is read, and one of 64 KiB fails the call, as the
+    /// bound on the connection's buffer makes it.
+    #[tokio::test]
+    async fn an_answer_head_past_the_connection_buffer_fails_the_call() {
+        let client = Client::new(Matcher::builder().build()).unwrap();
+        for (padding, read) in [(16 * 1024, true), (64 * 1024, false)] {
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nx-padding: {}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}",
+                "p".repeat(padding)
+            );
+            let (addr, _head) = one_exchange(reply).await;
+            let url = url::Url::parse(&format!("http://{addr}/v1/responses")).unwrap();
+            let answer = client.post(&url, headers(), Bytes::from_static(b"{}")).await;
+            assert_eq!(answer.is_ok(), read, "a head with {padding} bytes of one header");
+        }
+    }
 
     #[tokio::test]
     async fn sends_one_of_each_header_in_origin_form_and_reads_the_answer() {
