@@ -41,9 +41,9 @@
 //!
 //! Only touched pages count towards RSS, so a buffer mostly unused still costs a page or two.
 //! SubLane's own allocations that live as long as a stream (the relay task and the body's queue)
-//! came to about 1 KiB in that (debug) build. Much less than
-//! 32 KiB per stream would take fewer upstream connections (HTTP/2) or other buffer sizes in
-//! hyper, not changes to SubLane's own code.
+//! came to about 1 KiB in that (debug) build. Much less than 32 KiB per stream would take fewer
+//! upstream connections (HTTP/2) or other buffer sizes in hyper, not changes to SubLane's own
+//! code.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/cpu.rs"]
@@ -159,15 +159,22 @@ async fn launch(mock: &MockUpstream, env: &[(&str, &str)]) -> Launched {
     Launched { child, base, pid, dir }
 }
 
-/// Goal 3 of the performance issue: many open SSE streams through SubLane, launched with `env`;
-/// its resident memory per open stream, KiB.
-async fn streams(mock: &MockUpstream, n: usize, env: &[(&str, &str)]) -> f64 {
+/// A client for streams, with the mock's account scripted to answer each with one delta a second
+/// for 30 s.
+async fn slow_streams(mock: &MockUpstream) -> reqwest::Client {
     let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
         .json(&json!({"deltas": 30, "delta_text": "Hi", "delta_delay_ms": 1000}))
         .send()
         .await
         .unwrap();
+    http
+}
+
+/// Goal 3 of the performance issue: many open SSE streams through SubLane, launched with `env`;
+/// its resident memory per open stream, KiB.
+async fn streams(mock: &MockUpstream, n: usize, env: &[(&str, &str)]) -> f64 {
+    let http = slow_streams(mock).await;
     let capacity = (n + 1_000).to_string();
     let mut vars = vec![("SUBLANE_WORKSPACE_CAPACITY", capacity.as_str())];
     vars.extend_from_slice(env);
@@ -332,12 +339,7 @@ async fn large_bodies(mock: &MockUpstream) {
 /// RSS per stream (KiB) of [`LARGE_RUNS_OF`] streams opened with `input`, on a fresh SubLane that
 /// first opened and closed as many with a small input.
 async fn held_by_streams(mock: &MockUpstream, input: &str) -> f64 {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-    http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
-        .json(&json!({"deltas": 30, "delta_text": "Hi", "delta_delay_ms": 1000}))
-        .send()
-        .await
-        .unwrap();
+    let http = slow_streams(mock).await;
     let mut s = launch(mock, &[("SUBLANE_WORKSPACE_CAPACITY", "2000")]).await;
     let key = setup(&http, &s.base, 1).await;
     let url = format!("{}/v1/responses", s.base);

@@ -69,9 +69,9 @@ pub const API_BODY_BYTES: usize = 128 * 1024;
 /// body and before any work (see [`head_too_large`]). hyper's read buffer grows with each read a
 /// large body fills, up to about this, and keeps its size for the connection's life, which
 /// includes every stream the connection carries. At hyper's default (about 408 KiB), SubLane's
-/// RSS grew by 380-440 KiB more for each of 300 streams opened with a 2 MiB request body (a long
+/// RSS grew by 310-440 KiB more for each of 300 streams opened with a 2 MiB request body (a long
 /// Codex conversation, a picture) than for one opened with a small body; with this bound, by
-/// 125-160 KiB more, of which the buffer is at most 48 KiB and the rest the allocator keeping
+/// 120-160 KiB more, of which the buffer is at most 48 KiB and the rest the allocator keeping
 /// pages the bodies' copies used (`make bench`, memory). A large body is read in more, smaller
 /// reads instead.
 const CONNECTION_BUFFER: usize = 32 * 1024;

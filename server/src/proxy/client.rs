@@ -53,8 +53,8 @@ const POOL_IDLE: Duration = Duration::from_secs(90);
 /// (a larger one fails the call as an upstream error). hyper's read buffer grows with each read a
 /// large answer fills, up to about this, and keeps its size for the connection's life, pooled
 /// or carrying a stream. At hyper's default (about 408 KiB), each of 300 connections pooled
-/// after a 2 MiB answer held about 250 KiB more than after a small one, and about 15 KiB with
-/// this bound (`make bench`, memory). A large answer is read in more, smaller reads instead. (The
+/// after a 2 MiB answer held 150-250 KiB more than after a small one, and 15-50 KiB with this
+/// bound (`make bench`, memory). A large answer is read in more, smaller reads instead. (The
 /// same size as for the connections of SubLane's own clients, see `serve`.)
 const CONNECTION_BUFFER: usize = 32 * 1024;
 /// TCP keepalive: first probe after this much silence, then one per interval, gone after three.
