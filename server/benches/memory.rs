@@ -74,11 +74,7 @@ const RSS_READINGS: usize = 8;
 async fn main() {
     let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let http = reqwest::Client::builder().pool_max_idle_per_host(CONCURRENCY * 2).build().unwrap();
-    http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
-        .json(&json!({"deltas": 1, "delta_text": "ok"}))
-        .send()
-        .await
-        .unwrap();
+    script(&http, &mock, json!({"deltas": 1, "delta_text": "ok"})).await;
     if std::env::var_os("SUBLANE_BENCH_ONLY_STREAMS").is_none() {
         println!(
             "SubLane resident memory after {CALLS} calls ({CONCURRENCY} at a time, real binary, mock upstream)"
@@ -163,12 +159,13 @@ async fn launch(mock: &MockUpstream, env: &[(&str, &str)]) -> Launched {
 /// for 30 s.
 async fn slow_streams(mock: &MockUpstream) -> reqwest::Client {
     let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-    http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
-        .json(&json!({"deltas": 30, "delta_text": "Hi", "delta_delay_ms": 1000}))
-        .send()
-        .await
-        .unwrap();
+    script(&http, mock, json!({"deltas": 30, "delta_text": "Hi", "delta_delay_ms": 1000})).await;
     http
+}
+
+/// Scripts how the mock answers the bench's account.
+async fn script(http: &reqwest::Client, mock: &MockUpstream, answers: serde_json::Value) {
+    http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url())).json(&answers).send().await.unwrap();
 }
 
 /// Goal 3 of the performance issue: many open SSE streams through SubLane, launched with `env`;
@@ -379,11 +376,6 @@ async fn held_by_streams(mock: &MockUpstream, input: &str) -> f64 {
 /// (so the connections exist, pooled, before).
 async fn held_by_pooled_connections(mock: &MockUpstream, deltas: usize, text: &str) -> f64 {
     let http = reqwest::Client::builder().pool_max_idle_per_host(LARGE_RUNS_OF).build().unwrap();
-    let script = |deltas: usize, text: &str| {
-        http.put(format!("{}/__mock/accounts/{ACCOUNT_KEY}", mock.url()))
-            .json(&json!({"deltas": deltas, "delta_text": text}))
-            .send()
-    };
     let mut s = launch(mock, &[("SUBLANE_WORKSPACE_CAPACITY", "2000")]).await;
     let key = setup(&http, &s.base, 1).await;
     let url = format!("{}/v1/responses", s.base);
@@ -400,16 +392,16 @@ async fn held_by_pooled_connections(mock: &MockUpstream, deltas: usize, text: &s
             resp.bytes().await.unwrap().len()
         }))
     };
-    script(1, "ok").await.unwrap();
+    script(&http, mock, json!({"deltas": 1, "delta_text": "ok"})).await;
     calls().await;
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     let before = rss_kib(s.pid);
-    script(deltas, text).await.unwrap();
+    script(&http, mock, json!({"deltas": deltas, "delta_text": text})).await;
     let sizes = calls().await;
     assert!(sizes.iter().all(|&n| n >= deltas * text.len()), "every answer came whole");
     // (the answers themselves are gone: as many small calls on the same connections let the
     // threads that freed them give their pages back before the reading)
-    script(1, "ok").await.unwrap();
+    script(&http, mock, json!({"deltas": 1, "delta_text": "ok"})).await;
     calls().await;
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     let after = rss_kib(s.pid);

@@ -71,7 +71,7 @@ pub const API_BODY_BYTES: usize = 128 * 1024;
 /// includes every stream the connection carries. At hyper's default (about 408 KiB), SubLane's
 /// RSS grew by 310-440 KiB more for each of 300 streams opened with a 2 MiB request body (a long
 /// Codex conversation, a picture) than for one opened with a small body; with this bound, by
-/// 120-160 KiB more, of which the buffer is at most 48 KiB and the rest the allocator keeping
+/// 120-175 KiB more, of which the buffer is at most 48 KiB and the rest the allocator keeping
 /// pages the bodies' copies used (`make bench`, memory). A large body is read in more, smaller
 /// reads instead.
 const CONNECTION_BUFFER: usize = 32 * 1024;

@@ -317,10 +317,10 @@ async fn bodies_are_bounded_and_keys_checked_before_any_body_is_read() {
 }
 
 /// A request head may take 32 KiB, nginx's default for all of a request's header lines: one
-/// close to it is served, and one just past it is answered 431 before any work. A body far larger than that
-/// still goes upstream whole, and a large answer comes back whole: each is read in pieces of about
-/// that size, since hyper keeps a connection's grown read buffer for as long as the connection
-/// is open, every stream it carries included.
+/// close to it is served, and one just past it is answered 431 before any work. A body far larger
+/// than that still goes upstream whole, and a large answer comes back whole: each is read in
+/// pieces of about that size, since hyper keeps a connection's grown read buffer for as long as
+/// the connection is open, every stream it carries included.
 #[tokio::test]
 async fn request_heads_are_bounded_at_32_kib_and_large_bodies_still_pass_whole() {
     let r = Rig::start(&[]).await;
