@@ -26,6 +26,15 @@ pub const MAX_SERVE_THREADS: usize = 256;
 pub const DEFAULT_SITE_ROOT: &str = "target/site";
 /// Longest a send to a client may wait for the client to read (a stalled reader frees its slots).
 pub const DEFAULT_CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a client connection may take to send a request's head, counted from the connection's
+/// start or its previous answer's end: so also how long an idle keep-alive connection stays
+/// open. Longer than the idle time of the connections that come to SubLane (a reverse proxy's
+/// upstream keep-alive, 60 s in nginx and AWS's load balancers; the pools of reqwest, which Codex
+/// uses, and of Go, 90 s), so that the client, not SubLane, closes an idle one: a request sent
+/// just as the server closes its connection fails, and a proxy does not retry a POST.
+pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(100);
+/// The longest head timeout accepted (hyper adds it to the time of day, which must not overflow).
+pub const MAX_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// OPS-3: how long open streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -131,6 +140,10 @@ pub struct Settings {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub client_write_timeout: Option<Duration>,
+    /// Close a client connection that has not sent a whole request head this long after it opened or after its last answer (idle keep-alive connections too), e.g. "100s" [env: SUBLANE_CLIENT_HEADER_TIMEOUT] [default: 100s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub client_header_timeout: Option<Duration>,
     /// After SIGTERM/SIGINT, how long open streams may finish before they are cut (OPS-3) [env: SUBLANE_SHUTDOWN_GRACE] [default: 30s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -394,6 +407,9 @@ pub struct Config {
     pub site_root: PathBuf,
     /// Longest a send may wait for a client to read (streams, WebSocket frames).
     pub client_write_timeout: Duration,
+    /// Longest a client connection may take to send a request head, from its start or its last
+    /// answer's end (idle keep-alive connections included); then it is closed.
+    pub client_header_timeout: Duration,
     /// OPS-3: how long open streams may finish after a shutdown signal.
     pub shutdown_grace: Duration,
     /// CD-6: optional stream idle timeout (upstream bytes only); off by default.
@@ -526,6 +542,7 @@ impl Settings {
                 .map(|v| parse_nets(&v).map_err(|e| env_err("SUBLANE_TRUSTED_PROXIES", e)))
                 .transpose()?,
             client_write_timeout: duration("SUBLANE_CLIENT_WRITE_TIMEOUT")?,
+            client_header_timeout: duration("SUBLANE_CLIENT_HEADER_TIMEOUT")?,
             shutdown_grace: duration("SUBLANE_SHUTDOWN_GRACE")?,
             session_ttl: var("SUBLANE_SESSION_TTL")
                 .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_SESSION_TTL", e)))
@@ -623,6 +640,7 @@ impl Settings {
             public_url: over.public_url.or(self.public_url),
             trusted_proxies: over.trusted_proxies.or(self.trusted_proxies),
             client_write_timeout: over.client_write_timeout.or(self.client_write_timeout),
+            client_header_timeout: over.client_header_timeout.or(self.client_header_timeout),
             shutdown_grace: over.shutdown_grace.or(self.shutdown_grace),
             session_ttl: over.session_ttl.or(self.session_ttl),
             site_root: over.site_root.or(self.site_root),
@@ -704,6 +722,14 @@ impl Settings {
                 "serve threads must be at most {MAX_SERVE_THREADS} (got {serve_threads})"
             )));
         }
+        let client_header_timeout =
+            self.client_header_timeout.filter(|d| !d.is_zero()).unwrap_or(DEFAULT_CLIENT_HEADER_TIMEOUT);
+        if client_header_timeout > MAX_CLIENT_HEADER_TIMEOUT {
+            return Err(ConfigError::Invalid(format!(
+                "the client header timeout must be at most 1 day (got {})",
+                humantime::format_duration(client_header_timeout)
+            )));
+        }
         let defaults = crate::scheduler::Settings::default();
         let scheduler = crate::scheduler::Settings {
             queue_timeout: self.queue_timeout.unwrap_or(defaults.queue_timeout),
@@ -762,6 +788,7 @@ impl Settings {
                 .client_write_timeout
                 .filter(|d| !d.is_zero())
                 .unwrap_or(DEFAULT_CLIENT_WRITE_TIMEOUT),
+            client_header_timeout,
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
@@ -886,6 +913,7 @@ mod tests {
         assert!(!c.https_public_url());
         assert!(c.trusted_proxies.is_empty());
         assert_eq!(c.client_write_timeout, DEFAULT_CLIENT_WRITE_TIMEOUT);
+        assert_eq!(c.client_header_timeout, DEFAULT_CLIENT_HEADER_TIMEOUT);
         assert_eq!(c.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
     }
 
@@ -912,6 +940,32 @@ mod tests {
         assert!(over.contains("at most 256"), "{over}");
         let bad = Config::load(cli(&[]), env(&[("SUBLANE_SERVE_THREADS", "two")])).unwrap_err().to_string();
         assert!(bad.contains("SUBLANE_SERVE_THREADS"), "{bad}");
+    }
+
+    #[test]
+    fn the_client_header_timeout_is_set_like_the_write_timeout_and_bounded() {
+        let header = |args: &[&str], vars: &[(&str, &str)]| {
+            Config::load(cli(args), env(vars)).map(|c| c.client_header_timeout)
+        };
+        assert_eq!(header(&[], &[]).unwrap(), DEFAULT_CLIENT_HEADER_TIMEOUT);
+        assert_eq!(
+            header(&[], &[("SUBLANE_CLIENT_HEADER_TIMEOUT", "75s")]).unwrap(),
+            Duration::from_secs(75)
+        );
+        let flag = header(&["--client-header-timeout", "2m"], &[("SUBLANE_CLIENT_HEADER_TIMEOUT", "75s")]);
+        assert_eq!(flag.unwrap(), Duration::from_secs(120), "the flag wins over the environment");
+        assert_eq!(
+            header(&[], &[("SUBLANE_CLIENT_HEADER_TIMEOUT", "0s")]).unwrap(),
+            DEFAULT_CLIENT_HEADER_TIMEOUT
+        );
+        assert_eq!(
+            header(&[], &[("SUBLANE_CLIENT_HEADER_TIMEOUT", "1day")]).unwrap(),
+            MAX_CLIENT_HEADER_TIMEOUT
+        );
+        let over = header(&[], &[("SUBLANE_CLIENT_HEADER_TIMEOUT", "25h")]).unwrap_err().to_string();
+        assert!(over.contains("at most 1 day"), "{over}");
+        let bad = header(&[], &[("SUBLANE_CLIENT_HEADER_TIMEOUT", "soon")]).unwrap_err().to_string();
+        assert!(bad.contains("SUBLANE_CLIENT_HEADER_TIMEOUT"), "{bad}");
     }
 
     #[test]

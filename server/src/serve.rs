@@ -32,7 +32,10 @@ use axum::{
     serve::Listener,
 };
 use futures_util::FutureExt as _;
-use hyper_util::{rt::TokioIo, service::TowerToHyperService};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
 use leptos::config::{Env, LeptosOptions};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_io_timeout::TimeoutStream;
@@ -40,6 +43,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::{Layer as _, ServiceExt as _};
 use tower_http::{limit::RequestBodyLimitLayer, trace::TraceLayer};
 
+mod body_deadline;
 mod spread;
 
 use crate::{
@@ -148,19 +152,34 @@ pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
 }
 
 /// The listening socket. Every accepted connection gets TCP_NODELAY (small SSE writes must not
-/// wait for Nagle) and a write deadline: a write that makes no progress for that long fails and
-/// closes the connection, so a client that stops reading cannot hold one open forever.
+/// wait for Nagle) and two deadlines, so that a client cannot hold a connection (a file and its
+/// buffers) open for as long as it likes: one for writes (a client that stops reading) and one
+/// for request heads (a client that never sends one, or sends it a byte at a time, and an idle
+/// keep-alive connection). Bodies have deadlines of their own: a model call's in
+/// `proxy::request`, people's in [`body_deadline`].
 pub struct Connections {
     tcp: TcpListener,
-    write_timeout: Duration,
+    deadlines: Deadlines,
+}
+
+/// A connection's deadlines.
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    /// A write that makes no progress for this long fails and closes the connection.
+    write: Duration,
+    /// A request head must be whole this long after the connection opened or its previous
+    /// answer ended, or the connection closes (without an answer: hyper sends none).
+    head: Duration,
 }
 
 impl Connections {
-    /// Connections for a server whose relays give up on a client after `client_write_timeout`.
-    /// The connection's own write deadline outlasts the relay's, so a stalled stream is ended
-    /// (and recorded) by its relay first; the connection goes after.
-    fn new(tcp: TcpListener, client_write_timeout: Duration) -> Self {
-        Connections { tcp, write_timeout: client_write_timeout * 2 }
+    /// Connections for a server whose relays give up on a client after `client_write_timeout`,
+    /// and that waits `client_header_timeout` for each request head. The connection's own write
+    /// deadline outlasts the relay's, so a stalled stream is ended (and recorded) by its relay
+    /// first; the connection goes after.
+    fn new(tcp: TcpListener, client_write_timeout: Duration, client_header_timeout: Duration) -> Self {
+        let deadlines = Deadlines { write: client_write_timeout * 2, head: client_header_timeout };
+        Connections { tcp, deadlines }
     }
 
     /// The next connection waiting (axum's accept: it backs off on errors such as running out
@@ -286,7 +305,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         tasks: TaskTracker::new(),
     });
     let tasks = lifecycle.tasks.clone();
-    let connections = Connections::new(listener, config.client_write_timeout);
+    let connections = Connections::new(listener, config.client_write_timeout, config.client_header_timeout);
     let serve_threads = config.serve_threads;
     let grace = config.shutdown_grace;
     let tokens = Arc::new(Tokens::new(
@@ -412,7 +431,11 @@ pub async fn serve_forever<A: Serves>(
     app: A,
     name: &'static str,
 ) -> std::io::Result<()> {
-    let connections = Connections::new(listener, crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT);
+    let connections = Connections::new(
+        listener,
+        crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT,
+        crate::config::DEFAULT_CLIENT_HEADER_TIMEOUT,
+    );
     let Serving { ended, closed, abandon, release } = serve(threads, connections, app, name).await?;
     let _keep = [closed, abandon, release].map(CancellationToken::drop_guard);
     ended.await
@@ -458,7 +481,7 @@ async fn serve<A: Serves>(
         let ended = Box::pin(async move { serving.await.map_err(std::io::Error::other) });
         return Ok(Serving { ended, closed, abandon, release });
     }
-    let Connections { tcp, write_timeout } = connections;
+    let Connections { tcp, deadlines } = connections;
     let listener = tcp.into_std()?;
     let stop = || [&closed, &abandon, &release].into_iter().for_each(CancellationToken::cancel);
     let (mut readies, mut ends) = (Vec::with_capacity(threads), Vec::with_capacity(threads));
@@ -480,7 +503,7 @@ async fn serve<A: Serves>(
                         Err(e) => return drop(ready.send(Err(e))),
                     };
                     let _ = ready.send(Ok(()));
-                    serve_until(Connections { tcp, write_timeout }, spread_lane, app, closed, abandon).await;
+                    serve_until(Connections { tcp, deadlines }, spread_lane, app, closed, abandon).await;
                     let _ = done.send(());
                     release.cancelled().await;
                 });
@@ -529,10 +552,11 @@ async fn serve_until<A: Serves>(
     let closed = closed.child_token();
     let serving = async move {
         let open = TaskTracker::new();
-        let write_timeout = connections.write_timeout;
+        let deadlines = connections.deadlines;
+        let http1 = http1(deadlines.head);
         let serve = |(tcp, peer, held)| {
-            let io = Connection::new(tcp, held, write_timeout);
-            open.spawn(serve_connection(io, PeerAddr(peer), app.clone(), closed.clone()));
+            let io = Connection::new(tcp, held, deadlines.write);
+            open.spawn(serve_connection(io, PeerAddr(peer), http1.clone(), app.clone(), closed.clone()));
         };
         loop {
             tokio::select! {
@@ -556,6 +580,24 @@ async fn serve_until<A: Serves>(
     }
 }
 
+/// hyper's HTTP/1 server settings for a serving thread's connections (made once, cloned for each):
+/// the [`CONNECTION_BUFFER`] bound and the head deadline.
+///
+/// hyper's head deadline runs only while hyper waits for a head: from the connection's start and
+/// from each answer's end (written and flushed), never while a request's body is read or its
+/// answer awaited or written, so a long stream is not cut by it, nor is a WebSocket session
+/// (hyper hands the connection over at the upgrade). A connection past it is closed without an
+/// answer: hyper sends none, and an idle one simply ends.
+fn http1(head_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .max_buf_size(CONNECTION_BUFFER)
+        .max_header_size(CONNECTION_BUFFER)
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout);
+    http1
+}
+
 /// Serves HTTP/1.1 on one connection, with upgrades (the Codex WebSocket), until the client
 /// leaves or, after `closed`, its exchange in progress ends.
 ///
@@ -564,15 +606,17 @@ async fn serve_until<A: Serves>(
 /// hands them back as hyper's whole first read, so hyper's head parse needed a second read,
 /// which doubled its 8 KiB read buffer: 8 KiB more for every open connection, every open stream
 /// included (performance goal 3).
-async fn serve_connection<A: Serves>(io: Connection, peer: PeerAddr, app: A, closed: CancellationToken) {
+async fn serve_connection<A: Serves>(
+    io: Connection,
+    peer: PeerAddr,
+    http1: hyper::server::conn::http1::Builder,
+    app: A,
+    closed: CancellationToken,
+) {
     let service = axum::Extension(ConnectInfo(peer))
         .layer(app)
         .map_request(|req: Request<hyper::body::Incoming>| req.map(Body::new));
-    let conn = hyper::server::conn::http1::Builder::new()
-        .max_buf_size(CONNECTION_BUFFER)
-        .max_header_size(CONNECTION_BUFFER)
-        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
-        .with_upgrades();
+    let conn = http1.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let served = tokio::select! {
         served = conn.as_mut() => served,
@@ -583,6 +627,9 @@ async fn serve_connection<A: Serves>(io: Connection, peer: PeerAddr, app: A, clo
     };
     match served {
         Err(e) if e.is_parse_too_large() => head_too_large(),
+        Err(e) if e.is_timeout() => {
+            tracing::debug!("closed a connection that sent no whole request head in time (idle or slow)");
+        }
         Err(e) => tracing::trace!(error = %e, "a connection ended with an error"),
         Ok(()) => {}
     }
@@ -615,8 +662,8 @@ fn head_too_large() {
 
 /// The whole application: the [`FrontDoor`] (panics, 503 while shutting down, the `HEAD /` probe,
 /// in-flight tracking) around the routes. People's routes (the JSON API and the web app) add
-/// layers, outermost first: trace -> body limit -> client address -> same-origin check -> change
-/// tracking. The model proxy reads its own bodies after authenticating the key (see
+/// layers, outermost first: trace -> body limit -> body deadline -> client address -> same-origin
+/// check -> change tracking. The model proxy reads its own bodies after authenticating the key (see
 /// `proxy::call`), so it has no body limit layer and stays lean.
 pub type App = FrontDoor<Router>;
 
@@ -647,6 +694,7 @@ pub fn router(state: AppState) -> App {
         .layer(middleware::from_fn_with_state(state.clone(), track_changes))
         .layer(middleware::from_fn_with_state(state.clone(), origin::require_same_origin))
         .layer(middleware::from_fn_with_state(state.clone(), client::attach))
+        .layer(middleware::map_request(body_deadline::in_time))
         .layer(RequestBodyLimitLayer::new(API_BODY_BYTES))
         // The API's and web app's lines name their route; model calls name their request id
         // (see `proxy::call`) and skip this span, which cost 1 % of CPU at c=64.

@@ -353,6 +353,109 @@ async fn request_heads_are_bounded_at_32_kib_and_large_bodies_still_pass_whole()
     assert_eq!(said.len(), 3 * 1024 * 1024, "the whole answer came back");
 }
 
+/// A connection has `SUBLANE_CLIENT_HEADER_TIMEOUT` to send each request head, counted from its
+/// start and from its previous answer's end, so no client holds a connection (a file and its
+/// buffers) open for ever: one that sends nothing, or sends its head a byte at a time, is closed
+/// without an answer, and so is a keep-alive connection left idle. The deadline never runs while
+/// a call is read or answered: a body sent slower than it, an upstream slow to answer, a stream
+/// and a WebSocket turn that take longer run to their end, a connection used more often than the
+/// deadline stays open, and a WebSocket session outlives it.
+#[tokio::test]
+async fn each_request_head_has_a_deadline_and_answers_have_none() {
+    const DEADLINE: Duration = Duration::from_millis(600);
+    let r = Rig::start(&[("SUBLANE_CLIENT_HEADER_TIMEOUT", "600ms")]).await;
+    let addr = r.t.base.trim_start_matches("http://").to_owned();
+    let healthz = format!("GET /healthz HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+    // How long until the server closed `tcp`, counted from `since`, and what it sent until then.
+    async fn closed(tcp: &mut tokio::net::TcpStream, since: std::time::Instant) -> (Duration, Vec<u8>) {
+        let (mut got, mut buf) = (Vec::new(), [0u8; 1024]);
+        loop {
+            let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf));
+            match read.await.expect("the server closes the connection") {
+                Ok(0) | Err(_) => return (since.elapsed(), got),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    // a connection that sends nothing
+    let since = std::time::Instant::now();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (after, got) = closed(&mut tcp, since).await;
+    assert!(got.is_empty() && after >= DEADLINE, "closed after {after:?}, unanswered: {got:?}");
+
+    // a head sent a byte every 50 ms (about four seconds in all): closed before it is whole
+    let since = std::time::Instant::now();
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut read, mut write) = tcp.into_split();
+    let slow = format!("GET /healthz HTTP/1.1\r\nhost: {addr}\r\nx-slow: {}\r\n\r\n", "s".repeat(20));
+    let writer = tokio::spawn(async move {
+        for byte in slow.bytes() {
+            if write.write_all(&[byte]).await.is_err() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    });
+    let mut got = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), read.read_to_end(&mut got)).await.unwrap();
+    let after = since.elapsed();
+    assert!(n.is_err() || got.is_empty(), "no answer to a head that never came whole: {got:?}");
+    assert!(after >= DEADLINE && after < Duration::from_secs(2), "closed after {after:?}");
+    writer.abort();
+
+    // a keep-alive connection: served as long as each request comes within the deadline of the
+    // previous answer (here for about twice the deadline in all), then closed once it stays idle
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    for _ in 0..8 {
+        tcp.write_all(healthz.as_bytes()).await.unwrap();
+        assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200 "));
+        tokio::time::sleep(DEADLINE / 4).await;
+    }
+    // (from before the last request: its answer's end, where the deadline starts, comes after)
+    let since = std::time::Instant::now();
+    tcp.write_all(healthz.as_bytes()).await.unwrap();
+    assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200 "));
+    let (after, got) = closed(&mut tcp, since).await;
+    assert!(got.is_empty() && after >= DEADLINE && after < Duration::from_secs(3), "idle {after:?}: {got:?}");
+
+    // a model call's body sent in four pieces over twice the deadline is read whole and answered
+    let body = serde_json::to_vec(&responses(false)).unwrap();
+    let key = &r.keys["openai_api"];
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {key}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    for piece in body.chunks(body.len().div_ceil(4)) {
+        tokio::time::sleep(DEADLINE / 2).await;
+        tcp.write_all(piece).await.unwrap();
+    }
+    let answered = read_response(&mut tcp).await;
+    assert!(answered.starts_with("HTTP/1.1 200 "), "{answered}");
+
+    // an upstream that takes longer than the deadline to answer, then a stream that does too
+    r.script(OPENAI, json!({"delay_ms": 700, "deltas": 4, "delta_delay_ms": 300})).await;
+    let resp = r.post("openai_api", "/v1/responses").json(&responses(true)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.text().await.unwrap().contains("response.completed"), "the stream ran to its end");
+
+    // and a WebSocket session: a turn longer than the deadline (three pauses of 300 ms between
+    // its deltas), a pause past it, and another turn
+    r.script(CODEX, json!({"deltas": 4, "delta_delay_ms": 300})).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    for pause in [DEADLINE * 3 / 2, Duration::ZERO] {
+        ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+        while next_event(&mut ws).await["type"] != "response.completed" {}
+        tokio::time::sleep(pause).await;
+    }
+    assert_eq!(r.mock.state.calls(CODEX).len(), 2, "both turns went upstream");
+}
+
 /// A refusal that leaves a small request body unread reads it first and keeps the connection
 /// for the client's next request (under overload, a refusal must not also cost a new
 /// connection); a refusal that leaves a larger body unread tells the client the connection ends
