@@ -11,6 +11,9 @@ pub enum Error {
     /// 400 `bad_request`: the request is malformed (unparsable JSON, bad path parameter).
     #[error("{0}")]
     BadRequest(String),
+    /// 408 `request_timeout`: the request's body did not come whole in time.
+    #[error("{0}")]
+    RequestTimeout(String),
     /// 401 `unauthorized`: no valid session.
     #[error("sign in first")]
     Unauthenticated,
@@ -90,6 +93,7 @@ impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthenticated | Error::InvalidCredentials => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
@@ -106,6 +110,7 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::BadRequest(_) => "bad_request",
+            Error::RequestTimeout(_) => "request_timeout",
             Error::Unauthenticated => "unauthorized",
             Error::InvalidCredentials => "invalid_credentials",
             Error::Forbidden(_) => "forbidden",

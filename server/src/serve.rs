@@ -44,6 +44,7 @@ use tower::{Layer as _, ServiceExt as _};
 use tower_http::{limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 mod body_deadline;
+pub use body_deadline::BodyTooSlow;
 mod spread;
 
 use crate::{

@@ -1,5 +1,6 @@
 //! Extractors whose rejections are API errors instead of axum's plain-text ones: bad JSON is 400,
-//! JSON of the wrong shape 422, a missing JSON content type 415, a bad path parameter 400.
+//! JSON of the wrong shape 422, a missing JSON content type 415, a body that did not come whole
+//! in time (`serve::body_deadline`) 408, a bad path parameter 400.
 
 use axum::{
     Json,
@@ -25,9 +26,15 @@ where
             Ok(Json(v)) => Ok(ApiJson(v)),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(Error::UnsupportedMediaType),
             Err(JsonRejection::JsonDataError(e)) => Err(Error::Invalid(e.body_text())),
+            Err(e) if too_slow(&e) => Err(Error::RequestTimeout(crate::serve::BodyTooSlow.to_string())),
             Err(e) => Err(Error::BadRequest(e.body_text())),
         }
     }
+}
+
+/// Whether `e` comes of a body that did not come whole in time (see `serve::body_deadline`).
+fn too_slow(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |e| e.source()).any(|e| e.is::<crate::serve::BodyTooSlow>())
 }
 
 /// A typed path parameter.

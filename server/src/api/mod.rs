@@ -4,7 +4,7 @@
 
 mod accounts;
 mod budgets;
-mod extract;
+pub(crate) mod extract;
 mod keys;
 mod members;
 mod pools;

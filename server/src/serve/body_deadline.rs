@@ -51,11 +51,15 @@ impl http_body::Body for InTime {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
-        // (the deadline first: a client that keeps a few bytes coming must not outrun it)
-        if this.deadline.poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(axum::Error::new(BodyTooSlow))));
+        // (what has come is taken first, so a body already whole is never refused; a client
+        // that trickles its bytes still waits between them, and the body limit bounds the rest)
+        if let Poll::Ready(frame) = this.body.poll_frame(cx) {
+            return Poll::Ready(frame);
         }
-        this.body.poll_frame(cx)
+        match this.deadline.poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyTooSlow)))),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -84,7 +88,13 @@ mod tests {
                 Err(e) => (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
             }
         };
-        Router::new().route("/", post(read)).layer(middleware::map_request(in_time))
+        let json = |crate::api::extract::ApiJson(v): crate::api::extract::ApiJson<serde_json::Value>| async move {
+            axum::Json(v)
+        };
+        Router::new()
+            .route("/", post(read))
+            .route("/json", post(json))
+            .layer(middleware::map_request(in_time))
     }
 
     /// A body sent a chunk every `every`, `chunks` times.
@@ -102,9 +112,14 @@ mod tests {
     /// The route's answer to `body`, and how long it took (failing, not hanging, when a body
     /// outlives the deadline).
     async fn answer(body: Body) -> (StatusCode, String, Duration) {
+        answer_at("/", body).await
+    }
+
+    async fn answer_at(path: &str, body: Body) -> (StatusCode, String, Duration) {
         let started = tokio::time::Instant::now();
         let answered = async {
-            let resp = routes().oneshot(Request::post("/").body(body).unwrap()).await.unwrap();
+            let req = Request::post(path).header("content-type", "application/json").body(body).unwrap();
+            let resp = routes().oneshot(req).await.unwrap();
             let status = resp.status();
             let text = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
             (status, String::from_utf8(text.to_vec()).unwrap())
@@ -131,5 +146,20 @@ mod tests {
         >()))
         .await;
         assert_eq!((status, took), (StatusCode::BAD_REQUEST, API_BODY_DEADLINE));
+        // the JSON API says so: 408 `request_timeout`, as the model paths do
+        let (status, text, took) = answer_at("/json", trickle(usize::MAX, Duration::from_secs(1))).await;
+        assert_eq!((status, took), (StatusCode::REQUEST_TIMEOUT, API_BODY_DEADLINE));
+        assert!(text.contains("\"request_timeout\"") && text.contains("within 60 s"), "{text}");
+        let (status, text, _) = answer_at("/json", Body::from("{\"a\":1}")).await;
+        assert_eq!((status, text.as_str()), (StatusCode::OK, "{\"a\":1}"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_already_whole_is_read_past_the_deadline() {
+        // (a handler that reads its body late: what has come is never refused)
+        let req = in_time(Request::post("/").body(Body::from("whole")).unwrap()).await;
+        tokio::time::sleep(API_BODY_DEADLINE * 2).await;
+        let body = axum::body::to_bytes(req.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(&body[..], b"whole");
     }
 }
