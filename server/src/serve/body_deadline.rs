@@ -14,7 +14,7 @@ use std::{
 use axum::{body::Body, extract::Request};
 
 /// How long a people's request may take to send its whole body, counted from the moment its head
-/// reached the routes: 128 KiB in a minute is a few hundred bytes a second.
+/// reached the routes: 128 KiB in a minute is about 2 KiB a second.
 pub const API_BODY_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Gives `req`'s body [`API_BODY_DEADLINE`] to come whole (a request without a body is left as it
