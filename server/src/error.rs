@@ -12,8 +12,8 @@ pub enum Error {
     #[error("{0}")]
     BadRequest(String),
     /// 408 `request_timeout`: the request's body did not come whole in time.
-    #[error("{0}")]
-    RequestTimeout(String),
+    #[error(transparent)]
+    RequestTimeout(#[from] crate::serve::BodyTooSlow),
     /// 401 `unauthorized`: no valid session.
     #[error("sign in first")]
     Unauthenticated,

@@ -26,7 +26,7 @@ where
             Ok(Json(v)) => Ok(ApiJson(v)),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(Error::UnsupportedMediaType),
             Err(JsonRejection::JsonDataError(e)) => Err(Error::Invalid(e.body_text())),
-            Err(e) if too_slow(&e) => Err(Error::RequestTimeout(crate::serve::BodyTooSlow.to_string())),
+            Err(e) if too_slow(&e) => Err(Error::RequestTimeout(crate::serve::BodyTooSlow)),
             Err(e) => Err(Error::BadRequest(e.body_text())),
         }
     }

@@ -109,13 +109,9 @@ mod tests {
         Body::from_stream(stream)
     }
 
-    /// The route's answer to `body`, and how long it took (failing, not hanging, when a body
-    /// outlives the deadline).
-    async fn answer(body: Body) -> (StatusCode, String, Duration) {
-        answer_at("/", body).await
-    }
-
-    async fn answer_at(path: &str, body: Body) -> (StatusCode, String, Duration) {
+    /// The answer of the route at `path` to `body`, and how long it took (failing, not hanging,
+    /// when a body outlives the deadline).
+    async fn answer(path: &str, body: Body) -> (StatusCode, String, Duration) {
         let started = tokio::time::Instant::now();
         let answered = async {
             let req = Request::post(path).header("content-type", "application/json").body(body).unwrap();
@@ -131,26 +127,27 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_that_comes_whole_in_time_is_read_and_one_that_does_not_is_cut_at_the_deadline() {
-        let (status, text, _) = answer(Body::from("{\"username\":\"admin\"}")).await;
+        let (status, text, _) = answer("/", Body::from("{\"username\":\"admin\"}")).await;
         assert_eq!((status, text.as_str()), (StatusCode::OK, "{\"username\":\"admin\"}"));
         // a byte every second for 59 s: in time
-        let (status, text, took) = answer(trickle(59, Duration::from_secs(1))).await;
+        let (status, text, took) = answer("/", trickle(59, Duration::from_secs(1))).await;
         assert_eq!((status, text.len(), took), (StatusCode::OK, 59, Duration::from_secs(59)));
         // a byte every second for ever: cut at the deadline, though bytes keep coming
-        let (status, text, took) = answer(trickle(usize::MAX, Duration::from_secs(1))).await;
+        let (status, text, took) = answer("/", trickle(usize::MAX, Duration::from_secs(1))).await;
         assert_eq!((status, took), (StatusCode::BAD_REQUEST, API_BODY_DEADLINE));
         assert!(text.contains("did not come whole within 60 s"), "{text}");
         // nothing at all after the head: cut at the deadline too
-        let (status, _, took) = answer(Body::from_stream(futures_util::stream::pending::<
-            Result<axum::body::Bytes, std::io::Error>,
-        >()))
+        let (status, _, took) = answer(
+            "/",
+            Body::from_stream(futures_util::stream::pending::<Result<axum::body::Bytes, std::io::Error>>()),
+        )
         .await;
         assert_eq!((status, took), (StatusCode::BAD_REQUEST, API_BODY_DEADLINE));
         // the JSON API says so: 408 `request_timeout`, as the model paths do
-        let (status, text, took) = answer_at("/json", trickle(usize::MAX, Duration::from_secs(1))).await;
+        let (status, text, took) = answer("/json", trickle(usize::MAX, Duration::from_secs(1))).await;
         assert_eq!((status, took), (StatusCode::REQUEST_TIMEOUT, API_BODY_DEADLINE));
         assert!(text.contains("\"request_timeout\"") && text.contains("within 60 s"), "{text}");
-        let (status, text, _) = answer_at("/json", Body::from("{\"a\":1}")).await;
+        let (status, text, _) = answer("/json", Body::from("{\"a\":1}")).await;
         assert_eq!((status, text.as_str()), (StatusCode::OK, "{\"a\":1}"));
     }
 
