@@ -35,6 +35,13 @@ pub const DEFAULT_CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(100);
 /// The longest head timeout accepted (hyper adds it to the time of day, which must not overflow).
 pub const MAX_CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// The longest a serving thread polls its sockets, after it served a client, before it sleeps
+/// (see `serve::spin`): long enough to cover a near upstream's answer and a near client's next
+/// request, short enough that an idle thread spends next to nothing.
+pub const DEFAULT_SERVE_POLL: Duration = Duration::from_micros(100);
+/// The longest poll window accepted: past a millisecond, polling costs a CPU more than sleeping
+/// would cost the call.
+pub const MAX_SERVE_POLL: Duration = Duration::from_millis(1);
 /// OPS-3: how long open streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -129,6 +136,10 @@ pub struct Settings {
     /// Threads that serve connections, each running its own single-threaded runtime; 0 serves on the runtime that started SubLane [env: SUBLANE_SERVE_THREADS] [default: the number of CPUs]
     #[arg(long, value_name = "N")]
     pub serve_threads: Option<usize>,
+    /// How long a serving thread keeps polling its sockets after it served a client, before it sleeps; adapts to the traffic, at most 1ms; "0s" turns it off [env: SUBLANE_SERVE_POLL] [default: 100us]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub serve_poll: Option<Duration>,
     /// Let the kernel back the process's memory with transparent huge pages: 3-6 % less CPU per call at full load, about 1.5x the resident memory per open stream [env: SUBLANE_HUGE_PAGES] [default: false]
     #[arg(long, value_name = "BOOL")]
     pub huge_pages: Option<bool>,
@@ -420,6 +431,9 @@ pub struct Config {
     /// connection, its calls and their upstream connections stay on one thread, so a call wakes
     /// no other serving thread); 0 serves on the runtime that called [`crate::serve::start`].
     pub serve_threads: usize,
+    /// The longest a serving thread polls its sockets before it sleeps (see `serve::spin`);
+    /// zero never.
+    pub serve_poll: Duration,
     /// Whether the heap may use transparent huge pages (see [`crate::huge_pages`]).
     pub huge_pages: bool,
     /// ADM-6, CD-2: queues and the failure policy.
@@ -554,6 +568,7 @@ impl Settings {
             serve_threads: var("SUBLANE_SERVE_THREADS")
                 .map(|v| v.parse().map_err(|e| env_err("SUBLANE_SERVE_THREADS", e)))
                 .transpose()?,
+            serve_poll: duration("SUBLANE_SERVE_POLL")?,
             huge_pages: parsed(
                 "SUBLANE_HUGE_PAGES",
                 var("SUBLANE_HUGE_PAGES").map(|v| v.to_ascii_lowercase()),
@@ -647,6 +662,7 @@ impl Settings {
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
             workspace_capacity: over.workspace_capacity.or(self.workspace_capacity),
             serve_threads: over.serve_threads.or(self.serve_threads),
+            serve_poll: over.serve_poll.or(self.serve_poll),
             huge_pages: over.huge_pages.or(self.huge_pages),
             queue_timeout: over.queue_timeout.or(self.queue_timeout),
             queue_capacity: over.queue_capacity.or(self.queue_capacity),
@@ -730,6 +746,13 @@ impl Settings {
                 humantime::format_duration(client_header_timeout)
             )));
         }
+        let serve_poll = self.serve_poll.unwrap_or(DEFAULT_SERVE_POLL);
+        if serve_poll > MAX_SERVE_POLL {
+            return Err(ConfigError::Invalid(format!(
+                "the serve poll must be at most 1ms (got {})",
+                humantime::format_duration(serve_poll)
+            )));
+        }
         let defaults = crate::scheduler::Settings::default();
         let scheduler = crate::scheduler::Settings {
             queue_timeout: self.queue_timeout.unwrap_or(defaults.queue_timeout),
@@ -794,6 +817,7 @@ impl Settings {
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
             workspace_capacity,
             serve_threads,
+            serve_poll,
             huge_pages: self.huge_pages.unwrap_or(false),
             scheduler,
             models,
@@ -927,6 +951,21 @@ mod tests {
         let bad =
             Config::load(cli(&[]), env(&[("SUBLANE_HUGE_PAGES", "sometimes")])).unwrap_err().to_string();
         assert!(bad.contains("SUBLANE_HUGE_PAGES"), "{bad}");
+    }
+
+    #[test]
+    fn the_serve_poll_is_on_unless_turned_off_and_bounded() {
+        let poll =
+            |args: &[&str], vars: &[(&str, &str)]| Config::load(cli(args), env(vars)).map(|c| c.serve_poll);
+        assert_eq!(poll(&[], &[]).unwrap(), DEFAULT_SERVE_POLL);
+        assert_eq!(poll(&[], &[("SUBLANE_SERVE_POLL", "0s")]).unwrap(), Duration::ZERO, "0 turns it off");
+        let flag = poll(&["--serve-poll", "250us"], &[("SUBLANE_SERVE_POLL", "0s")]).unwrap();
+        assert_eq!(flag, Duration::from_micros(250), "the flag wins over the environment");
+        assert_eq!(poll(&[], &[("SUBLANE_SERVE_POLL", "1ms")]).unwrap(), MAX_SERVE_POLL);
+        let over = poll(&[], &[("SUBLANE_SERVE_POLL", "2ms")]).unwrap_err().to_string();
+        assert!(over.contains("at most 1ms"), "{over}");
+        let bad = poll(&[], &[("SUBLANE_SERVE_POLL", "briefly")]).unwrap_err().to_string();
+        assert!(bad.contains("SUBLANE_SERVE_POLL"), "{bad}");
     }
 
     #[test]

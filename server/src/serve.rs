@@ -45,6 +45,7 @@ use tower_http::{limit::RequestBodyLimitLayer, trace::TraceLayer};
 
 mod body_deadline;
 pub use body_deadline::BodyTooSlow;
+mod spin;
 mod spread;
 
 use crate::{
@@ -161,6 +162,8 @@ pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
 pub struct Connections {
     tcp: TcpListener,
     deadlines: Deadlines,
+    /// The longest a serving thread polls its connections before it sleeps (see [`spin`]).
+    poll_window: Duration,
 }
 
 /// A connection's deadlines.
@@ -178,9 +181,15 @@ impl Connections {
     /// and that waits `client_header_timeout` for each request head. The connection's own write
     /// deadline outlasts the relay's, so a stalled stream is ended (and recorded) by its relay
     /// first; the connection goes after.
-    fn new(tcp: TcpListener, client_write_timeout: Duration, client_header_timeout: Duration) -> Self {
+    /// Its serving threads poll for at most `poll_window` before they sleep.
+    fn new(
+        tcp: TcpListener,
+        client_write_timeout: Duration,
+        client_header_timeout: Duration,
+        poll_window: Duration,
+    ) -> Self {
         let deadlines = Deadlines { write: client_write_timeout * 2, head: client_header_timeout };
-        Connections { tcp, deadlines }
+        Connections { tcp, deadlines, poll_window }
     }
 
     /// The next connection waiting (axum's accept: it backs off on errors such as running out
@@ -213,6 +222,7 @@ impl tokio::io::AsyncRead for Connection {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
+        spin::active();
         self.get_mut().io.as_mut().poll_read(cx, buf)
     }
 }
@@ -223,6 +233,7 @@ impl tokio::io::AsyncWrite for Connection {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
+        spin::active();
         self.get_mut().io.as_mut().poll_write(cx, buf)
     }
 
@@ -231,6 +242,7 @@ impl tokio::io::AsyncWrite for Connection {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
+        spin::active();
         self.get_mut().io.as_mut().poll_write_vectored(cx, bufs)
     }
 
@@ -306,7 +318,12 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartEr
         tasks: TaskTracker::new(),
     });
     let tasks = lifecycle.tasks.clone();
-    let connections = Connections::new(listener, config.client_write_timeout, config.client_header_timeout);
+    let connections = Connections::new(
+        listener,
+        config.client_write_timeout,
+        config.client_header_timeout,
+        config.serve_poll,
+    );
     let serve_threads = config.serve_threads;
     let grace = config.shutdown_grace;
     let tokens = Arc::new(Tokens::new(
@@ -436,6 +453,7 @@ pub async fn serve_forever<A: Serves>(
         listener,
         crate::config::DEFAULT_CLIENT_WRITE_TIMEOUT,
         crate::config::DEFAULT_CLIENT_HEADER_TIMEOUT,
+        crate::config::DEFAULT_SERVE_POLL,
     );
     let Serving { ended, closed, abandon, release } = serve(threads, connections, app, name).await?;
     let _keep = [closed, abandon, release].map(CancellationToken::drop_guard);
@@ -482,7 +500,7 @@ async fn serve<A: Serves>(
         let ended = Box::pin(async move { serving.await.map_err(std::io::Error::other) });
         return Ok(Serving { ended, closed, abandon, release });
     }
-    let Connections { tcp, deadlines } = connections;
+    let Connections { tcp, deadlines, poll_window } = connections;
     let listener = tcp.into_std()?;
     let stop = || [&closed, &abandon, &release].into_iter().for_each(CancellationToken::cancel);
     let (mut readies, mut ends) = (Vec::with_capacity(threads), Vec::with_capacity(threads));
@@ -494,7 +512,11 @@ async fn serve<A: Serves>(
             std::thread::Builder::new().name(format!("{name}-{lane}")).spawn(move || {
                 let (closed, abandon, release, app) = tokens;
                 crate::proxy::client::enter_lane(lane);
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let mut builder = tokio::runtime::Builder::new_current_thread();
+                if !poll_window.is_zero() {
+                    spin::hook(&mut builder, poll_window);
+                }
+                let runtime = match builder.enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(e) => return drop(ready.send(Err(e))),
                 };
@@ -504,7 +526,17 @@ async fn serve<A: Serves>(
                         Err(e) => return drop(ready.send(Err(e))),
                     };
                     let _ = ready.send(Ok(()));
-                    serve_until(Connections { tcp, deadlines }, spread_lane, app, closed, abandon).await;
+                    if !poll_window.is_zero() {
+                        tokio::spawn(spin::keeper());
+                    }
+                    serve_until(
+                        Connections { tcp, deadlines, poll_window },
+                        spread_lane,
+                        app,
+                        closed,
+                        abandon,
+                    )
+                    .await;
                     let _ = done.send(());
                     release.cancelled().await;
                 });
