@@ -180,8 +180,8 @@ impl Connections {
     /// Connections for a server whose relays give up on a client after `client_write_timeout`,
     /// and that waits `client_header_timeout` for each request head. The connection's own write
     /// deadline outlasts the relay's, so a stalled stream is ended (and recorded) by its relay
-    /// first; the connection goes after.
-    /// Its serving threads poll for at most `poll_window` before they sleep.
+    /// first; the connection goes after. Its serving threads poll for at most `poll_window`
+    /// before they sleep.
     fn new(
         tcp: TcpListener,
         client_write_timeout: Duration,
@@ -513,9 +513,7 @@ async fn serve<A: Serves>(
                 let (closed, abandon, release, app) = tokens;
                 crate::proxy::client::enter_lane(lane);
                 let mut builder = tokio::runtime::Builder::new_current_thread();
-                if !poll_window.is_zero() {
-                    spin::hook(&mut builder, poll_window);
-                }
+                let keeper = spin::hook(&mut builder, poll_window);
                 let runtime = match builder.enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(e) => return drop(ready.send(Err(e))),
@@ -526,8 +524,8 @@ async fn serve<A: Serves>(
                         Err(e) => return drop(ready.send(Err(e))),
                     };
                     let _ = ready.send(Ok(()));
-                    if !poll_window.is_zero() {
-                        tokio::spawn(spin::keeper());
+                    if let Some(keeper) = keeper {
+                        tokio::spawn(keeper);
                     }
                     serve_until(
                         Connections { tcp, deadlines, poll_window },

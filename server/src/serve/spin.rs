@@ -138,10 +138,17 @@ pub(super) fn active() {
     ACTIVITY.set(ACTIVITY.get().wrapping_add(1));
 }
 
-/// Gives `builder` (a serving thread's runtime) the hooks, with `longest` (not zero) as the
-/// longest window. The thread must then spawn a [`keeper`] on it.
-pub(super) fn hook(builder: &mut tokio::runtime::Builder, longest: Duration) {
+/// Gives `builder` (a serving thread's runtime) the hooks, with `longest` as the longest window,
+/// and the [`keeper`] the thread must then spawn on it; nothing where `longest` is zero (off).
+pub(super) fn hook(
+    builder: &mut tokio::runtime::Builder,
+    longest: Duration,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    if longest.is_zero() {
+        return None;
+    }
     builder.on_thread_park(move || before_park(longest)).on_thread_unpark(after_unpark);
+    Some(keeper())
 }
 
 /// The runtime's `on_thread_park` hook: a thread that polls instead wakes the keeper, so tokio
@@ -158,7 +165,12 @@ fn before_park(longest: Duration) {
 
 /// The runtime's `on_thread_unpark` hook.
 fn after_unpark() {
-    GOVERNOR.with_borrow_mut(|governor| governor.as_mut().map(|g| g.woke(Instant::now())));
+    // (the time only after a sleep: every turn of polling unparks too)
+    GOVERNOR.with_borrow_mut(|governor| {
+        if let Some(g) = governor.as_mut().filter(|g| g.asleep.is_some()) {
+            g.woke(Instant::now());
+        }
+    });
 }
 
 /// This thread's counts (zero where it has no governor).
@@ -168,7 +180,7 @@ pub fn counts() -> Counts {
 }
 
 /// The task [`before_park`] wakes; it never ends (it goes with its runtime).
-pub(super) async fn keeper() {
+async fn keeper() {
     std::future::poll_fn(|cx| {
         KEEPER.with_borrow_mut(|keeper| match keeper {
             Some(waker) if waker.will_wake(cx.waker()) => {}
@@ -184,6 +196,11 @@ mod tests {
     use super::*;
 
     const LONGEST: Duration = Duration::from_micros(100);
+
+    /// A governor whose window is already `window`.
+    fn polling_for(window: Duration) -> Governor {
+        Governor { window, ..Governor::new(LONGEST) }
+    }
 
     fn us(n: u64) -> Duration {
         Duration::from_micros(n)
@@ -202,8 +219,7 @@ mod tests {
     #[test]
     fn it_polls_for_the_window_after_each_activity_and_no_longer() {
         let t0 = Instant::now();
-        let mut g = Governor::new(LONGEST);
-        g.window = us(50);
+        let mut g = polling_for(us(50));
         assert!(g.polls(1, t0));
         assert!(g.polls(1, t0 + us(49)));
         assert!(g.polls(2, t0 + us(60)), "new activity: a new window from now");
@@ -216,8 +232,7 @@ mod tests {
     #[test]
     fn a_wake_that_brings_nothing_does_not_end_the_wait() {
         let t0 = Instant::now();
-        let mut g = Governor::new(LONGEST);
-        g.window = us(50);
+        let mut g = polling_for(us(50));
         assert!(g.polls(1, t0));
         assert!(!g.polls(1, t0 + us(50)));
         // (the socket's room to write came back)
