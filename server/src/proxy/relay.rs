@@ -16,7 +16,7 @@ use std::{future::Future, time::Duration};
 
 use axum::body::{Body, Bytes};
 use futures_util::StreamExt;
-use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
+use tokio::time::{Instant, sleep_until};
 
 use crate::{
     chat::stream::Transform,
@@ -206,9 +206,11 @@ async fn deliver(tx: &pipe::Sender, bytes: Bytes, timing: &Timing, hard_stop: &H
 /// once when the relay stops, whoever stopped it.
 ///
 /// The task lives as long as the stream, so its size is paid per open stream (performance goal
-/// 3): it waits on one timer for the earliest of the total deadline, the drain window and the
-/// idle timeout, and on one wait each for the client's leaving and the hard stop, made once
-/// rather than anew for every chunk (which also armed and disarmed a timer per chunk).
+/// 3): it waits on one timer for the earliest of the total deadline, the drain window, the idle
+/// timeout and the next heartbeat, and on one wait each for the client's leaving and the hard
+/// stop, made once rather than anew for every chunk (which also armed and disarmed a timer per
+/// chunk). The heartbeat had a timer of its own (tokio's `Interval`, which boxes its timer):
+/// about 150 bytes more for every open stream.
 pub fn relay<S, E, F, Fut>(
     mut upstream: S,
     first: Option<Bytes>,
@@ -234,16 +236,20 @@ where
     let task = async move {
         let mut client_gone: Option<Instant> = None;
         let mut last_upstream = Instant::now();
-        let mut beat = interval_at(Instant::now() + timing.heartbeat, timing.heartbeat);
-        beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // What the client was last sent (a chunk or a heartbeat): the next heartbeat is due one
+        // period after it.
+        let mut last_sent = Instant::now();
         let mut left = std::pin::pin!(tx.closed());
         let mut stopped = std::pin::pin!(hard_stop.hard_stop.cancelled());
         let mut wake = std::pin::pin!(sleep_until(timing.deadline));
         let stop = loop {
             let drain_until = client_gone.zip(timing.drain_after_cancel).map(|(t, d)| t + d);
             let idle_until = timing.idle_timeout.map(|d| last_upstream + d);
+            // A heartbeat goes only between events, and never to a client that left.
+            let beat_at =
+                (client_gone.is_none() && splitter.at_boundary()).then(|| last_sent + timing.heartbeat);
             let earliest =
-                [drain_until, idle_until].into_iter().flatten().fold(timing.deadline, Instant::min);
+                [drain_until, idle_until, beat_at].into_iter().flatten().fold(timing.deadline, Instant::min);
             if wake.deadline() != earliest {
                 // Usually later (the idle timeout moving on): tokio then only notes the new time.
                 wake.as_mut().reset(earliest);
@@ -260,7 +266,7 @@ where
                         }
                         match out.filter(|_| client_gone.is_none()) {
                             Some(out) => {
-                                beat.reset();
+                                last_sent = Instant::now();
                                 deliver(&tx, out, &timing, &hard_stop).await
                             }
                             None => Delivery::Sent,
@@ -270,12 +276,10 @@ where
                     None => break Stop::Done,
                 },
                 () = &mut left, if client_gone.is_none() => Delivery::ClientGone,
-                _ = beat.tick(), if client_gone.is_none() && splitter.at_boundary() => {
-                    deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
-                }
-                // `wake` is the earliest of the three. When several have passed by the time the
-                // task runs, the same order decides as when each had a timer of its own: the total
-                // deadline, the hard stop, the drain window, then the idle timeout.
+                // `wake` is the earliest of the four. When several have passed by the time the
+                // task runs, the first of these decides: the total deadline, the hard stop, the
+                // drain window, the idle timeout, then the heartbeat (a stream that ends sends no
+                // heartbeat due as it ends; with a timer of its own, one went first).
                 () = &mut wake => {
                     let now = Instant::now();
                     if now >= timing.deadline {
@@ -284,8 +288,16 @@ where
                         break Stop::ShutDown;
                     } else if drain_until.is_some_and(|d| d <= now) {
                         break Stop::Done;
+                    } else if idle_until.is_some_and(|d| d <= now) {
+                        break Stop::IdleTimedOut;
                     }
-                    break Stop::IdleTimedOut;
+                    // (the heartbeat's time, or the loop looks again)
+                    if beat_at.is_some_and(|b| b <= now) {
+                        last_sent = now;
+                        deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
+                    } else {
+                        Delivery::Sent
+                    }
                 }
                 () = &mut stopped => break Stop::ShutDown,
             };
@@ -342,6 +354,7 @@ mod tests {
         sync::{Arc, Mutex},
     };
 
+    use futures_util::FutureExt as _;
     use tokio::sync::mpsc;
 
     use super::*;
@@ -434,6 +447,39 @@ mod tests {
         assert_eq!(end.observation.usage.input, Some(3));
         // the first delta was complete only when its blank line arrived, at t = 10 s + 25 s
         assert_eq!(end.observation.first_output, Some(Duration::from_secs(35)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forwarded_chunk_puts_the_next_heartbeat_a_period_after_it() {
+        let (up, stream) = upstream();
+        let (_ended, on_end) = capture();
+        let t0 = Instant::now();
+        let mut body =
+            start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end).into_data_stream();
+        tokio::task::yield_now().await; // the relay starts at t = 0
+        tokio::time::advance(Duration::from_secs(6)).await;
+        up.send(Ok(Bytes::from_static(b"event: response.created\ndata: {}\n\n"))).await.unwrap();
+        assert_eq!(&next(&mut body).await[..], b"event: response.created\ndata: {}\n\n");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        tokio::task::yield_now().await;
+        assert!(body.next().now_or_never().is_none(), "no heartbeat 10 s after the start, 5 s after a chunk");
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(16), "10 s after the chunk");
+        drop(up);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_timeout_ends_a_stream_before_a_heartbeat_due_at_the_same_time() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut t = timing(None);
+        t.idle_timeout = Some(Duration::from_secs(20));
+        let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT, "at 10 s");
+        assert!(body.next().await.is_none(), "at 20 s the stream ends, without the heartbeat due then");
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
+        drop(up);
     }
 
     #[tokio::test(start_paused = true)]
