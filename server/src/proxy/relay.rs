@@ -1,7 +1,7 @@
 //! The streaming relay (PX-6, CD-6, ADM-5). One task per stream owns the upstream response: it
 //! forwards every chunk to the client unchanged as it arrives (no whole-body buffering), watches
-//! the events go by, sends an SSE comment heartbeat after 10 s of upstream silence (only between
-//! events, never inside one), and ends at the total deadline.
+//! the events go by, sends an SSE comment heartbeat when the client has been sent nothing for 10 s
+//! (only between events, never inside one), and ends at the total deadline.
 //!
 //! When the client goes away the upstream request is dropped, which cancels it; for Codex the
 //! relay may first keep reading for a short drain window to collect the final usage (ADM-5).
@@ -245,9 +245,11 @@ where
         let stop = loop {
             let drain_until = client_gone.zip(timing.drain_after_cancel).map(|(t, d)| t + d);
             let idle_until = timing.idle_timeout.map(|d| last_upstream + d);
-            // A heartbeat goes only between events, and never to a client that left.
-            let beat_at =
-                (client_gone.is_none() && splitter.at_boundary()).then(|| last_sent + timing.heartbeat);
+            // A heartbeat goes only between the client's events, and never to a client that left.
+            // A rewritten stream reaches the client in whole events, so only a stream passed as
+            // it comes can be inside one (the upstream's).
+            let between_events = rewrite.is_some() || splitter.at_boundary();
+            let beat_at = (client_gone.is_none() && between_events).then(|| last_sent + timing.heartbeat);
             let earliest =
                 [drain_until, idle_until, beat_at].into_iter().flatten().fold(timing.deadline, Instant::min);
             if wake.deadline() != earliest {
@@ -266,8 +268,10 @@ where
                         }
                         match out.filter(|_| client_gone.is_none()) {
                             Some(out) => {
+                                let delivery = deliver(&tx, out, &timing, &hard_stop).await;
+                                // (after the send: one that waited for room was sent when it ended)
                                 last_sent = Instant::now();
-                                deliver(&tx, out, &timing, &hard_stop).await
+                                delivery
                             }
                             None => Delivery::Sent,
                         }
@@ -293,8 +297,9 @@ where
                     }
                     // (the heartbeat's time, or the loop looks again)
                     if beat_at.is_some_and(|b| b <= now) {
-                        last_sent = now;
-                        deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await
+                        let delivery = deliver(&tx, Bytes::from_static(HEARTBEAT), &timing, &hard_stop).await;
+                        last_sent = Instant::now();
+                        delivery
                     } else {
                         Delivery::Sent
                     }
@@ -479,6 +484,110 @@ mod tests {
         assert!(body.next().await.is_none(), "at 20 s the stream ends, without the heartbeat due then");
         tokio::task::yield_now().await;
         assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
+        drop(up);
+    }
+
+    /// Queues 16 whole events at t = 0 to a client that does not read them: the relay's queue
+    /// to it is full.
+    async fn fill_the_queue(up: &mpsc::Sender<io::Result<Bytes>>) {
+        for _ in 0..16 {
+            up.send(Ok(Bytes::from_static(b"data: {}\n\n"))).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_into_a_full_queue_waits_for_room_and_the_next_is_a_period_after_it_went() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let t0 = Instant::now();
+        let mut body =
+            start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end).into_data_stream();
+        fill_the_queue(&up).await;
+        // the heartbeat falls due at 10 s and waits; the client reads everything at 30 s
+        tokio::time::advance(Duration::from_secs(10)).await;
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(20)).await;
+        for _ in 0..16 {
+            assert_eq!(&next(&mut body).await[..], b"data: {}\n\n");
+        }
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT, "the waiting heartbeat, after the events");
+        tokio::task::yield_now().await;
+        assert!(body.next().now_or_never().is_none(), "none again at once");
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(40), "a period after the last one went");
+        assert!(ended.lock().unwrap().is_none());
+        drop(up);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_chunk_that_waited_for_room_puts_the_next_heartbeat_a_period_after_it_went() {
+        let (up, stream) = upstream();
+        let (_ended, on_end) = capture();
+        let t0 = Instant::now();
+        let mut body =
+            start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end).into_data_stream();
+        fill_the_queue(&up).await;
+        // a 17th event at 5 s waits for room; the client reads everything at 30 s
+        tokio::time::advance(Duration::from_secs(5)).await;
+        up.send(Ok(Bytes::from_static(b"data: {}\n\n"))).await.unwrap();
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(25)).await;
+        for _ in 0..17 {
+            assert_eq!(&next(&mut body).await[..], b"data: {}\n\n");
+        }
+        tokio::task::yield_now().await;
+        assert!(body.next().now_or_never().is_none(), "no heartbeat at once");
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(40));
+        drop(up);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_to_a_client_that_never_reads_ends_the_stream_at_the_write_deadline() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let body = start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end);
+        fill_the_queue(&up).await;
+        // the heartbeat falls due at 10 s; its send may wait 60 s
+        tokio::time::advance(Duration::from_secs(10)).await;
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(59_900)).await;
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().is_none(), "still waiting for room");
+        tokio::time::advance(Duration::from_millis(100)).await;
+        tokio::time::timeout(Duration::from_secs(1), up.closed()).await.expect("the upstream is dropped");
+        tokio::task::yield_now().await;
+        let end = ended.lock().unwrap().take().unwrap();
+        assert!(end.stalled && !end.timed_out);
+        drop(body);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rewritten_stream_gets_heartbeats_while_an_upstream_event_is_half_read() {
+        // The client of a rewritten stream is sent whole events only: half an upstream event
+        // leaves it between two, where a heartbeat may go.
+        let (up, stream) = upstream();
+        let (_ended, on_end) = capture();
+        let t0 = Instant::now();
+        let (body, task) = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Gemini),
+            timing(None),
+            HardStop::default(),
+            Some(Rewrite::Envelope),
+            on_end,
+        );
+        tokio::spawn(task);
+        let mut body = body.into_data_stream();
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(5)).await;
+        up.send(Ok(Bytes::from_static(b"data: {\"response\": {\"a\": 1}}\n"))).await.unwrap();
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(10));
+        up.send(Ok(Bytes::from_static(b"\n"))).await.unwrap();
+        assert_eq!(&next(&mut body).await[..], b"data: {\"a\": 1}\n\n");
         drop(up);
     }
 
