@@ -61,6 +61,20 @@ def _api(base):
     return post
 
 
+def _scripter(mock_url):
+    """Sets the mock upstream's script (its JSON `Script`) for the accounts with these tokens."""
+
+    def script(body, tokens):
+        for token in tokens:
+            req = urllib.request.Request(
+                f"{mock_url}/__mock/accounts/{token}", data=json.dumps(body).encode(), method="PUT",
+                headers={"Content-Type": "application/json"},
+            )
+            urllib.request.urlopen(req).close()
+
+    return script
+
+
 @pytest.fixture(scope="session")
 def gateway():
     mock = subprocess.Popen([BIN / "mock-upstream", "--addr", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
@@ -93,7 +107,7 @@ def gateway():
             api("/api/accounts", account)
         key = api("/api/me/keys", {"name": "sdk"})["secret"]
         secrets.append(key)
-        yield types.SimpleNamespace(base=base, key=key, mock=mock_url)
+        yield types.SimpleNamespace(base=base, key=key, mock=mock_url, script=_scripter(mock_url))
     finally:
         for proc in (sublane, mock):
             proc.terminate()

@@ -27,6 +27,19 @@ def test_generate_content_stream(gateway):
     assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
 
 
+def test_a_stream_silent_for_longer_than_the_heartbeat_period_reaches_the_client_whole(gateway):
+    # SSE streams get a comment heartbeat after 10 s without a byte to send (CD-6). Google's own
+    # streams carry no comments, and google-genai reads a line that is not `data: ...` as a JSON
+    # document: a comment would end its stream with an error.
+    gateway.script({"deltas": 2, "delta_delay_ms": 10_500}, ("sdk-antigravity",))
+    try:
+        c = client(gateway)
+        chunks = list(c.models.generate_content_stream(model="gemini-3.1-pro-low", contents="Say hi"))
+    finally:
+        gateway.script({}, ("sdk-antigravity",))
+    assert [c.text for c in chunks] == ["Hello", "Hello"]
+
+
 def test_bad_key(gateway):
     c = client(gateway, key="sk-sl-wrong")
     try:

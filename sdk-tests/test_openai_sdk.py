@@ -106,18 +106,6 @@ def test_chat_parameter_without_an_equivalent_is_a_bad_request(gateway):
     assert err.value.param == "stop"
 
 
-def _script(gateway, script, tokens=("sdk-codex",)):
-    import json
-    import urllib.request
-
-    for token in tokens:
-        req = urllib.request.Request(
-            f"{gateway.mock}/__mock/accounts/{token}", data=json.dumps(script).encode(), method="PUT",
-            headers={"Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(req).close()
-
-
 WEATHER = [{
     "type": "function",
     "function": {"name": "weather", "description": "Weather by city",
@@ -138,7 +126,7 @@ FAMILIES = {
 def test_chat_completion_with_parallel_tool_calls(gateway, family):
     model, tokens = FAMILIES[family]
     calls = [{"name": "weather", "arguments": '{"city":"Paris"}'}, {"name": "weather", "arguments": '{"city":"Rome"}'}]
-    _script(gateway, {"function_calls": calls}, tokens)
+    gateway.script({"function_calls": calls}, tokens)
     try:
         c = client(gateway)
         ask = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris and Rome?"}]
@@ -162,11 +150,11 @@ def test_chat_completion_with_parallel_tool_calls(gateway, family):
         # calls: tool_use ids, function response counts, Gemini 3 thought signatures)
         follow = ask + [choice.message.model_dump(exclude_none=True)] + [
             {"role": "tool", "tool_call_id": t.id, "content": "sunny"} for t in choice.message.tool_calls]
-        _script(gateway, {}, tokens)
+        gateway.script({}, tokens)
         again = c.chat.completions.create(model=model, messages=follow, tools=WEATHER)
         assert again.choices[0].message.content == "HelloHelloHello"
     finally:
-        _script(gateway, {}, tokens)
+        gateway.script({}, tokens)
 
 
 def test_chat_completion_through_a_claude_account(gateway):

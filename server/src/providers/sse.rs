@@ -33,7 +33,8 @@ pub struct Splitter {
 }
 
 impl Splitter {
-    /// Whether no partial event is pending: only then may a heartbeat comment be inserted.
+    /// Whether no partial event is pending: only then may a heartbeat comment go into a stream
+    /// passed on as it comes.
     pub fn at_boundary(&self) -> bool {
         self.buf.is_empty() && !self.skipping
     }

@@ -53,8 +53,18 @@ use crate::{
     },
 };
 
-/// CD-6: SSE heartbeat period while the upstream is silent.
+/// CD-6: SSE heartbeat period: a comment when the client has been sent nothing for this long.
 pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The heartbeat a streaming client of `op` gets: none for a Gemini client. Google's own streams
+/// carry no comment lines and its SDKs read none: google-genai (Python) takes any line not
+/// `data: ...` for a JSON document and ends the stream with an error on `: keep-alive`, and
+/// `@google/genai` (Gemini CLI; the versions read) matches each event from the start of what it
+/// has buffered, so a comment there holds back every event after it and the stream ends in an
+/// error. A blank line fails the latter too: such a client keeps the silence a Google stream has.
+pub fn heartbeat_for(op: crate::providers::Operation) -> Option<std::time::Duration> {
+    (op.grammar() != crate::providers::Grammar::Gemini).then_some(HEARTBEAT)
+}
 /// ADM-5: reading on after a client cancels a Codex stream, to collect final usage.
 pub const CODEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
 /// Largest non-streaming upstream answer read (a Responses answer may carry generated images).
@@ -494,7 +504,7 @@ fn answer<'a>(
             }
             let timing = Timing {
                 started: attempt.started,
-                heartbeat: HEARTBEAT,
+                heartbeat: heartbeat_for(spec.op),
                 deadline,
                 idle_timeout: s.workspace_settings.stream_idle_timeout(),
                 drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
@@ -1008,5 +1018,16 @@ mod tests {
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
         assert_ne!(id, random_session_id());
+    }
+
+    #[test]
+    fn every_streaming_client_but_a_gemini_one_gets_the_heartbeat() {
+        use crate::providers::Operation::*;
+        for op in [Responses, ResponsesCompact, ChatCompletions, Messages, CountTokens] {
+            assert_eq!(heartbeat_for(op), Some(HEARTBEAT), "{op:?}");
+        }
+        for op in [GeminiGenerate, GeminiStream] {
+            assert_eq!(heartbeat_for(op), None, "{op:?}");
+        }
     }
 }

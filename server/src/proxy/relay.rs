@@ -31,8 +31,9 @@ pub const HEARTBEAT: &[u8] = b": keep-alive\n\n";
 pub struct Timing {
     /// When gateway processing started (first output is measured from here, REC-7).
     pub started: Instant,
-    /// CD-6: heartbeat period while the upstream is silent.
-    pub heartbeat: Duration,
+    /// CD-6: the heartbeat's period: one is sent when the client has been sent nothing for this
+    /// long. `None` for a client that cannot read one (see `proxy::call::heartbeat_for`).
+    pub heartbeat: Option<Duration>,
     /// CD-6: total request deadline.
     pub deadline: Instant,
     /// CD-6: optional idle timeout counting upstream bytes only (heartbeats never reset it).
@@ -249,7 +250,9 @@ where
             // A rewritten stream reaches the client in whole events, so only a stream passed as
             // it comes can be inside one (the upstream's).
             let between_events = rewrite.is_some() || splitter.at_boundary();
-            let beat_at = (client_gone.is_none() && between_events).then(|| last_sent + timing.heartbeat);
+            let beat_at = (timing.heartbeat)
+                .filter(|_| client_gone.is_none() && between_events)
+                .map(|period| last_sent + period);
             let earliest =
                 [drain_until, idle_until, beat_at].into_iter().flatten().fold(timing.deadline, Instant::min);
             if wake.deadline() != earliest {
@@ -369,7 +372,7 @@ mod tests {
         let now = Instant::now();
         Timing {
             started: now,
-            heartbeat: Duration::from_secs(10),
+            heartbeat: Some(Duration::from_secs(10)),
             deadline: now + Duration::from_secs(1800),
             idle_timeout: None,
             drain_after_cancel: drain,
@@ -471,6 +474,24 @@ mod tests {
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         assert_eq!(Instant::now() - t0, Duration::from_secs(16), "10 s after the chunk");
         drop(up);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_without_a_heartbeat_sends_only_what_the_upstream_sends() {
+        let (up, stream) = upstream();
+        let (_ended, on_end) = capture();
+        let t0 = Instant::now();
+        let mut t = timing(None);
+        t.heartbeat = None;
+        let mut body = start(stream, Grammar::Gemini, t, HardStop::default(), on_end).into_data_stream();
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(35)).await;
+        tokio::task::yield_now().await;
+        up.send(Ok(Bytes::from_static(b"data: {}\n\n"))).await.unwrap();
+        assert_eq!(&next(&mut body).await[..], b"data: {}\n\n", "nothing before it");
+        assert_eq!(Instant::now() - t0, Duration::from_secs(35));
+        drop(up);
+        assert!(body.next().await.is_none());
     }
 
     #[tokio::test(start_paused = true)]
