@@ -82,6 +82,25 @@ impl Rig {
 
 const RESPONSES_BODY: &str = r#"{"model":"gpt-5.1-codex","stream":true,"store":false,"input":[{"role":"user","content":[{"type":"input_text","text":"MARKER-PROMPT-51e9"}]}],"prompt_cache_key":"sess-1"}"#;
 
+/// CD-6: a streaming client that has been sent nothing for 10 s gets a `: keep-alive` comment,
+/// as an event of its own between the upstream's (a Gemini client gets none: the google-genai
+/// test in sdk-tests).
+#[tokio::test]
+async fn a_stream_silent_for_the_heartbeat_period_gets_a_comment_between_its_events() {
+    let r = Rig::start().await;
+    r.script(CODEX_TOKEN, json!({"deltas": 2, "delta_delay_ms": 10_500})).await;
+    let resp =
+        r.post("/v1/responses").header("content-type", "application/json").body(RESPONSES_BODY).send().await;
+    let text = resp.unwrap().text().await.unwrap();
+    let deltas: Vec<usize> =
+        text.match_indices("event: response.output_text.delta").map(|(at, _)| at).collect();
+    assert_eq!(deltas.len(), 2, "{text}");
+    assert_eq!(text.matches(": keep-alive").count(), 1, "{text}");
+    let beat = text.find(": keep-alive\n\n").unwrap();
+    assert!(deltas[0] < beat && beat < deltas[1], "between the two deltas: {text}");
+    assert!(text[..beat].ends_with("\n\n"), "after a whole event: {text}");
+}
+
 #[tokio::test]
 async fn responses_stream_relays_events_unchanged_and_records_usage() {
     let r = Rig::start().await;

@@ -1,7 +1,8 @@
 //! The streaming relay (PX-6, CD-6, ADM-5). One task per stream owns the upstream response: it
 //! forwards every chunk to the client unchanged as it arrives (no whole-body buffering), watches
 //! the events go by, sends an SSE comment heartbeat when the client has been sent nothing for 10 s
-//! (only between events, never inside one), and ends at the total deadline.
+//! (only between events, never inside one; a Gemini client gets none), and ends at the total
+//! deadline.
 //!
 //! When the client goes away the upstream request is dropped, which cancels it; for Codex the
 //! relay may first keep reading for a short drain window to collect the final usage (ADM-5).
@@ -562,6 +563,59 @@ mod tests {
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         assert_eq!(Instant::now() - t0, Duration::from_secs(40));
         drop(up);
+    }
+
+    /// A relay with a 30 s idle timeout whose 17th event, at 5 s, waits for room until the client
+    /// reads everything at 45 s; `meanwhile` runs at 40 s. Returns the body and its ending.
+    async fn a_send_waits_from_5_to_45_s(
+        meanwhile: impl FnOnce(&mpsc::Sender<io::Result<Bytes>>),
+    ) -> (axum::body::BodyDataStream, Ended, mpsc::Sender<io::Result<Bytes>>) {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut t = timing(None);
+        t.idle_timeout = Some(Duration::from_secs(30));
+        let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
+        fill_the_queue(&up).await;
+        tokio::time::advance(Duration::from_secs(5)).await;
+        up.send(Ok(Bytes::from_static(b"data: {}\n\n"))).await.unwrap();
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(35)).await;
+        meanwhile(&up);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        for _ in 0..17 {
+            assert_eq!(&next(&mut body).await[..], b"data: {}\n\n");
+        }
+        (body, ended, up)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_timeout_counts_upstream_silence_while_a_send_waits_for_a_slow_client() {
+        // The upstream sent nothing from 5 s: once the send is done, at 45 s, it has been silent
+        // for longer than 30 s, whatever the relay was doing meanwhile (CD-6).
+        let t0 = Instant::now();
+        let (mut body, ended, _up) = a_send_waits_from_5_to_45_s(|_| {}).await;
+        assert!(body.next().await.is_none());
+        assert_eq!(Instant::now() - t0, Duration::from_secs(45));
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_the_upstream_sent_while_a_send_waited_is_read_before_the_idle_timeout_is_looked_at() {
+        // An event sent at 40 s waits, unread, until the send is done: it is read first, and the
+        // silence counts from then (a heartbeat at 55 s and 65 s, the end at 75 s).
+        let t0 = Instant::now();
+        let (mut body, ended, _up) = a_send_waits_from_5_to_45_s(|up| {
+            up.try_send(Ok(Bytes::from_static(b"data: {\"late\":1}\n\n"))).unwrap();
+        })
+        .await;
+        assert_eq!(&next(&mut body).await[..], b"data: {\"late\":1}\n\n");
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        assert_eq!(&next(&mut body).await[..], HEARTBEAT);
+        assert!(body.next().await.is_none());
+        assert_eq!(Instant::now() - t0, Duration::from_secs(75));
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
     }
 
     #[tokio::test(start_paused = true)]
