@@ -704,7 +704,11 @@ async fn relay_turn(
     // turn's 429 `usage_limit_reached` this way): the same verdicts as an HTTP answer.
     let mut error_verdict: Option<Verdict> = None;
     loop {
+        // Biased, the upstream first: after a send that waited for a slow client longer than the
+        // idle timeout, a frame the upstream sent meanwhile is read before the expired idle timer
+        // is looked at (in a random order, the turn could end as idle with a frame waiting).
         tokio::select! {
+            biased;
             frame = upstream.next() => {
                 last_upstream = tokio::time::Instant::now();
                 let text = match frame {
