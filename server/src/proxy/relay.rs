@@ -251,7 +251,8 @@ where
             // A rewritten stream reaches the client in whole events, so only a stream passed as
             // it comes can be inside one (the upstream's).
             let between_events = rewrite.is_some() || splitter.at_boundary();
-            let beat_at = (timing.heartbeat)
+            let beat_at = timing
+                .heartbeat
                 .filter(|_| client_gone.is_none() && between_events)
                 .map(|period| last_sent + period);
             let earliest =
@@ -640,29 +641,35 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_rewritten_stream_gets_heartbeats_while_an_upstream_event_is_half_read() {
-        // The client of a rewritten stream is sent whole events only: half an upstream event
-        // leaves it between two, where a heartbeat may go.
+        // The client of a rewritten stream (here a Chat Completions client of a Responses
+        // upstream) is sent whole events only: half an upstream event leaves it between two,
+        // where a heartbeat may go.
         let (up, stream) = upstream();
         let (_ended, on_end) = capture();
         let t0 = Instant::now();
+        let chat = crate::chat::stream::ChatStream::new("gpt-5.1", false);
         let (body, task) = relay(
             stream,
             None,
-            Observer::new(Grammar::Gemini),
+            Observer::new(Grammar::Responses),
             timing(None),
             HardStop::default(),
-            Some(Rewrite::Envelope),
+            Some(Rewrite::Chat(Box::new(chat))),
             on_end,
         );
         tokio::spawn(task);
         let mut body = body.into_data_stream();
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(5)).await;
-        up.send(Ok(Bytes::from_static(b"data: {\"response\": {\"a\": 1}}\n"))).await.unwrap();
+        up.send(Ok(Bytes::from_static(b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n")))
+            .await
+            .unwrap();
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         assert_eq!(Instant::now() - t0, Duration::from_secs(10));
         up.send(Ok(Bytes::from_static(b"\n"))).await.unwrap();
-        assert_eq!(&next(&mut body).await[..], b"data: {\"a\": 1}\n\n");
+        let chunk = next(&mut body).await;
+        assert!(chunk.starts_with(b"data: ") && chunk.ends_with(b"\n\n"), "{chunk:?}");
+        assert!(String::from_utf8_lossy(&chunk).contains("Hi"), "{chunk:?}");
         drop(up);
     }
 
