@@ -86,9 +86,10 @@ const RESPONSES_BODY: &str = r#"{"model":"gpt-5.1-codex","stream":true,"store":f
 /// as an event of its own between the upstream's (a Gemini client gets none: the google-genai
 /// test in sdk-tests).
 #[tokio::test]
-async fn a_stream_silent_for_the_heartbeat_period_gets_a_comment_between_its_events() {
+async fn a_stream_silent_for_longer_than_the_heartbeat_period_gets_a_comment_between_its_events() {
     let r = Rig::start().await;
-    r.script(CODEX_TOKEN, json!({"deltas": 2, "delta_delay_ms": 10_500})).await;
+    // 15 s between the two deltas: one heartbeat at 10 s, with 5 s of room either way
+    r.script(CODEX_TOKEN, json!({"deltas": 2, "delta_delay_ms": 15_000})).await;
     let resp =
         r.post("/v1/responses").header("content-type", "application/json").body(RESPONSES_BODY).send().await;
     let text = resp.unwrap().text().await.unwrap();

@@ -567,7 +567,8 @@ mod tests {
     }
 
     /// A relay with a 30 s idle timeout whose 17th event, at 5 s, waits for room until the client
-    /// reads everything at 45 s; `meanwhile` runs at 40 s. Returns the body and its ending.
+    /// reads everything at 45 s; `meanwhile` runs at 40 s. Returns the body, its ending and the
+    /// upstream's sender (kept: dropping it would end the stream as finished).
     async fn a_send_waits_from_5_to_45_s(
         meanwhile: impl FnOnce(&mpsc::Sender<io::Result<Bytes>>),
     ) -> (axum::body::BodyDataStream, Ended, mpsc::Sender<io::Result<Bytes>>) {

@@ -706,7 +706,8 @@ async fn relay_turn(
     loop {
         // Biased, the upstream first: after a send that waited for a slow client longer than the
         // idle timeout, a frame the upstream sent meanwhile is read before the expired idle timer
-        // is looked at (in a random order, the turn could end as idle with a frame waiting).
+        // is looked at (in a random order, the turn could end as idle with a frame waiting). The
+        // rest in the HTTP relay's order: the total deadline, the hard stop, then the idle timer.
         tokio::select! {
             biased;
             frame = upstream.next() => {
@@ -758,7 +759,8 @@ async fn relay_turn(
             }
             msg = client.recv() => match msg {
                 None | Some(Err(_)) | Some(Ok(Message::Close(_))) => { client_gone = true; break; }
-                // One turn at a time (PX-1): a new turn while this one runs is refused, not lost.
+                // One turn at a time (PX-1): a new turn while this one runs is refused, not lost
+                // (one read only once this turn's events are all sent is the session's next turn).
                 Some(Ok(Message::Text(_) | Message::Binary(_))) => {
                     if send_error(limits, client, &in_progress(), request_id).await.is_err() {
                         client_gone = true;
@@ -768,11 +770,11 @@ async fn relay_turn(
                 Some(Ok(_)) => {}
             },
             () = tokio::time::sleep_until(deadline) => { ended = Some("request_timeout"); break; }
+            () = s.lifecycle.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
             () = tokio::time::sleep_until(last_upstream + idle_timeout.unwrap_or_default()), if idle_timeout.is_some() => {
                 ended = Some("stream_idle_timeout");
                 break;
             }
-            () = s.lifecycle.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
         }
     }
     let seen = observer.seen;
