@@ -664,14 +664,6 @@ fn serve_connection<A: Serves>(
 #[derive(Clone)]
 struct PerCall<S>(S);
 
-type CallFuture<S, R> = Pin<
-    Box<
-        dyn std::future::Future<
-                Output = Result<<S as tower::Service<R>>::Response, <S as tower::Service<R>>::Error>,
-            > + Send,
-    >,
->;
-
 impl<S, R> hyper::service::Service<R> for PerCall<S>
 where
     S: tower::Service<R> + Clone + Send + 'static,
@@ -680,7 +672,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = CallFuture<S, R>;
+    type Future = futures_util::future::BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn call(&self, req: R) -> Self::Future {
         Box::pin(self.0.clone().oneshot(req))

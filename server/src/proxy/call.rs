@@ -65,6 +65,7 @@ pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 pub fn heartbeat_for(op: crate::providers::Operation) -> Option<std::time::Duration> {
     (op.grammar() != crate::providers::Grammar::Gemini).then_some(HEARTBEAT)
 }
+
 /// ADM-5: reading on after a client cancels a Codex stream, to collect final usage.
 pub const CODEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
 /// Largest non-streaming upstream answer read (a Responses answer may carry generated images).
