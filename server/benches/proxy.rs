@@ -26,7 +26,8 @@
 //!   only this);
 //! - Chat Completions (BEY-3): the translation's added cost per call against Responses through
 //!   the same SubLane, and per streamed chunk, for each upstream protocol, against the relay's
-//!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope);
+//!   pass-through work on the same event (watching it; for Gemini also unwrapping the envelope),
+//!   and a WebSocket turn's reading of each event frame's type;
 //! - a long conversation's body given a Codex account's edits: on its text, against the parsed
 //!   document it replaced.
 //!
@@ -368,6 +369,23 @@ fn per_chunk() {
         }
         println!("  {label}  pass-through {pass:>6.0} ns  chat {chat:>6.0} ns  ({:.2}x)", chat / pass);
     }
+    // Over WebSocket, the Responses events come one per frame, and a turn reads each one's type
+    // (the few it reads further are parsed whole): from the whole document, as it did, against
+    // from the frame's top-level members.
+    let (mut document, mut members) = (f64::MAX, f64::MAX);
+    for _ in 0..3 {
+        document = document.min(time(&mut || {
+            let v = serde_json::from_str::<serde_json::Value>(responses).unwrap_or_default();
+            std::hint::black_box(v["type"].as_str().unwrap_or("").to_owned());
+        }));
+        members = members.min(time(&mut || {
+            std::hint::black_box(sublane::proxy::websocket::event_type(responses));
+        }));
+    }
+    println!(
+        "  a WebSocket turn's text delta, its type: whole document {document:>6.0} ns  top-level members {members:>6.0} ns  ({:.2}x)",
+        members / document
+    );
 }
 
 /// A long conversation's body (about 200 KB, as a Codex session's grows) from a client that does

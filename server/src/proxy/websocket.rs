@@ -409,6 +409,16 @@ async fn turn_principal(
     }
 }
 
+/// An upstream event frame's `type` ("" when it names none), read from its top-level members
+/// without building the document: most frames are deltas the turn only passes on.
+pub fn event_type(text: &str) -> Cow<'_, str> {
+    body_edit::Members::of(text.as_bytes())
+        .ok()
+        .and_then(|members| members.get("type"))
+        .and_then(|raw| serde_json::from_str(raw).ok())
+        .unwrap_or_default()
+}
+
 /// A client frame's top-level members. Only they are read: the frame carries the whole
 /// conversation, and it goes upstream as the client wrote it. So a frame that names its type,
 /// model or warm-up twice is refused: SubLane would check one, and an upstream might run the
@@ -696,55 +706,71 @@ async fn relay_turn(
     // The workspace's stream idle timeout (off unless set): upstream silence mid-turn ends the
     // turn as on an HTTP stream. Read per turn, so a changed setting applies to the next one.
     let idle_timeout = s.workspace_settings.stream_idle_timeout();
-    let mut last_upstream = tokio::time::Instant::now();
+    let mut last_upstream = Instant::now();
     let (mut client_gone, mut upstream_gone) = (false, false);
     let mut ended: Option<&'static str> = None;
     let mut error_code: Option<String> = None;
     // What an `error` event with an HTTP status says about the account (Codex wraps a refused
     // turn's 429 `usage_limit_reached` this way): the same verdicts as an HTTP answer.
     let mut error_verdict: Option<Verdict> = None;
+    // One timer for the total deadline and the idle timeout, and one wait for the hard stop, for
+    // the whole turn: made afresh on every pass, they were registered and dropped once per frame.
+    let mut stopped = std::pin::pin!(s.lifecycle.hard_stop.cancelled());
+    let mut wake = std::pin::pin!(tokio::time::sleep_until(deadline));
     loop {
+        let idle_until = idle_timeout.map(|d| last_upstream + d);
+        let earliest = idle_until.map_or(deadline, |idle| idle.min(deadline));
+        if wake.deadline() != earliest {
+            // Usually later (the idle timeout moving on): tokio then only notes the new time.
+            wake.as_mut().reset(earliest);
+        }
         // Biased, the upstream first: after a send that waited for a slow client longer than the
         // idle timeout, a frame the upstream sent meanwhile is read before the expired idle timer
-        // is looked at (in a random order, the turn could end as idle with a frame waiting). The
-        // rest in the HTTP relay's order: the total deadline, the hard stop, then the idle timer.
+        // is looked at (in a random order, the turn could end as idle with a frame waiting).
         tokio::select! {
             biased;
             frame = upstream.next() => {
-                last_upstream = tokio::time::Instant::now();
+                last_upstream = Instant::now();
                 let text = match frame {
-                    Some(Ok(tungstenite::Message::Text(t))) => t.to_string(),
+                    Some(Ok(tungstenite::Message::Text(t))) => t,
                     Some(Ok(tungstenite::Message::Ping(_) | tungstenite::Message::Pong(_) | tungstenite::Message::Frame(_))) => continue,
                     Some(Ok(tungstenite::Message::Binary(_))) => continue,
                     _ => { upstream_gone = true; break; }
                 };
-                let mut event: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                let kind = event["type"].as_str().unwrap_or("").to_owned();
+                let kind = event_type(&text);
                 if kind != "error"
                     && let Some(lease) = lease.take()
                 {
                     lease.accepted();
                 }
                 observer.event(Some(&kind), &text, started.elapsed());
-                let terminal = matches!(kind.as_str(), "response.completed" | "response.incomplete" | "response.failed" | "error");
-                if kind == "codex.rate_limits" {
-                    s.quota.observe(account, quota::parse::codex_frame(&event, s.clock.unix_ms()));
-                }
-                if kind == "error" {
-                    error_code = providers::observe::sanitize(
-                        event["error"]["code"].as_str().or(event["error"]["type"].as_str()).unwrap_or("upstream_error"),
-                    );
-                    if let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok()) {
-                        error_verdict = Some(schedule::verdict(provider, status, None, &event, model));
-                        let at = s.clock.unix_ms();
-                        s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), &event, at));
+                let terminal = matches!(kind.as_ref(), "response.completed" | "response.incomplete" | "response.failed" | "error");
+                let stamped = terminal || kind == "response.created";
+                // Only the frames the turn reads from or stamps are parsed whole; the rest (the
+                // deltas, nearly all of them) go on as they came.
+                let event = (stamped || kind == "codex.rate_limits")
+                    .then(|| serde_json::from_str::<Value>(&text).unwrap_or(Value::Null));
+                if let Some(event) = &event {
+                    if kind == "codex.rate_limits" {
+                        s.quota.observe(account, quota::parse::codex_frame(event, s.clock.unix_ms()));
+                    }
+                    if kind == "error" {
+                        error_code = providers::observe::sanitize(
+                            event["error"]["code"].as_str().or(event["error"]["type"].as_str()).unwrap_or("upstream_error"),
+                        );
+                        if let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok()) {
+                            error_verdict = Some(schedule::verdict(provider, status, None, event, model));
+                            let at = s.clock.unix_ms();
+                            s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), event, at));
+                        }
                     }
                 }
-                let out = if terminal || kind == "response.created" {
-                    event["request_id"] = json!(request_id);
-                    event.to_string()
-                } else {
-                    text
+                let out = match event {
+                    Some(mut event) if stamped => {
+                        event["request_id"] = json!(request_id);
+                        event.to_string()
+                    }
+                    _ => text.as_str().to_owned(),
                 };
                 match limits.send(client, Message::Text(out.into()), Some(deadline)).await {
                     Ok(()) => {}
@@ -769,12 +795,20 @@ async fn relay_turn(
                 }
                 Some(Ok(_)) => {}
             },
-            () = tokio::time::sleep_until(deadline) => { ended = Some("request_timeout"); break; }
-            () = s.lifecycle.hard_stop.cancelled() => { ended = Some("server_shutdown"); break; }
-            () = tokio::time::sleep_until(last_upstream + idle_timeout.unwrap_or_default()), if idle_timeout.is_some() => {
-                ended = Some("stream_idle_timeout");
+            // `wake` is the earlier of the total deadline and the idle timeout. When several ends
+            // have come by the time the turn runs, the first of these decides, as in the HTTP
+            // relay: the total deadline, the hard stop, then the idle timeout.
+            () = &mut wake => {
+                ended = Some(if Instant::now() >= deadline {
+                    "request_timeout"
+                } else if s.lifecycle.hard_stop.is_cancelled() {
+                    "server_shutdown"
+                } else {
+                    "stream_idle_timeout"
+                });
                 break;
             }
+            () = &mut stopped => { ended = Some("server_shutdown"); break; }
         }
     }
     let seen = observer.seen;
@@ -873,5 +907,31 @@ mod tests {
         assert!(warmup(r#"{"type":"response.create","generate" : false}"#));
         assert!(!warmup(r#"{"type":"response.create","generate":"false"}"#));
         assert!(!warmup(r#"{"type":"response.create"}"#));
+    }
+
+    #[test]
+    fn an_upstream_event_s_type_is_read_as_the_parsed_document_read_it() {
+        // what the turn read before: the whole document, then its `type` if that is text
+        let document = |text: &str| {
+            let v = serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+            v["type"].as_str().unwrap_or("").to_owned()
+        };
+        for text in [
+            r#"{"type":"response.output_text.delta","item_id":"msg_1","delta":"Hi"}"#,
+            r#"{"delta":{"type":"nested"},"type":"response.completed","response":{"usage":{}}}"#,
+            r#"{"type":"response\u002ecreated"}"#,
+            r#"{"type":"error","type":"response.completed"}"#,
+            r#" {"type":"codex.rate_limits"} "#,
+            r#"{"type":7}"#,
+            r#"{"type":null}"#,
+            r#"{"kind":"response.completed"}"#,
+            r#"["response.completed"]"#,
+            r#""response.completed""#,
+            r#"{"type":"response.completed""#,
+            r#"{"type":"response.completed"} trailing"#,
+            "",
+        ] {
+            assert_eq!(event_type(text), document(text), "{text}");
+        }
     }
 }
