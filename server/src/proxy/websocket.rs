@@ -28,7 +28,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::{Value, json, value::RawValue};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
 
@@ -409,14 +410,68 @@ async fn turn_principal(
     }
 }
 
-/// An upstream event frame's `type` ("" when it names none), read from its top-level members
-/// without building the document: most frames are deltas the turn only passes on.
+/// An upstream event frame's `type` ("" when it names none, or it is not a JSON object), read
+/// without building the document and, unless it is written with escapes, without copying it:
+/// most frames are deltas the turn only passes on. As a parsed document reads it, the last
+/// `type` counts, and one that is not text is none.
 pub fn event_type(text: &str) -> Cow<'_, str> {
-    body_edit::Members::of(text.as_bytes())
-        .ok()
-        .and_then(|members| members.get("type"))
-        .and_then(|raw| serde_json::from_str(raw).ok())
-        .unwrap_or_default()
+    serde_json::from_str::<EventType<'_>>(text).map(|t| t.0).unwrap_or_default()
+}
+
+/// [`event_type`]'s reading: the other members are skipped unread.
+struct EventType<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for EventType<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = EventType<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut kind: Option<&'de RawValue> = None;
+                while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+                    if key == "type" {
+                        kind = Some(map.next_value()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                let text = |raw: &'de RawValue| {
+                    let raw = raw.get();
+                    serde_json::from_str::<&str>(raw)
+                        .map(Cow::Borrowed)
+                        .or_else(|_| serde_json::from_str::<String>(raw).map(Cow::Owned))
+                        .ok()
+                };
+                Ok(EventType(kind.and_then(text).unwrap_or_default()))
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+/// A JSON string, borrowed from the text unless escapes made a copy necessary.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Str;
+        impl<'de> Visitor<'de> for Str {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Str)
+    }
 }
 
 /// A client frame's top-level members. Only they are read: the frame carries the whole
@@ -747,25 +802,27 @@ async fn relay_turn(
                 let terminal = matches!(kind.as_ref(), "response.completed" | "response.incomplete" | "response.failed" | "error");
                 let stamped = terminal || kind == "response.created";
                 // Only the frames the turn reads from or stamps are parsed whole; the rest (the
-                // deltas, nearly all of them) go on as they came.
+                // deltas, nearly all of them) go on as they came. So does one the parser refuses
+                // (nested too deep, say), its type read all the same: better unstamped than lost.
                 let event = (stamped || kind == "codex.rate_limits")
-                    .then(|| serde_json::from_str::<Value>(&text).unwrap_or(Value::Null));
-                if let Some(event) = &event {
-                    if kind == "codex.rate_limits" {
-                        s.quota.observe(account, quota::parse::codex_frame(event, s.clock.unix_ms()));
-                    }
-                    if kind == "error" {
-                        error_code = providers::observe::sanitize(
-                            event["error"]["code"].as_str().or(event["error"]["type"].as_str()).unwrap_or("upstream_error"),
-                        );
-                        if let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok()) {
-                            error_verdict = Some(schedule::verdict(provider, status, None, event, model));
-                            let at = s.clock.unix_ms();
-                            s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), event, at));
-                        }
+                    .then(|| serde_json::from_str::<Value>(&text).ok())
+                    .flatten();
+                if kind == "codex.rate_limits" && let Some(event) = &event {
+                    s.quota.observe(account, quota::parse::codex_frame(event, s.clock.unix_ms()));
+                }
+                if kind == "error" {
+                    let code = event.as_ref().and_then(|e| e["error"]["code"].as_str().or(e["error"]["type"].as_str()));
+                    error_code = providers::observe::sanitize(code.unwrap_or("upstream_error"));
+                    if let Some(event) = &event
+                        && let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok())
+                    {
+                        error_verdict = Some(schedule::verdict(provider, status, None, event, model));
+                        let at = s.clock.unix_ms();
+                        s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), event, at));
                     }
                 }
                 let out = match event {
+                    // (an object: its type was read from its members)
                     Some(mut event) if stamped => {
                         event["request_id"] = json!(request_id);
                         event.to_string()
@@ -799,16 +856,22 @@ async fn relay_turn(
             // have come by the time the turn runs, the first of these decides, as in the HTTP
             // relay: the total deadline, the hard stop, then the idle timeout.
             () = &mut wake => {
-                ended = Some(if Instant::now() >= deadline {
+                let now = Instant::now();
+                ended = Some(if now >= deadline {
                     "request_timeout"
                 } else if s.lifecycle.hard_stop.is_cancelled() {
                     "server_shutdown"
-                } else {
+                } else if idle_until.is_some_and(|idle| idle <= now) {
                     "stream_idle_timeout"
+                } else {
+                    continue;
                 });
                 break;
             }
-            () = &mut stopped => { ended = Some("server_shutdown"); break; }
+            () = &mut stopped => {
+                ended = Some(if Instant::now() >= deadline { "request_timeout" } else { "server_shutdown" });
+                break;
+            }
         }
     }
     let seen = observer.seen;
@@ -921,6 +984,11 @@ mod tests {
             r#"{"delta":{"type":"nested"},"type":"response.completed","response":{"usage":{}}}"#,
             r#"{"type":"response\u002ecreated"}"#,
             r#"{"type":"error","type":"response.completed"}"#,
+            r#"{"type":7,"type":"response.completed"}"#,
+            r#"{"type":"response.completed","type":7}"#,
+            r#"{"typ\u0065":"response.completed","delta":"\u00e9"}"#,
+            r#"{"delta":"x","type":{"type":"response.completed"}}"#,
+            r#"{"type":["response.completed"]}"#,
             r#" {"type":"codex.rate_limits"} "#,
             r#"{"type":7}"#,
             r#"{"type":null}"#,
@@ -933,5 +1001,19 @@ mod tests {
         ] {
             assert_eq!(event_type(text), document(text), "{text}");
         }
+        // Frames a whole parse refuses, which a turn cannot stamp, still say what they are (and
+        // a terminal one ends the turn): nested deeper than the parser goes, an unpaired
+        // surrogate, a number out of range.
+        let deep = format!(r#"{{"type":"response.completed","x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        for text in [
+            deep.as_str(),
+            r#"{"type":"response.completed","x":"\ud800"}"#,
+            r#"{"type":"response.completed","n":1e400}"#,
+        ] {
+            assert!(serde_json::from_str::<Value>(text).is_err(), "{text}");
+            assert_eq!(event_type(text), "response.completed", "{text}");
+        }
+        // Read in place, unless written with escapes.
+        assert!(matches!(event_type(r#"{"type":"response.output_text.delta"}"#), Cow::Borrowed(_)));
     }
 }
