@@ -423,7 +423,7 @@ pub struct Config {
     pub client_header_timeout: Duration,
     /// OPS-3: how long open streams may finish after a shutdown signal.
     pub shutdown_grace: Duration,
-    /// CD-6: optional stream idle timeout (upstream bytes only); off by default.
+    /// CD-6: optional stream idle timeout (upstream events only); off by default.
     pub stream_idle_timeout: Option<Duration>,
     /// ADM-2: operations in flight at once.
     pub workspace_capacity: usize,

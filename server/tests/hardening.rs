@@ -684,6 +684,47 @@ async fn a_silent_upstream_ends_a_websocket_turn_after_the_idle_timeout() {
     );
 }
 
+/// The idle timeout counts upstream events only (CD-6): an upstream that stalls after one delta
+/// but keeps its connection alive, as a proxy in front of a stalled model does, is still cut
+/// after the 300 ms timeout and recorded as `stream_idle_timeout`. On an HTTP stream its
+/// keep-alives are SSE comments every 100 ms (passed on to the client), on a WebSocket turn Ping
+/// frames.
+#[tokio::test]
+async fn the_upstream_s_keep_alives_do_not_reset_the_idle_timeout() {
+    let r = Rig::start(&[("SUBLANE_STREAM_IDLE_TIMEOUT", "300ms")]).await;
+    let stall = json!({"kind": "stall", "after_deltas": 1, "keep_alive_ms": 100});
+    r.script(CODEX, json!({"steps": [stall.clone(), stall]})).await;
+
+    let started = std::time::Instant::now();
+    let mut resp = r.post("codex", "/v1/responses").json(&responses(true)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            body.extend_from_slice(&chunk);
+        }
+    });
+    read.await.expect("the stream is ended by the idle timeout, keep-alives notwithstanding");
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("response.output_text.delta") && body.contains(": keep-alive"), "{body}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    let started = std::time::Instant::now();
+    while next_event(&mut ws).await["type"] != "error" {}
+    assert!(started.elapsed() < Duration::from_secs(5), "ended by the idle timeout, pings notwithstanding");
+
+    let rows = r.t.records(2).await;
+    for row in &rows {
+        assert_eq!(
+            (row["outcome"].as_str(), row["error_code"].as_str()),
+            (Some("error"), Some("stream_idle_timeout"))
+        );
+    }
+}
+
 /// The idle timeout counts silence, not the turn's length: a turn whose upstream sends a frame
 /// every 100 ms for about twice the 1 s timeout ends as the upstream ends it.
 #[tokio::test]

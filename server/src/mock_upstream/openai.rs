@@ -167,7 +167,9 @@ fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
     } else {
         match &turn.step {
             Step::Abort { .. } => (StatusCode::OK, play::body(vec![Action::Abort])).into_response(),
-            Step::Stall { .. } => (StatusCode::OK, play::body(vec![Action::Stall])).into_response(),
+            Step::Stall { .. } => {
+                (StatusCode::OK, play::body(vec![Action::Stall { keep_alive_ms: 0 }])).into_response()
+            }
             _ => json(StatusCode::OK, final_response),
         }
     };

@@ -93,9 +93,18 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
                 }
                 Action::Sleep(ms) => tokio::time::sleep(std::time::Duration::from_millis(ms)).await,
                 Action::Abort => return,
-                Action::Stall => {
-                    while let Some(Ok(_)) = socket.recv().await {}
-                    return;
+                Action::Stall { keep_alive_ms } => {
+                    let period = std::time::Duration::from_millis(keep_alive_ms.max(1));
+                    loop {
+                        tokio::select! {
+                            msg = socket.recv() => if !matches!(msg, Some(Ok(_))) { return },
+                            () = tokio::time::sleep(period), if keep_alive_ms > 0 => {
+                                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -11,8 +11,11 @@ pub(crate) enum Action {
     Sleep(u64),
     /// Break the connection (the body errors, so the HTTP message never completes).
     Abort,
-    /// Send nothing more but keep the connection open until the client leaves.
-    Stall,
+    /// Send nothing more but keep the connection open until the client leaves, with a keep-alive
+    /// (no event) every `keep_alive_ms` when that is not 0.
+    Stall {
+        keep_alive_ms: u64,
+    },
 }
 
 /// The deltas of a scripted answer: `delta(i)` for each, with the script's delay between them,
@@ -21,10 +24,13 @@ pub(crate) enum Action {
 pub(crate) fn deltas(turn: &super::Turn, mut delta: impl FnMut(u32) -> Action) -> (Vec<Action>, bool) {
     use super::Step;
     let cut = match turn.step {
-        Step::Stall { after_deltas } | Step::Abort { after_deltas } => Some(after_deltas),
+        Step::Stall { after_deltas, .. } | Step::Abort { after_deltas } => Some(after_deltas),
         _ => None,
     };
-    let end = || if matches!(turn.step, Step::Abort { .. }) { Action::Abort } else { Action::Stall };
+    let end = || match turn.step {
+        Step::Stall { keep_alive_ms, .. } => Action::Stall { keep_alive_ms },
+        _ => Action::Abort,
+    };
     let mut actions = Vec::new();
     for i in 0..turn.script.deltas {
         if cut == Some(i) {
@@ -63,9 +69,20 @@ pub(crate) fn body(actions: Vec<Action>) -> Body {
                     let _ = tx.send(Err(io::Error::other("mock upstream aborted the stream"))).await;
                     return;
                 }
-                Action::Stall => {
-                    tx.closed().await;
-                    return;
+                Action::Stall { keep_alive_ms } => {
+                    if keep_alive_ms == 0 {
+                        tx.closed().await;
+                        return;
+                    }
+                    loop {
+                        tokio::select! {
+                            () = tx.closed() => return,
+                            () = tokio::time::sleep(Duration::from_millis(keep_alive_ms)) => {}
+                        }
+                        if tx.send(Ok(Bytes::from_static(b": keep-alive\n\n"))).await.is_err() {
+                            return;
+                        }
+                    }
                 }
             }
         }

@@ -108,8 +108,15 @@ pub enum Step {
     UsageLimitReached { resets_in_secs: u64 },
     /// Antigravity 429 RESOURCE_EXHAUSTED with ErrorInfo (reason, model) and RetryInfo.
     ResourceExhausted { reason: String, model: String, retry_delay: String },
-    /// 200, then the stream stops after `after_deltas` deltas and never ends.
-    Stall { after_deltas: u32 },
+    /// 200, then the stream stops after `after_deltas` deltas and never ends. With
+    /// `keep_alive_ms`, the connection still carries a keep-alive that often, as a proxy in front
+    /// of a stalled model sends one: an SSE comment on a stream, a Ping frame on a WebSocket (no
+    /// event either way).
+    Stall {
+        after_deltas: u32,
+        #[serde(default)]
+        keep_alive_ms: u64,
+    },
     /// 200, then the connection breaks after `after_deltas` deltas.
     Abort { after_deltas: u32 },
     /// 200, then a terminal failure event (`response.failed` / Anthropic `error`).

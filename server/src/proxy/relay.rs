@@ -37,7 +37,8 @@ pub struct Timing {
     pub heartbeat: Option<Duration>,
     /// CD-6: total request deadline.
     pub deadline: Instant,
-    /// CD-6: optional idle timeout counting upstream bytes only (heartbeats never reset it).
+    /// CD-6: optional idle timeout counting upstream events only: neither SubLane's heartbeats
+    /// nor the upstream's own comments reset it.
     pub idle_timeout: Option<Duration>,
     /// ADM-5: how long to keep reading for usage after the client left (Codex only).
     pub drain_after_cancel: Option<Duration>,
@@ -91,26 +92,39 @@ impl Rewrite {
     }
 }
 
-/// Watches a chunk and returns what to forward: the chunk itself, or its rewritten events.
+/// What one upstream chunk gave.
+struct Processed {
+    /// What to forward: the chunk itself, or its rewritten events (none yet).
+    out: Option<Bytes>,
+    /// Whether it completed an event (a comment or a part of an event does not).
+    event: bool,
+}
+
+/// Watches a chunk and says what to forward.
 fn process(
     bytes: Bytes,
     splitter: &mut Splitter,
     observer: &mut Observer,
     rewrite: &mut Option<Rewrite>,
     at: Duration,
-) -> Option<Bytes> {
+) -> Processed {
+    let mut event = false;
     match rewrite {
         None => {
-            splitter.feed(&bytes, |ev| observer.event(ev.name, &ev.data, at));
-            Some(bytes)
+            splitter.feed(&bytes, |ev| {
+                event = true;
+                observer.event(ev.name, &ev.data, at);
+            });
+            Processed { out: Some(bytes), event }
         }
         Some(rewrite) => {
             let mut out = Vec::new();
             splitter.feed(&bytes, |ev| {
+                event = true;
                 observer.event(ev.name, &ev.data, at);
                 rewrite.apply(&ev.data, |data| write_event(&mut out, data));
             });
-            (!out.is_empty()).then(|| Bytes::from(out))
+            Processed { out: (!out.is_empty()).then(|| Bytes::from(out)), event }
         }
     }
 }
@@ -230,8 +244,8 @@ where
 {
     let (tx, rx) = pipe::pipe(16);
     let mut splitter = Splitter::default();
-    if let Some(out) =
-        first.and_then(|b| process(b, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed()))
+    if let Some(out) = first
+        .and_then(|b| process(b, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed()).out)
     {
         let _ = tx.try_send(out); // a fresh queue always has room
     }
@@ -265,8 +279,13 @@ where
                 biased;
                 next = upstream.next() => match next {
                     Some(Ok(bytes)) => {
-                        last_upstream = Instant::now();
-                        let out = process(bytes, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed());
+                        let Processed { out, event } =
+                            process(bytes, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed());
+                        if event {
+                            // CD-6: the idle timeout counts upstream events only, so a stream
+                            // kept alive by comments in front of a stalled model is still cut.
+                            last_upstream = Instant::now();
+                        }
                         if rewrite.is_some() && splitter.overflowed() {
                             // A rewritten stream cannot skip an event it could not read.
                             break Stop::Unreadable;
@@ -753,6 +772,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn idle_timeout_counts_upstream_events_not_the_upstream_s_comments_or_a_part_of_an_event() {
+        // An event at 0 s, the upstream's own keep-alive comments at 8 s and 16 s, the start of
+        // an event at 20 s that never ends: all reach the client, none is an event (CD-6), and
+        // the stream ends 25 s after the last one.
+        let t0 = Instant::now();
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut t = timing(None);
+        t.idle_timeout = Some(Duration::from_secs(25));
+        let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
+        let chunks: [(u64, &'static [u8]); 4] =
+            [(0, b"data: {}\n\n"), (8, b": keep-alive\n\n"), (8, b": keep-alive\n\n"), (4, b"data: {\"a\"")];
+        for (after, chunk) in chunks {
+            tokio::time::advance(Duration::from_secs(after)).await;
+            up.send(Ok(Bytes::from_static(chunk))).await.unwrap();
+            assert_eq!(&next(&mut body).await[..], chunk);
+        }
+        assert!(body.next().await.is_none());
+        assert_eq!(Instant::now() - t0, Duration::from_secs(25));
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
+        drop(up);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn shutdown_after_grace_ends_the_stream_and_reports_it() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
@@ -858,6 +902,7 @@ mod tests {
             &mut rewrite,
             Duration::ZERO,
         )
+        .out
         .unwrap();
         assert_eq!(&out[..], b"data: {   \"error\": {\"code\": 429} }\n\n");
         let events = read_events(&out);

@@ -758,8 +758,9 @@ async fn relay_turn(
     let provider = account.provider;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + REQUEST_DEADLINE;
-    // The workspace's stream idle timeout (off unless set): upstream silence mid-turn ends the
-    // turn as on an HTTP stream. Read per turn, so a changed setting applies to the next one.
+    // The workspace's stream idle timeout (off unless set): that long without an upstream event
+    // mid-turn ends the turn, as on an HTTP stream. Read per turn, so a changed setting applies
+    // to the next one.
     let idle_timeout = s.workspace_settings.stream_idle_timeout();
     let mut last_upstream = Instant::now();
     let (mut client_gone, mut upstream_gone) = (false, false);
@@ -785,13 +786,15 @@ async fn relay_turn(
         tokio::select! {
             biased;
             frame = upstream.next() => {
-                last_upstream = Instant::now();
                 let text = match frame {
                     Some(Ok(tungstenite::Message::Text(t))) => t,
+                    // Not events: the idle timeout counts upstream events only (CD-6), so a
+                    // connection kept alive by pings in front of a stalled model is still cut.
                     Some(Ok(tungstenite::Message::Ping(_) | tungstenite::Message::Pong(_) | tungstenite::Message::Frame(_))) => continue,
                     Some(Ok(tungstenite::Message::Binary(_))) => continue,
                     _ => { upstream_gone = true; break; }
                 };
+                last_upstream = Instant::now();
                 let kind = event_type(&text);
                 if kind != "error"
                     && let Some(lease) = lease.take()
