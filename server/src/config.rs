@@ -143,7 +143,7 @@ pub struct Settings {
     /// Let the kernel back the process's memory with transparent huge pages: 3-6 % less CPU per call at full load, about 1.5x the resident memory per open stream [env: SUBLANE_HUGE_PAGES] [default: false]
     #[arg(long, value_name = "BOOL")]
     pub huge_pages: Option<bool>,
-    /// End a stream when the upstream sends nothing for this long, e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
+    /// End a stream, or a WebSocket turn, when the upstream sends no event for this long (keep-alives do not count), e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub stream_idle_timeout: Option<Duration>,

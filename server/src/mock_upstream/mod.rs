@@ -54,6 +54,8 @@ struct Inner {
     next_id: u64,
     /// Calls of a credential inside their scripted header delay now, and the most ever at once.
     waiting: HashMap<String, (u32, u32)>,
+    /// Pongs a credential's WebSocket sessions got back for their keep-alive pings.
+    pongs: HashMap<String, u32>,
 }
 
 /// Marks one call as inside its header delay until dropped.
@@ -117,6 +119,18 @@ impl MockState {
     pub fn peak(&self, credential: &str) -> u32 {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.waiting.get(credential).map_or(0, |w| w.1)
+    }
+
+    /// Pongs `credential`'s WebSocket sessions got back for the pings of a stalled turn: that the
+    /// client on the other end saw them.
+    pub fn pongs(&self, credential: &str) -> u32 {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.pongs.get(credential).copied().unwrap_or(0)
+    }
+
+    fn pong(&self, credential: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        *inner.pongs.entry(credential.to_owned()).or_default() += 1;
     }
 
     /// The script of `credential` (defaults when none was set).

@@ -95,10 +95,16 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
                 Action::Abort => return,
                 Action::Stall { keep_alive_ms } => {
                     let period = std::time::Duration::from_millis(keep_alive_ms.max(1));
+                    let mut next_ping = tokio::time::Instant::now() + period;
                     loop {
                         tokio::select! {
-                            msg = socket.recv() => if !matches!(msg, Some(Ok(_))) { return },
-                            () = tokio::time::sleep(period), if keep_alive_ms > 0 => {
+                            msg = socket.recv() => match msg {
+                                Some(Ok(Message::Pong(_))) => s.pong(&cred),
+                                Some(Ok(_)) => {}
+                                _ => return,
+                            },
+                            () = tokio::time::sleep_until(next_ping), if keep_alive_ms > 0 => {
+                                next_ping += period;
                                 if socket.send(Message::Ping(Default::default())).await.is_err() {
                                     return;
                                 }

@@ -39,6 +39,13 @@ impl Splitter {
         self.buf.is_empty() && !self.skipping
     }
 
+    /// Whether part of an event is pending, or an event over the cap is going by: bytes that are
+    /// neither a comment nor a blank line have come and the event has not ended yet. (A block is
+    /// judged by its first byte: keep-alive comments come as whole blocks of their own.)
+    pub fn inside_event(&self) -> bool {
+        self.skipping || self.buf.first().is_some_and(|b| !matches!(b, b':' | b'\n' | b'\r'))
+    }
+
     /// Whether an event over [`MAX_EVENT_BYTES`] went by unwatched.
     pub fn overflowed(&self) -> bool {
         self.overflowed

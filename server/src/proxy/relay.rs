@@ -38,7 +38,7 @@ pub struct Timing {
     /// CD-6: total request deadline.
     pub deadline: Instant,
     /// CD-6: optional idle timeout counting upstream events only: neither SubLane's heartbeats
-    /// nor the upstream's own comments reset it.
+    /// nor the upstream's own keep-alives (comments, blank lines, `ping` events) reset it.
     pub idle_timeout: Option<Duration>,
     /// ADM-5: how long to keep reading for usage after the client left (Codex only).
     pub drain_after_cancel: Option<Duration>,
@@ -96,8 +96,14 @@ impl Rewrite {
 struct Processed {
     /// What to forward: the chunk itself, or its rewritten events (none yet).
     out: Option<Bytes>,
-    /// Whether it completed an event (a comment or a part of an event does not).
+    /// Whether it carried (some of) an event: not only keep-alives, which are comments and
+    /// blank lines, and events named `ping` (Anthropic's).
     event: bool,
+}
+
+/// Whether an event is only a keep-alive.
+fn keep_alive(ev: &crate::providers::sse::Event<'_>) -> bool {
+    ev.name == Some("ping")
 }
 
 /// Watches a chunk and says what to forward.
@@ -112,19 +118,22 @@ fn process(
     match rewrite {
         None => {
             splitter.feed(&bytes, |ev| {
-                event = true;
+                event |= !keep_alive(&ev);
                 observer.event(ev.name, &ev.data, at);
             });
-            Processed { out: Some(bytes), event }
+            Processed { out: Some(bytes), event: event || splitter.inside_event() }
         }
         Some(rewrite) => {
             let mut out = Vec::new();
             splitter.feed(&bytes, |ev| {
-                event = true;
+                event |= !keep_alive(&ev);
                 observer.event(ev.name, &ev.data, at);
                 rewrite.apply(&ev.data, |data| write_event(&mut out, data));
             });
-            Processed { out: (!out.is_empty()).then(|| Bytes::from(out)), event }
+            Processed {
+                out: (!out.is_empty()).then(|| Bytes::from(out)),
+                event: event || splitter.inside_event(),
+            }
         }
     }
 }
@@ -283,7 +292,7 @@ where
                             process(bytes, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed());
                         if event {
                             // CD-6: the idle timeout counts upstream events only, so a stream
-                            // kept alive by comments in front of a stalled model is still cut.
+                            // kept alive in front of a stalled model is still cut.
                             last_upstream = Instant::now();
                         }
                         if rewrite.is_some() && splitter.overflowed() {
@@ -767,33 +776,64 @@ mod tests {
         while body.next().await.is_some() {}
         tokio::task::yield_now().await;
         let end = ended.lock().unwrap().take().unwrap();
-        assert!(end.idle_timed_out, "25 s without upstream bytes, heartbeats notwithstanding");
+        assert!(end.idle_timed_out, "25 s without an upstream event, heartbeats notwithstanding");
         drop(up);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn idle_timeout_counts_upstream_events_not_the_upstream_s_comments_or_a_part_of_an_event() {
-        // An event at 0 s, the upstream's own keep-alive comments at 8 s and 16 s, the start of
-        // an event at 20 s that never ends: all reach the client, none is an event (CD-6), and
-        // the stream ends 25 s after the last one.
-        let t0 = Instant::now();
+    /// A relay with a 25 s idle timeout fed `chunks` (each after its number of seconds), each
+    /// passed on to the client as it came; returns when the relay has ended, and how.
+    async fn idle_relay(chunks: &[(u64, &'static [u8])]) -> End {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
         let mut t = timing(None);
         t.idle_timeout = Some(Duration::from_secs(25));
-        let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
-        let chunks: [(u64, &'static [u8]); 4] =
-            [(0, b"data: {}\n\n"), (8, b": keep-alive\n\n"), (8, b": keep-alive\n\n"), (4, b"data: {\"a\"")];
-        for (after, chunk) in chunks {
-            tokio::time::advance(Duration::from_secs(after)).await;
+        let mut body = start(stream, Grammar::Messages, t, HardStop::default(), on_end).into_data_stream();
+        for &(after, chunk) in chunks {
+            // (a second at a time: the relay sees each second pass, not only the chunk)
+            for _ in 0..after {
+                tokio::time::advance(Duration::from_secs(1)).await;
+            }
             up.send(Ok(Bytes::from_static(chunk))).await.unwrap();
             assert_eq!(&next(&mut body).await[..], chunk);
         }
-        assert!(body.next().await.is_none());
-        assert_eq!(Instant::now() - t0, Duration::from_secs(25));
+        while body.next().await.is_some() {}
         tokio::task::yield_now().await;
-        assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
         drop(up);
+        ended.lock().unwrap().take().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timeout_counts_upstream_events_not_the_upstream_s_keep_alives() {
+        // An event at 0 s, then only keep-alives: comments at 8 s and 16 s, a `ping` event
+        // (Anthropic's) at 20 s, a blank line and the start of a comment at 22 s. The stream
+        // ends 25 s after the event (CD-6).
+        let t0 = Instant::now();
+        let end = idle_relay(&[
+            (0, b"event: message_start\ndata: {}\n\n"),
+            (8, b": keep-alive\n\n"),
+            (8, b": keep-alive\n\n"),
+            (4, b"event: ping\ndata: {\"type\": \"ping\"}\n\n"),
+            (2, b"\n: keep"),
+        ])
+        .await;
+        assert!(end.idle_timed_out);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(25));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_arriving_slowly_counts_as_it_comes() {
+        // One event in four parts, 10 s apart: the upstream is sending it, so the stream is not
+        // idle until 25 s after its last part (at 30 s).
+        let t0 = Instant::now();
+        let end = idle_relay(&[
+            (0, b"event: content_block_delta\ndata: {\"a\":"),
+            (10, b" \"long\""),
+            (10, b", \"b\": 1"),
+            (10, b"}\n\n"),
+        ])
+        .await;
+        assert!(end.idle_timed_out);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(55));
     }
 
     #[tokio::test(start_paused = true)]
