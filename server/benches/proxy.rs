@@ -371,7 +371,7 @@ fn per_chunk() {
     }
     // Over WebSocket, the Responses events come one per frame, and a turn reads each one's type
     // (the few it reads further are parsed whole): from the whole document, as it did, against
-    // from the frame's top-level members.
+    // the type alone, the other members skipped unread.
     let (mut document, mut members) = (f64::MAX, f64::MAX);
     for _ in 0..3 {
         document = document.min(time(&mut || {
@@ -383,7 +383,7 @@ fn per_chunk() {
         }));
     }
     println!(
-        "  a WebSocket turn's text delta, its type: whole document {document:>6.0} ns  top-level members {members:>6.0} ns  ({:.2}x)",
+        "  a WebSocket turn's text delta, its type: whole document {document:>6.0} ns  the type alone {members:>6.0} ns  ({:.2}x)",
         members / document
     );
 }

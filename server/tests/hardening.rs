@@ -726,8 +726,9 @@ async fn the_upstream_s_keep_alives_do_not_reset_the_idle_timeout() {
     }
 }
 
-/// The idle timeout counts the time without an upstream event, not the turn's length: a turn whose upstream sends a frame
-/// every 100 ms for about twice the 1 s timeout ends as the upstream ends it.
+/// The idle timeout counts the time without an upstream event, not the turn's length: a turn
+/// whose upstream sends a frame every 100 ms for about twice the 1 s timeout ends as the upstream
+/// ends it.
 #[tokio::test]
 async fn a_websocket_turn_longer_than_the_idle_timeout_is_not_cut_while_the_upstream_sends() {
     let r = Rig::start(&[("SUBLANE_STREAM_IDLE_TIMEOUT", "1s")]).await;

@@ -41,9 +41,11 @@ impl Splitter {
 
     /// Whether part of an event is pending, or an event over the cap is going by: bytes that are
     /// neither a comment nor a blank line have come and the event has not ended yet. (A block is
-    /// judged by its first byte: keep-alive comments come as whole blocks of their own.)
+    /// judged by its first byte after any line breaks: keep-alive comments come as whole blocks
+    /// of their own. At most 3 line breaks can lead one, as 2 end the block before.)
     pub fn inside_event(&self) -> bool {
-        self.skipping || self.buf.first().is_some_and(|b| !matches!(b, b':' | b'\n' | b'\r'))
+        self.skipping
+            || self.buf.iter().take(4).find(|b| !matches!(b, b'\n' | b'\r')).is_some_and(|&b| b != b':')
     }
 
     /// Whether an event over [`MAX_EVENT_BYTES`] went by unwatched.
@@ -190,6 +192,38 @@ mod tests {
         assert_eq!(seen, 1);
         assert!(s.examined < 4 * 64 * 1024, "{} bytes examined for a 64 KiB event", s.examined);
         assert!(s.at_boundary());
+    }
+
+    #[test]
+    fn inside_an_event_is_told_from_keep_alives() {
+        let after = |chunks: &[&[u8]]| {
+            let mut s = Splitter::default();
+            for c in chunks {
+                s.feed(c, |_| {});
+            }
+            s.inside_event()
+        };
+        // keep-alives, whole or in part, and whole events leave nothing of an event pending
+        for chunks in [
+            &[b": kee".as_slice()][..],
+            &[b": keep-alive\n\n", b"\n"],
+            &[b"\r\n"],
+            &[b"data: 1\r\n\r\n", b"\r\n: x"],
+            &[b"event: a\ndata: 1\n\n"],
+        ] {
+            assert!(!after(chunks), "{chunks:?}");
+        }
+        // part of an event, behind any line breaks the upstream left before it
+        for chunks in [&[b"event: x\nda".as_slice()][..], &[b"data: 1\n\n\n", b"dat"], &[b"\r\n\r\nd"]] {
+            assert!(after(chunks), "{chunks:?}");
+        }
+        // an event over the cap is inside until it ends
+        let mut s = Splitter::default();
+        s.feed(b"data: ", |_| {});
+        s.feed(&vec![b'x'; MAX_EVENT_BYTES + 1], |_| {});
+        assert!(s.inside_event() && s.overflowed());
+        s.feed(b"\n\n", |_| {});
+        assert!(!s.inside_event());
     }
 
     #[test]

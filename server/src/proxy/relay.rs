@@ -96,14 +96,15 @@ impl Rewrite {
 struct Processed {
     /// What to forward: the chunk itself, or its rewritten events (none yet).
     out: Option<Bytes>,
-    /// Whether it carried (some of) an event: not only keep-alives, which are comments and
-    /// blank lines, and events named `ping` (Anthropic's).
+    /// Whether it carried (some of) an event: not only keep-alives, which are comments, blank
+    /// lines and the events named as keep-alives ([`keep_alive`]).
     event: bool,
 }
 
-/// Whether an event is only a keep-alive.
-fn keep_alive(ev: &crate::providers::sse::Event<'_>) -> bool {
-    ev.name == Some("ping")
+/// Whether an event is only a keep-alive: Anthropic's `ping`, OpenAI's `keepalive` (sent on
+/// long Responses streams).
+fn keep_alive(name: Option<&str>) -> bool {
+    matches!(name, Some("ping" | "keepalive"))
 }
 
 /// Watches a chunk and says what to forward.
@@ -114,28 +115,27 @@ fn process(
     rewrite: &mut Option<Rewrite>,
     at: Duration,
 ) -> Processed {
-    let mut event = false;
-    match rewrite {
+    // A chunk that goes on with an event, ends it included, carries some of it.
+    let mut event = splitter.inside_event();
+    let out = match rewrite {
         None => {
             splitter.feed(&bytes, |ev| {
-                event |= !keep_alive(&ev);
+                event |= !keep_alive(ev.name);
                 observer.event(ev.name, &ev.data, at);
             });
-            Processed { out: Some(bytes), event: event || splitter.inside_event() }
+            Some(bytes)
         }
         Some(rewrite) => {
             let mut out = Vec::new();
             splitter.feed(&bytes, |ev| {
-                event |= !keep_alive(&ev);
+                event |= !keep_alive(ev.name);
                 observer.event(ev.name, &ev.data, at);
                 rewrite.apply(&ev.data, |data| write_event(&mut out, data));
             });
-            Processed {
-                out: (!out.is_empty()).then(|| Bytes::from(out)),
-                event: event || splitter.inside_event(),
-            }
+            (!out.is_empty()).then(|| Bytes::from(out))
         }
-    }
+    };
+    Processed { out, event: event || splitter.inside_event() }
 }
 
 /// Writes one SSE event carrying `data`: a `data:` field per line of it, as the SSE grammar
@@ -805,15 +805,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_timeout_counts_upstream_events_not_the_upstream_s_keep_alives() {
         // An event at 0 s, then only keep-alives: comments at 8 s and 16 s, a `ping` event
-        // (Anthropic's) at 20 s, a blank line and the start of a comment at 22 s. The stream
-        // ends 25 s after the event (CD-6).
+        // (Anthropic's) at 20 s, a `keepalive` (OpenAI's) at 21 s, a blank line and the start of
+        // a comment at 22 s. The stream ends 25 s after the event (CD-6).
         let t0 = Instant::now();
         let end = idle_relay(&[
             (0, b"event: message_start\ndata: {}\n\n"),
             (8, b": keep-alive\n\n"),
             (8, b": keep-alive\n\n"),
             (4, b"event: ping\ndata: {\"type\": \"ping\"}\n\n"),
-            (2, b"\n: keep"),
+            (1, b"event: keepalive\ndata: {\"type\":\"keepalive\",\"sequence_number\":3}\n\n"),
+            (1, b"\n: keep"),
         ])
         .await;
         assert!(end.idle_timed_out);

@@ -794,15 +794,21 @@ async fn relay_turn(
                     Some(Ok(tungstenite::Message::Binary(_))) => continue,
                     _ => { upstream_gone = true; break; }
                 };
-                last_upstream = Instant::now();
                 let kind = event_type(&text);
+                if kind != "keepalive" {
+                    // (OpenAI's heartbeat on long Responses streams is not an event either)
+                    last_upstream = Instant::now();
+                }
                 if kind != "error"
                     && let Some(lease) = lease.take()
                 {
                     lease.accepted();
                 }
                 observer.event(Some(&kind), &text, started.elapsed());
-                let terminal = matches!(kind.as_ref(), "response.completed" | "response.incomplete" | "response.failed" | "error");
+                let terminal = matches!(
+                    kind.as_ref(),
+                    "response.completed" | "response.incomplete" | "response.failed" | "error"
+                );
                 let stamped = terminal || kind == "response.created";
                 // Only the frames the turn reads from or stamps are parsed whole; the rest (the
                 // deltas, nearly all of them) go on as they came. So does one the parser refuses
@@ -814,14 +820,20 @@ async fn relay_turn(
                     s.quota.observe(account, quota::parse::codex_frame(event, s.clock.unix_ms()));
                 }
                 if kind == "error" {
-                    let code = event.as_ref().and_then(|e| e["error"]["code"].as_str().or(e["error"]["type"].as_str()));
+                    let code = event
+                        .as_ref()
+                        .and_then(|e| e["error"]["code"].as_str().or(e["error"]["type"].as_str()));
                     error_code = providers::observe::sanitize(code.unwrap_or("upstream_error"));
                     if let Some(event) = &event
-                        && let Some(status) = event["status"].as_u64().and_then(|c| u16::try_from(c).ok()).and_then(|c| axum::http::StatusCode::from_u16(c).ok())
+                        && let Some(status) = event["status"]
+                            .as_u64()
+                            .and_then(|c| u16::try_from(c).ok())
+                            .and_then(|c| axum::http::StatusCode::from_u16(c).ok())
                     {
                         error_verdict = Some(schedule::verdict(provider, status, None, event, model));
                         let at = s.clock.unix_ms();
-                        s.quota.observe(account, quota::parse::error_body(provider, status.as_u16(), event, at));
+                        let observed = quota::parse::error_body(provider, status.as_u16(), event, at);
+                        s.quota.observe(account, observed);
                     }
                 }
                 let out = match event {
