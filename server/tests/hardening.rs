@@ -726,6 +726,44 @@ async fn the_upstream_s_keep_alives_do_not_reset_the_idle_timeout() {
     }
 }
 
+/// The idle timeout runs from the upstream's headers (CD-6): a stream that answers and then sends
+/// nothing gets a 504 when the 1 s timeout runs out (not the 5 min the first byte may otherwise
+/// take), recorded as `stream_idle_timeout`; one that sends only keep-alives after its headers is
+/// cut too, its stream ended.
+#[tokio::test]
+async fn a_stream_that_sends_no_event_after_its_headers_is_cut_by_the_idle_timeout() {
+    let r = Rig::start(&[("SUBLANE_STREAM_IDLE_TIMEOUT", "1s")]).await;
+    let silent = json!({"kind": "stall", "after_deltas": 0});
+    let kept_alive = json!({"kind": "stall", "after_deltas": 0, "keep_alive_ms": 100});
+    r.script(ANTIGRAVITY, json!({"steps": [silent, kept_alive]})).await;
+    let path = "/v1beta/models/gemini-3.1-pro-low:streamGenerateContent?alt=sse";
+    let answered =
+        tokio::time::timeout(Duration::from_secs(5), r.post("antigravity", path).json(&gemini()).send());
+    let resp = answered.await.expect("answered once the idle timeout ran out").unwrap();
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+
+    let mut resp = r.post("antigravity", path).json(&gemini()).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut body = Vec::new();
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            body.extend_from_slice(&chunk);
+        }
+        body
+    });
+    let body = read.await.expect("the stream is ended by the idle timeout");
+    // (the upstream's comments stay out of the unwrapped Gemini stream: only events are unwrapped)
+    assert!(!String::from_utf8_lossy(&body).contains("data:"), "{body:?}");
+
+    let rows = r.t.records(2).await;
+    for row in &rows {
+        assert_eq!(
+            (row["outcome"].as_str(), row["error_code"].as_str()),
+            (Some("error"), Some("stream_idle_timeout"))
+        );
+    }
+}
+
 /// The idle timeout counts the time without an upstream event, not the turn's length: a turn
 /// whose upstream sends a frame every 100 ms for about twice the 1 s timeout ends as the upstream
 /// ends it.

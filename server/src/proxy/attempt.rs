@@ -360,8 +360,22 @@ impl Attempt {
 
     /// Answers with a gateway error, records it, and settles the account with `verdict`.
     pub(super) fn fail_with(
+        self,
+        err: GatewayError,
+        outcome: Outcome,
+        upstream_status: Option<u16>,
+        verdict: Verdict,
+    ) -> Failing {
+        let code = err.code;
+        self.fail_recorded_as(err, code, outcome, upstream_status, verdict)
+    }
+
+    /// As [`Self::fail_with`], with the record saying why more closely than the client's error
+    /// does (the client hears `upstream_timeout` whichever timeout ran out).
+    pub(super) fn fail_recorded_as(
         mut self,
         err: GatewayError,
+        code: &'static str,
         outcome: Outcome,
         upstream_status: Option<u16>,
         verdict: Verdict,
@@ -373,7 +387,7 @@ impl Attempt {
             }
             self.finish(Ending {
                 outcome,
-                error_code: Some(err.code.to_owned()),
+                error_code: Some(code.to_owned()),
                 upstream_status,
                 usage: Usage::default(),
                 first_output: None,

@@ -514,9 +514,12 @@ fn answer<'a>(
             let upstream_status = status.as_u16();
             let mut stream = upstream.bytes_stream();
             // Wait for the first event so it leaves together with the headers (one write, not two).
+            // The stream idle timeout (CD-6) runs from the headers: an upstream that answers and
+            // then sends nothing is cut when it runs out, as one that falls silent later is.
+            let first_wait = timing.idle_timeout.map_or(HEADER_TIMEOUT, |idle| idle.min(HEADER_TIMEOUT));
             let first = match attempt
                 .stopwatch
-                .on_upstream(tokio::time::timeout(HEADER_TIMEOUT, stream.next()))
+                .on_upstream(tokio::time::timeout(first_wait, stream.next()))
                 .await
             {
                 Ok(Some(Ok(bytes))) => Some(bytes),
@@ -532,8 +535,16 @@ fn answer<'a>(
                         .await;
                 }
                 Err(_) => {
+                    let why =
+                        if first_wait < HEADER_TIMEOUT { "stream_idle_timeout" } else { "upstream_timeout" };
                     return attempt
-                        .fail(GatewayError::upstream_timeout(), Outcome::Error, Some(upstream_status))
+                        .fail_recorded_as(
+                            GatewayError::upstream_timeout(),
+                            why,
+                            Outcome::Error,
+                            Some(upstream_status),
+                            Verdict::Neutral,
+                        )
                         .await;
                 }
             };
