@@ -102,12 +102,32 @@ impl Rig {
         assert_eq!(r.status(), StatusCode::NO_CONTENT);
     }
 
+    /// The `n` calls so far were all ended by the stream idle timeout.
+    async fn all_cut_by_the_idle_timeout(&self, n: usize) {
+        for row in self.t.records(n).await {
+            let ending = (row["outcome"].as_str(), row["error_code"].as_str());
+            assert_eq!(ending, (Some("error"), Some("stream_idle_timeout")), "{row}");
+        }
+    }
+
     fn ws_request(&self, provider: &str) -> tungstenite::handshake::client::Request {
         let url = format!("{}/v1/responses", self.t.base.replace("http://", "ws://"));
         let mut req = url.into_client_request().unwrap();
         req.headers_mut().insert("authorization", format!("Bearer {}", self.keys[provider]).parse().unwrap());
         req
     }
+}
+
+/// A streamed answer's body as far as it went, which must end (or break off) `within`.
+async fn body_ended_within(mut resp: reqwest::Response, within: Duration) -> Vec<u8> {
+    let mut body = Vec::new();
+    let read = async {
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            body.extend_from_slice(&chunk);
+        }
+    };
+    tokio::time::timeout(within, read).await.expect("the stream ended in time");
+    body
 }
 
 fn responses(stream: bool) -> Value {
@@ -677,11 +697,7 @@ async fn a_silent_upstream_ends_a_websocket_turn_after_the_idle_timeout() {
     };
     assert!(started.elapsed() < Duration::from_secs(5), "ended by the idle timeout");
     assert!(error["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{error}");
-    let rows = r.t.records(1).await;
-    assert_eq!(
-        (rows[0]["outcome"].as_str(), rows[0]["error_code"].as_str()),
-        (Some("error"), Some("stream_idle_timeout"))
-    );
+    r.all_cut_by_the_idle_timeout(1).await;
 }
 
 /// The idle timeout counts upstream events only (CD-6): an upstream that stalls after one delta
@@ -696,15 +712,9 @@ async fn the_upstream_s_keep_alives_do_not_reset_the_idle_timeout() {
     r.script(CODEX, json!({"steps": [stall.clone(), stall]})).await;
 
     let started = std::time::Instant::now();
-    let mut resp = r.post("codex", "/v1/responses").json(&responses(true)).send().await.unwrap();
+    let resp = r.post("codex", "/v1/responses").json(&responses(true)).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
-    let mut body = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), async {
-        while let Ok(Some(chunk)) = resp.chunk().await {
-            body.extend_from_slice(&chunk);
-        }
-    });
-    read.await.expect("the stream is ended by the idle timeout, keep-alives notwithstanding");
+    let body = body_ended_within(resp, Duration::from_secs(5)).await;
     let body = String::from_utf8_lossy(&body);
     assert!(body.contains("response.output_text.delta") && body.contains(": keep-alive"), "{body}");
     assert!(started.elapsed() >= Duration::from_secs(1));
@@ -717,13 +727,7 @@ async fn the_upstream_s_keep_alives_do_not_reset_the_idle_timeout() {
     assert!(started.elapsed() < Duration::from_secs(5), "ended by the idle timeout, pings notwithstanding");
     assert!(r.mock.state.pongs(CODEX) >= 1, "the upstream's pings reached SubLane");
 
-    let rows = r.t.records(2).await;
-    for row in &rows {
-        assert_eq!(
-            (row["outcome"].as_str(), row["error_code"].as_str()),
-            (Some("error"), Some("stream_idle_timeout"))
-        );
-    }
+    r.all_cut_by_the_idle_timeout(2).await;
 }
 
 /// The idle timeout runs from the upstream's headers (CD-6): a stream that answers and then sends
@@ -742,26 +746,13 @@ async fn a_stream_that_sends_no_event_after_its_headers_is_cut_by_the_idle_timeo
     let resp = answered.await.expect("answered once the idle timeout ran out").unwrap();
     assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
 
-    let mut resp = r.post("antigravity", path).json(&gemini()).send().await.unwrap();
+    let resp = r.post("antigravity", path).json(&gemini()).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
-    let read = tokio::time::timeout(Duration::from_secs(5), async {
-        let mut body = Vec::new();
-        while let Ok(Some(chunk)) = resp.chunk().await {
-            body.extend_from_slice(&chunk);
-        }
-        body
-    });
-    let body = read.await.expect("the stream is ended by the idle timeout");
+    let body = body_ended_within(resp, Duration::from_secs(5)).await;
     // (the upstream's comments stay out of the unwrapped Gemini stream: only events are unwrapped)
     assert!(!String::from_utf8_lossy(&body).contains("data:"), "{body:?}");
 
-    let rows = r.t.records(2).await;
-    for row in &rows {
-        assert_eq!(
-            (row["outcome"].as_str(), row["error_code"].as_str()),
-            (Some("error"), Some("stream_idle_timeout"))
-        );
-    }
+    r.all_cut_by_the_idle_timeout(2).await;
 }
 
 /// The idle timeout counts the time without an upstream event, not the turn's length: a turn
