@@ -96,6 +96,7 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
                 Action::Stall { keep_alive_ms } => {
                     let period = std::time::Duration::from_millis(keep_alive_ms.max(1));
                     let mut next_ping = tokio::time::Instant::now() + period;
+                    let mut sequence_number = 0u64;
                     loop {
                         tokio::select! {
                             msg = socket.recv() => match msg {
@@ -104,8 +105,14 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
                                 _ => return,
                             },
                             () = tokio::time::sleep_until(next_ping), if keep_alive_ms > 0 => {
+                                // Both kinds: a Ping frame, and OpenAI's `keepalive` event.
                                 next_ping += period;
-                                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                                sequence_number += 1;
+                                let keepalive = json!({"type": "keepalive", "sequence_number": sequence_number});
+                                let ping = Message::Ping(Default::default());
+                                if socket.send(ping).await.is_err()
+                                    || socket.send(Message::Text(keepalive.to_string().into())).await.is_err()
+                                {
                                     return;
                                 }
                             }

@@ -110,8 +110,8 @@ pub enum Step {
     ResourceExhausted { reason: String, model: String, retry_delay: String },
     /// 200, then the stream stops after `after_deltas` deltas and never ends. With
     /// `keep_alive_ms`, the connection still carries a keep-alive that often, as a proxy in front
-    /// of a stalled model sends one: an SSE comment on a stream, a Ping frame on a WebSocket (no
-    /// event either way).
+    /// of a stalled model sends one: an SSE comment on a stream, a Ping frame and a `keepalive`
+    /// event (OpenAI's) on a WebSocket.
     Stall {
         after_deltas: u32,
         #[serde(default)]

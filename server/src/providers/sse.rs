@@ -42,7 +42,8 @@ impl Splitter {
     /// Whether part of an event is pending, or an event over the cap is going by: bytes that are
     /// neither a comment nor a blank line have come and the event has not ended yet. (A block is
     /// judged by its first byte after any line breaks: keep-alive comments come as whole blocks
-    /// of their own. At most 3 line breaks can lead one, as 2 end the block before.)
+    /// of their own. At most 3 bytes of line breaks, `\r\n\r`, can lead one: two line breaks in
+    /// a row end the block before.)
     pub fn inside_event(&self) -> bool {
         self.skipping
             || self.buf.iter().take(4).find(|b| !matches!(b, b'\n' | b'\r')).is_some_and(|&b| b != b':')

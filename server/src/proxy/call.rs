@@ -508,46 +508,44 @@ fn answer<'a>(
                 heartbeat: heartbeat_for(spec.op),
                 deadline,
                 idle_timeout: s.workspace_settings.stream_idle_timeout(),
+                answered: tokio::time::Instant::now(),
                 drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
                 write_timeout: s.config.client_write_timeout,
             };
             let upstream_status = status.as_u16();
             let mut stream = upstream.bytes_stream();
-            // Wait for the first event so it leaves together with the headers (one write, not two).
+            // Wait for the first chunk so it leaves together with the headers (one write, not two).
             // The stream idle timeout (CD-6) runs from the headers: an upstream that answers and
             // then sends nothing is cut when it runs out, as one that falls silent later is.
             let first_wait = timing.idle_timeout.map_or(HEADER_TIMEOUT, |idle| idle.min(HEADER_TIMEOUT));
-            let first = match attempt
-                .stopwatch
-                .on_upstream(tokio::time::timeout(first_wait, stream.next()))
-                .await
-            {
-                Ok(Some(Ok(bytes))) => Some(bytes),
-                Ok(None) => None,
-                Ok(Some(Err(_))) => {
-                    return attempt
-                        .fail_with(
-                            GatewayError::upstream_unavailable(),
-                            Outcome::Error,
-                            Some(upstream_status),
-                            Verdict::ModelFailure,
-                        )
-                        .await;
-                }
-                Err(_) => {
-                    let why =
-                        if first_wait < HEADER_TIMEOUT { "stream_idle_timeout" } else { "upstream_timeout" };
-                    return attempt
-                        .fail_recorded_as(
-                            GatewayError::upstream_timeout(),
-                            why,
-                            Outcome::Error,
-                            Some(upstream_status),
-                            Verdict::Neutral,
-                        )
-                        .await;
-                }
-            };
+            let first =
+                match attempt.stopwatch.on_upstream(tokio::time::timeout(first_wait, stream.next())).await {
+                    Ok(Some(Ok(bytes))) => Some(bytes),
+                    Ok(None) => None,
+                    Ok(Some(Err(_))) => {
+                        return attempt
+                            .fail_with(
+                                GatewayError::upstream_unavailable(),
+                                Outcome::Error,
+                                Some(upstream_status),
+                                Verdict::ModelFailure,
+                            )
+                            .await;
+                    }
+                    Err(_) => {
+                        let idle_cut = timing.idle_timeout.is_some_and(|idle| idle <= HEADER_TIMEOUT);
+                        let why = if idle_cut { "stream_idle_timeout" } else { "upstream_timeout" };
+                        return attempt
+                            .fail_recorded_as(
+                                GatewayError::upstream_timeout(),
+                                why,
+                                Outcome::Error,
+                                Some(upstream_status),
+                                Verdict::Neutral,
+                            )
+                            .await;
+                    }
+                };
             let (body, relaying) = relay::relay(
                 stream,
                 first,

@@ -38,8 +38,11 @@ pub struct Timing {
     /// CD-6: total request deadline.
     pub deadline: Instant,
     /// CD-6: optional idle timeout counting upstream events only: neither SubLane's heartbeats
-    /// nor the upstream's own keep-alives (comments, blank lines, `ping` events) reset it.
+    /// nor the upstream's own keep-alives (comments, blank lines, `ping` and `keepalive` events)
+    /// reset it. It runs from `answered` until the first event.
     pub idle_timeout: Option<Duration>,
+    /// When the upstream's headers came.
+    pub answered: Instant,
     /// ADM-5: how long to keep reading for usage after the client left (Codex only).
     pub drain_after_cancel: Option<Duration>,
     /// Longest a send to the client may wait for it to read; then the stream ends.
@@ -253,14 +256,19 @@ where
 {
     let (tx, rx) = pipe::pipe(16);
     let mut splitter = Splitter::default();
-    if let Some(out) = first
-        .and_then(|b| process(b, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed()).out)
-    {
-        let _ = tx.try_send(out); // a fresh queue always has room
+    // The idle time runs from the headers until a first chunk with an event in it.
+    let mut last_upstream = timing.answered;
+    if let Some(first) = first {
+        let first = process(first, &mut splitter, &mut observer, &mut rewrite, timing.started.elapsed());
+        if first.event {
+            last_upstream = Instant::now();
+        }
+        if let Some(out) = first.out {
+            let _ = tx.try_send(out); // a fresh queue always has room
+        }
     }
     let task = async move {
         let mut client_gone: Option<Instant> = None;
-        let mut last_upstream = Instant::now();
         // What the client was last sent (a chunk or a heartbeat): the next heartbeat is due one
         // period after it.
         let mut last_sent = Instant::now();
@@ -405,6 +413,7 @@ mod tests {
             heartbeat: Some(Duration::from_secs(10)),
             deadline: now + Duration::from_secs(1800),
             idle_timeout: None,
+            answered: now,
             drain_after_cancel: drain,
             write_timeout: Duration::from_secs(60),
         }
@@ -768,6 +777,8 @@ mod tests {
         let mut t = timing(None);
         t.idle_timeout = Some(Duration::from_secs(25));
         let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
+        // (the relay runs at 0 s: its first heartbeat is due at 10 s, its idle end at 25 s)
+        tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -819,6 +830,33 @@ mod tests {
         .await;
         assert!(end.idle_timed_out);
         assert_eq!(Instant::now() - t0, Duration::from_secs(25));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_time_runs_from_the_headers_until_a_first_chunk_with_an_event() {
+        // Headers at 0 s, then a first chunk at 20 s: a keep-alive leaves the idle time running
+        // from the headers (the end at 25 s), an event starts it afresh (the end at 45 s).
+        for (chunk, ends_at) in [(&b": keep-alive\n\n"[..], 25), (b"event: message_start\ndata: {}\n\n", 45)]
+        {
+            let t0 = Instant::now();
+            let mut t = timing(None);
+            t.idle_timeout = Some(Duration::from_secs(25));
+            for _ in 0..20 {
+                tokio::time::advance(Duration::from_secs(1)).await;
+            }
+            let (up, stream) = upstream();
+            let (ended, on_end) = capture();
+            let first = Some(Bytes::from_static(chunk));
+            let (body, task) =
+                relay(stream, first, Observer::new(Grammar::Messages), t, HardStop::default(), None, on_end);
+            tokio::spawn(task);
+            let mut body = body.into_data_stream();
+            while body.next().await.is_some() {}
+            tokio::task::yield_now().await;
+            assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
+            assert_eq!(Instant::now() - t0, Duration::from_secs(ends_at), "{chunk:?}");
+            drop(up);
+        }
     }
 
     #[tokio::test(start_paused = true)]
