@@ -29,7 +29,7 @@ use axum::{
 };
 use futures_util::{SinkExt, StreamExt};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::{Value, json, value::RawValue};
+use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, protocol::WebSocketConfig};
 
@@ -48,7 +48,10 @@ use super::{
 use crate::{
     app_state::AppState,
     keys::Principal,
-    providers::{self, Grammar, Observer, Operation},
+    providers::{
+        self, Grammar, Observer, Operation,
+        lenient::{Known, Loose},
+    },
     records::Outcome,
     scheduler::Verdict,
 };
@@ -418,7 +421,10 @@ pub fn event_type(text: &str) -> Cow<'_, str> {
     serde_json::from_str::<EventType<'_>>(text).map(|t| t.0).unwrap_or_default()
 }
 
-/// [`event_type`]'s reading: the other members are skipped unread.
+/// [`event_type`]'s reading, with the lenient reader's pieces (a key matched unbuilt, a `type`
+/// of another JSON type read as none); the other members are skipped unread. (Not a
+/// `lenient_object!`: its members are checked as a whole parse checks them, and a frame that
+/// parse refuses would lose its type, where the turn still ends on such a terminal frame.)
 struct EventType<'a>(Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for EventType<'de> {
@@ -430,47 +436,18 @@ impl<'de> Deserialize<'de> for EventType<'de> {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut kind: Option<&'de RawValue> = None;
-                while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-                    if key == "type" {
-                        kind = Some(map.next_value()?);
+                let mut kind = Cow::Borrowed("");
+                while let Some(key) = map.next_key_seed(Known(&["type"]))? {
+                    if key.is_some() {
+                        kind = map.next_value::<Loose<Cow<'de, str>>>()?.0.unwrap_or_default();
                     } else {
                         map.next_value::<IgnoredAny>()?;
                     }
                 }
-                let text = |raw: &'de RawValue| {
-                    let raw = raw.get();
-                    serde_json::from_str::<&str>(raw)
-                        .map(Cow::Borrowed)
-                        .or_else(|_| serde_json::from_str::<String>(raw).map(Cow::Owned))
-                        .ok()
-                };
-                Ok(EventType(kind.and_then(text).unwrap_or_default()))
+                Ok(EventType(kind))
             }
         }
         d.deserialize_map(Object)
-    }
-}
-
-/// A JSON string, borrowed from the text unless escapes made a copy necessary.
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Str;
-        impl<'de> Visitor<'de> for Str {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON string")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(Str)
     }
 }
 
