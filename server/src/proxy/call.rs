@@ -517,7 +517,10 @@ fn answer<'a>(
             // Wait for the first chunk so it leaves together with the headers (one write, not two).
             // The stream idle timeout (CD-6) runs from the headers: an upstream that answers and
             // then sends nothing is cut when it runs out, as one that falls silent later is.
-            let first_wait = timing.idle_timeout.map_or(HEADER_TIMEOUT, |idle| idle.min(HEADER_TIMEOUT));
+            let (first_wait, cut_as) = match timing.idle_timeout {
+                Some(idle) if idle <= HEADER_TIMEOUT => (idle, "stream_idle_timeout"),
+                _ => (HEADER_TIMEOUT, "upstream_timeout"),
+            };
             let first =
                 match attempt.stopwatch.on_upstream(tokio::time::timeout(first_wait, stream.next())).await {
                     Ok(Some(Ok(bytes))) => Some(bytes),
@@ -533,12 +536,10 @@ fn answer<'a>(
                             .await;
                     }
                     Err(_) => {
-                        let idle_cut = timing.idle_timeout.is_some_and(|idle| idle <= HEADER_TIMEOUT);
-                        let why = if idle_cut { "stream_idle_timeout" } else { "upstream_timeout" };
                         return attempt
                             .fail_recorded_as(
                                 GatewayError::upstream_timeout(),
-                                why,
+                                cut_as,
                                 Outcome::Error,
                                 Some(upstream_status),
                                 Verdict::Neutral,
