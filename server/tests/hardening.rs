@@ -756,6 +756,39 @@ async fn a_stream_that_sends_no_event_after_its_headers_is_cut_by_the_idle_timeo
     r.all_cut_by_the_idle_timeout(2).await;
 }
 
+/// A Codex stream read whole for a client that does not stream is held to the idle timeout as a
+/// relayed one is (CD-6): silent after its headers, or stalled after a delta behind keep-alive
+/// comments, the client gets a 504 once the 1 s timeout runs out (not at the 30 min deadline),
+/// recorded as `stream_idle_timeout`; a stream that sends a delta every 100 ms for about twice the
+/// timeout is answered whole.
+#[tokio::test]
+async fn a_stream_read_whole_for_a_client_that_does_not_stream_is_held_to_the_idle_timeout() {
+    let r = Rig::start(&[("SUBLANE_STREAM_IDLE_TIMEOUT", "1s")]).await;
+    let silent = json!({"kind": "stall", "after_deltas": 0});
+    let kept_alive = json!({"kind": "stall", "after_deltas": 1, "keep_alive_ms": 100});
+    let script = json!({"steps": [silent, kept_alive], "deltas": 20, "delta_delay_ms": 100});
+    r.script(CODEX, script).await;
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        let call = r.post("codex", "/v1/responses").json(&responses(false)).send();
+        let resp = tokio::time::timeout(Duration::from_secs(5), call).await.expect("cut in time").unwrap();
+        assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+        let error: Value = resp.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "upstream_timeout", "{error}");
+        assert!(started.elapsed() >= Duration::from_secs(1));
+    }
+    r.all_cut_by_the_idle_timeout(2).await;
+
+    let started = std::time::Instant::now();
+    let resp = r.post("codex", "/v1/responses").json(&responses(false)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["status"], "completed", "{answer}");
+    assert!(started.elapsed() >= Duration::from_millis(1_900), "the upstream's own pace");
+    let rows = r.t.records(3).await;
+    assert_eq!((rows[2]["outcome"].as_str(), rows[2]["error_code"].as_str()), (Some("success"), None));
+}
+
 /// The idle timeout counts the time without an upstream event, not the turn's length: a turn
 /// whose upstream sends a frame every 100 ms for about twice the 1 s timeout ends as the upstream
 /// ends it.

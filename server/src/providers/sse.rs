@@ -54,6 +54,19 @@ impl Splitter {
         self.overflowed
     }
 
+    /// Feeds bytes as [`Self::feed`] does and says whether they carried (some of) an event that
+    /// is not a keep-alive ([`keep_alive`]): what CD-6's idle timeout counts. A chunk counts if it
+    /// goes on with a pending event (the one that ends it included), completes an event, or
+    /// leaves part of one pending; comments and blank lines never count.
+    pub fn feed_counting(&mut self, bytes: &[u8], mut on_event: impl FnMut(Event<'_>)) -> bool {
+        let mut event = self.inside_event();
+        self.feed(bytes, |ev| {
+            event |= !keep_alive(ev.name);
+            on_event(ev);
+        });
+        event || self.inside_event()
+    }
+
     /// Feeds bytes and calls `on_event` for every event they complete.
     ///
     /// Most chunks hold whole events. When no partial event is pending, a chunk is read where it
@@ -98,6 +111,12 @@ impl Splitter {
             self.searched = self.buf.len();
         }
     }
+}
+
+/// Whether an event is only a keep-alive: Anthropic's `ping`, OpenAI's `keepalive` (sent on
+/// long Responses streams).
+pub fn keep_alive(name: Option<&str>) -> bool {
+    matches!(name, Some("ping" | "keepalive"))
 }
 
 /// Parses one event block and reports it if it has a name or data.

@@ -517,10 +517,7 @@ fn answer<'a>(
             // Wait for the first chunk so it leaves together with the headers (one write, not two).
             // The stream idle timeout (CD-6) runs from the headers: an upstream that answers and
             // then sends nothing is cut when it runs out, as one that falls silent later is.
-            let (first_wait, cut_as) = match timing.idle_timeout {
-                Some(idle) if idle <= HEADER_TIMEOUT => (idle, "stream_idle_timeout"),
-                _ => (HEADER_TIMEOUT, "upstream_timeout"),
-            };
+            let (first_wait, cut_as) = first_chunk_wait(timing.idle_timeout);
             let first =
                 match attempt.stopwatch.on_upstream(tokio::time::timeout(first_wait, stream.next())).await {
                     Ok(Some(Ok(bytes))) => Some(bytes),
@@ -587,8 +584,9 @@ fn answer<'a>(
         if force_stream {
             // Boxed: only Codex JSON clients come here, and collecting is the largest future a call
             // awaits; in place, every call's dispatch would carry its room.
-            return Box::pin(collect_stream(attempt, upstream, observer, deadline, chat_upstream.is_some()))
-                .await;
+            let idle = s.workspace_settings.stream_idle_timeout();
+            let rules = Reading { deadline, idle, chat: chat_upstream.is_some() };
+            return Box::pin(collect_stream(attempt, upstream, observer, rules)).await;
         }
         // A plain JSON answer: pass the bytes through, read usage from them.
         let mut passed = HeaderMap::new();
@@ -856,15 +854,48 @@ pub(crate) fn token_error(e: &TokenError) -> GatewayError {
     }
 }
 
+/// How long a stream's first chunk may take after the upstream's headers, and the record's code
+/// when it does not come: the stream idle timeout (CD-6) runs from the headers, and the header
+/// timeout bounds the first byte whichever is set.
+fn first_chunk_wait(idle: Option<std::time::Duration>) -> (std::time::Duration, &'static str) {
+    match idle {
+        Some(idle) if idle <= HEADER_TIMEOUT => (idle, "stream_idle_timeout"),
+        _ => (HEADER_TIMEOUT, "upstream_timeout"),
+    }
+}
+
+/// The timing rules of a stream read whole ([`collect_stream`]).
+struct Reading {
+    /// CD-6: the total request deadline.
+    deadline: Instant,
+    /// CD-6: the stream idle timeout, counting upstream events only.
+    idle: Option<std::time::Duration>,
+    /// Whether the client speaks Chat Completions.
+    chat: bool,
+}
+
+/// How reading a stream whole ended.
+enum Collected {
+    /// The upstream ended it.
+    Ended,
+    /// The connection broke.
+    Broken,
+    /// A timeout ran out first; the record's code says which.
+    Cut(&'static str),
+}
+
 /// A non-streaming client served by a streaming-only upstream (Codex): read the whole stream and
-/// answer with its final response object.
+/// answer with its final response object. The stream is held to the rules a relayed one is
+/// (CD-6): its first byte within the header timeout, no longer without an upstream event than
+/// the idle timeout when one is set, all of it within the total deadline. The client, sent
+/// nothing yet, hears `upstream_timeout` whichever ran out; the record says which.
 async fn collect_stream(
     attempt: Attempt,
     upstream: client::Answer,
     mut observer: Observer,
-    deadline: Instant,
-    chat: bool,
+    Reading { deadline, idle, chat }: Reading,
 ) -> Response {
+    let answered = Instant::now();
     let status = upstream.status().as_u16();
     let mut passed = HeaderMap::new();
     copy_headers(upstream.headers(), &mut passed);
@@ -878,11 +909,30 @@ async fn collect_stream(
     let started = attempt.started;
     let read = attempt
         .stopwatch
-        .on_upstream(tokio::time::timeout_at(deadline, async {
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|_| ())?;
-                let at = started.elapsed();
-                splitter.feed(&chunk, |ev| {
+        .on_upstream(async {
+            // Before the first chunk, the first-byte rule; then the idle timeout, from the last
+            // event (or the headers, until the first event).
+            let mut first = true;
+            let mut quiet_since = answered;
+            loop {
+                let cut = if first {
+                    let (wait, code) = first_chunk_wait(idle);
+                    Some((answered + wait, code))
+                } else {
+                    idle.map(|idle| (quiet_since + idle, "stream_idle_timeout"))
+                };
+                let (by, code) =
+                    cut.filter(|(by, _)| *by < deadline).unwrap_or((deadline, "upstream_timeout"));
+                let chunk = match tokio::time::timeout_at(by, stream.next()).await {
+                    Err(_) => return Collected::Cut(code),
+                    Ok(None) => return Collected::Ended,
+                    Ok(Some(Err(_))) => return Collected::Broken,
+                    Ok(Some(Ok(chunk))) => chunk,
+                };
+                first = false;
+                let now = Instant::now();
+                let at = now - started;
+                let event = splitter.feed_counting(&chunk, |ev| {
                     observer.event(ev.name, &ev.data, at);
                     if ev.name == Some("response.output_item.done")
                         && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
@@ -891,24 +941,28 @@ async fn collect_stream(
                         items.push(item.take());
                     }
                 });
+                if event {
+                    quiet_since = now;
+                }
             }
-            Ok::<(), ()>(())
-        }))
+        })
         .await;
     let mut o = observer.seen;
-    let failure = match (&read, &o.final_response) {
-        (Err(_), _) => Some((GatewayError::upstream_timeout(), Verdict::Neutral)),
-        (Ok(Ok(())), None) if splitter.overflowed() => {
-            Some((GatewayError::upstream_response_too_large(), Verdict::Neutral))
+    let failure = match (read, &o.final_response) {
+        (Collected::Cut(code), _) => Some((code, GatewayError::upstream_timeout(), Verdict::Neutral)),
+        (Collected::Ended, None) if splitter.overflowed() => {
+            let e = GatewayError::upstream_response_too_large();
+            Some((e.code, e, Verdict::Neutral))
         }
         // CD-2: a broken or unfinished stream counts against the model on this account.
-        (Ok(Err(())), _) | (Ok(Ok(())), None) => {
-            Some((GatewayError::upstream_unavailable(), Verdict::ModelFailure))
+        (Collected::Broken, _) | (Collected::Ended, None) => {
+            let e = GatewayError::upstream_unavailable();
+            Some((e.code, e, Verdict::ModelFailure))
         }
-        _ => None,
+        (Collected::Ended, Some(_)) => None,
     };
-    if let Some((e, verdict)) = failure {
-        return attempt.fail_with(e, Outcome::Error, Some(status), verdict).await;
+    if let Some((code, e, verdict)) = failure {
+        return attempt.fail_recorded_as(e, code, Outcome::Error, Some(status), verdict).await;
     }
     let mut final_response = o.final_response.take().unwrap_or(Value::Null);
     if final_response["output"].as_array().is_some_and(Vec::is_empty) && !items.is_empty() {

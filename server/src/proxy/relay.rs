@@ -99,15 +99,8 @@ impl Rewrite {
 struct Processed {
     /// What to forward: the chunk itself, or its rewritten events (none yet).
     out: Option<Bytes>,
-    /// Whether it carried (some of) an event: not only keep-alives, which are comments, blank
-    /// lines and the events named as keep-alives ([`keep_alive`]).
+    /// Whether it carried (some of) an event, not only keep-alives ([`Splitter::feed_counting`]).
     event: bool,
-}
-
-/// Whether an event is only a keep-alive: Anthropic's `ping`, OpenAI's `keepalive` (sent on
-/// long Responses streams).
-fn keep_alive(name: Option<&str>) -> bool {
-    matches!(name, Some("ping" | "keepalive"))
 }
 
 /// Watches a chunk and says what to forward.
@@ -118,27 +111,20 @@ fn process(
     rewrite: &mut Option<Rewrite>,
     at: Duration,
 ) -> Processed {
-    // A chunk that goes on with an event, ends it included, carries some of it.
-    let mut event = splitter.inside_event();
-    let out = match rewrite {
+    match rewrite {
         None => {
-            splitter.feed(&bytes, |ev| {
-                event |= !keep_alive(ev.name);
-                observer.event(ev.name, &ev.data, at);
-            });
-            Some(bytes)
+            let event = splitter.feed_counting(&bytes, |ev| observer.event(ev.name, &ev.data, at));
+            Processed { out: Some(bytes), event }
         }
         Some(rewrite) => {
             let mut out = Vec::new();
-            splitter.feed(&bytes, |ev| {
-                event |= !keep_alive(ev.name);
+            let event = splitter.feed_counting(&bytes, |ev| {
                 observer.event(ev.name, &ev.data, at);
                 rewrite.apply(&ev.data, |data| write_event(&mut out, data));
             });
-            (!out.is_empty()).then(|| Bytes::from(out))
+            Processed { out: (!out.is_empty()).then(|| Bytes::from(out)), event }
         }
-    };
-    Processed { out, event: event || splitter.inside_event() }
+    }
 }
 
 /// Writes one SSE event carrying `data`: a `data:` field per line of it, as the SSE grammar
