@@ -27,7 +27,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt as _, SinkExt, StreamExt};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -686,17 +686,23 @@ impl SendLimits {
         SendLimits { write_timeout: s.config.client_write_timeout, lifecycle: Arc::clone(&s.lifecycle) }
     }
 
-    /// Sends `msg`, giving up at the write deadline, the turn's deadline or the hard stop.
+    /// Sends `msg`, giving up at the write deadline, the turn's deadline or the hard stop. The
+    /// timers are made only when the socket does not take the frame at once, as the HTTP relay's
+    /// `deliver` does: most frames go straight into the socket, and a turn sends hundreds.
     async fn send(
         &self,
         client: &mut WebSocket,
         msg: Message,
         deadline: Option<Instant>,
     ) -> Result<(), Unsent> {
+        let mut sending = std::pin::pin!(client.send(msg));
+        if let Some(sent) = (&mut sending).now_or_never() {
+            return sent.map_err(|_| Unsent::Gone);
+        }
         let far = Instant::now() + REQUEST_DEADLINE;
         tokio::select! {
             biased;
-            sent = client.send(msg) => sent.map_err(|_| Unsent::Gone),
+            sent = sending => sent.map_err(|_| Unsent::Gone),
             () = self.lifecycle.hard_stop.cancelled() => Err(Unsent::ShutDown),
             () = tokio::time::sleep_until(deadline.unwrap_or(far)) => Err(Unsent::Deadline),
             () = tokio::time::sleep(self.write_timeout) => Err(Unsent::Stalled),
