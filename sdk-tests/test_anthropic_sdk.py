@@ -21,6 +21,22 @@ def test_streaming_message(gateway):
     assert final.usage.output_tokens == 7
 
 
+def test_a_stream_cut_before_its_end_raises(gateway):
+    # the upstream breaks off mid-stream: SubLane ends the stream with Anthropic's own
+    # mid-stream error event, which the SDK raises, rather than a message with no stop_reason
+    # (the pause lets the first delta leave the mock before the break, as on a real connection)
+    gateway.script({"delta_delay_ms": 30, "steps": [{"kind": "abort", "after_deltas": 2}]}, ["sdk-claude"])
+    try:
+        with pytest.raises(anthropic.APIStatusError) as err:
+            with client(gateway).messages.stream(
+                model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Say hi"}]
+            ) as stream:
+                stream.get_final_message()
+    finally:
+        gateway.script({}, ["sdk-claude"])
+    assert err.value.body["error"]["code"] == "upstream_stream_broken", err.value.body
+
+
 def test_non_streaming_message(gateway):
     msg = client(gateway).messages.create(
         model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Say hi"}]

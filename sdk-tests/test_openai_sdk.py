@@ -25,6 +25,20 @@ def test_streaming_response_events_parse(gateway):
     assert done.usage.output_tokens == 7
 
 
+def test_a_stream_cut_before_its_end_ends_with_an_error_event(gateway):
+    # the upstream breaks off after its deltas: the client is told, not left with half an answer
+    # (the pause lets the first delta leave the mock before the break, as on a real connection)
+    cut = {"delta_delay_ms": 30, "steps": [{"kind": "abort", "after_deltas": 2}]}
+    gateway.script(cut, ["sdk-codex"])
+    try:
+        events = list(client(gateway).responses.create(model="gpt-5.1-codex", input="Say hi", stream=True))
+    finally:
+        gateway.script({}, ["sdk-codex"])
+    assert [e.type for e in events].count("response.output_text.delta") >= 1
+    assert events[-1].type == "error"
+    assert events[-1].code == "upstream_stream_broken"
+
+
 def test_non_streaming_response(gateway):
     resp = client(gateway).responses.create(model="gpt-5.1-codex", input="Say hi")
     assert resp.status == "completed"

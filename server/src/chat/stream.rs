@@ -16,12 +16,8 @@ use crate::providers::lenient::{Loose, lenient_object};
 pub const DONE: &str = "[DONE]";
 
 /// The error object that ends a Chat Completions stream cut before its terminal event.
-pub fn cut() -> String {
-    error_object(
-        "the upstream stream ended before the answer was complete",
-        "server_error",
-        &json!("upstream_stream_broken"),
-    )
+pub fn cut(code: &str, message: &str) -> String {
+    error_object(message, "server_error", &json!(code))
 }
 
 /// An error in a Chat Completions stream, in the OpenAI error shape.

@@ -49,6 +49,11 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// The protocol whose events it reads.
+    pub fn grammar(&self) -> Grammar {
+        self.grammar
+    }
+
     pub fn new(grammar: Grammar) -> Self {
         Observer {
             grammar,

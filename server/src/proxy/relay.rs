@@ -21,7 +21,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::{
     chat::stream::Transform,
-    providers::{Observation, Observer, sse::Splitter},
+    providers::{Grammar, Observation, Observer, sse::Splitter},
 };
 
 /// Comment line sent to keep idle connections (and client idle timers) alive.
@@ -83,17 +83,71 @@ impl Rewrite {
     }
 
     /// For a Chat Completions stream that ended before its terminal event: the error object
-    /// that tells the client (it cannot tell a cut stream from a finished one otherwise).
-    fn cut(&self) -> Option<String> {
+    /// that tells the client why (it cannot tell a cut stream from a finished one otherwise).
+    fn cut(&self, (code, message): (&str, &str)) -> Option<Vec<u8>> {
         let ended = match self {
             Rewrite::Envelope => return None,
             Rewrite::Chat(chat) => chat.ended(),
             Rewrite::ChatFromMessages(chat) => chat.ended(),
             Rewrite::ChatFromGemini(chat) => chat.ended(),
         };
-        (!ended).then(crate::chat::stream::cut)
+        (!ended).then(|| {
+            let mut out = Vec::new();
+            write_event(&mut out, &crate::chat::stream::cut(code, message));
+            out
+        })
     }
 }
+
+/// Why a stream was cut before its answer was complete: the record's code, and what the client
+/// is told.
+fn cut_reason(stop: Stop) -> (&'static str, &'static str) {
+    match stop {
+        Stop::TimedOut => {
+            ("request_timeout", "the request reached its deadline before the answer was complete")
+        }
+        Stop::IdleTimedOut => {
+            ("stream_idle_timeout", "the upstream sent no event for longer than the stream idle timeout")
+        }
+        Stop::ShutDown => ("server_shutdown", "the server shut down before the answer was complete"),
+        Stop::Broken => {
+            ("upstream_stream_broken", "the upstream stream broke before the answer was complete")
+        }
+        _ => ("stream_ended_early", "the upstream stream ended before the answer was complete"),
+    }
+}
+
+/// For a stream passed through as it came that ended before its protocol's terminal event: that
+/// protocol's own mid-stream error event, so the client does not take what it got for the whole
+/// answer (an Anthropic SDK would otherwise keep a message with no `stop_reason` as final).
+/// Anthropic ends a failing stream with `event: error` (which raises `APIStatusError` in its
+/// SDKs), the Responses API with an `error` event (`{type, code, message, param}`); a Gemini
+/// stream has no such event, and gets none. A block left open by a cut is closed first, so
+/// that the notice is an event of its own.
+fn cut_notice(grammar: Grammar, open_block: bool, (code, message): (&str, &str)) -> Option<Vec<u8>> {
+    let data = match grammar {
+        Grammar::Messages => crate::proxy::error::body(
+            crate::proxy::error::Protocol::Anthropic,
+            axum::http::StatusCode::BAD_GATEWAY,
+            code,
+            message,
+            None,
+        ),
+        Grammar::Responses => {
+            serde_json::json!({"type": "error", "code": code, "message": message, "param": null})
+        }
+        Grammar::Gemini => return None,
+    };
+    let mut out = Vec::new();
+    if open_block {
+        out.extend_from_slice(b"\n\n");
+    }
+    out.extend_from_slice(b"event: error\n");
+    write_event(&mut out, &data.to_string());
+    Some(out)
+}
+
+impl Rewrite {}
 
 /// What one upstream chunk gave.
 struct Processed {
@@ -180,7 +234,7 @@ enum Delivery {
 }
 
 /// Why the relay loop stopped (at most one reason, so the ending's flags are built from it).
-#[derive(PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Stop {
     /// The upstream finished, or the client left and there is nothing (more) to drain.
     Done,
@@ -350,15 +404,22 @@ where
         };
         // Dropping the upstream stream here closes (cancels) the upstream request.
         drop(upstream);
-        // A Chat Completions client cannot tell a cut stream from a finished one by its end (no
-        // terminal event of its own but `[DONE]`): it is told, as an error object.
-        if let Some(error) = rewrite.as_ref().and_then(Rewrite::cut)
-            && client_gone.is_none()
-            && stop != Stop::Stalled
-        {
-            let mut out = Vec::new();
-            write_event(&mut out, &error);
-            let _ = tx.try_send(Bytes::from(out));
+        // A client cannot tell a cut stream from a finished one by its end: it is told, in its
+        // protocol, unless it left or stopped reading, or the cut may have come after an answer
+        // too large to read (whose end was then not seen).
+        let unread = stop == Stop::Unreadable || splitter.overflowed();
+        if client_gone.is_none() && stop != Stop::Stalled && !unread {
+            let why = cut_reason(stop);
+            let notice = match &rewrite {
+                Some(rewrite) => rewrite.cut(why),
+                None if observer.seen.outcome.is_none() => {
+                    cut_notice(observer.grammar(), !splitter.at_boundary(), why)
+                }
+                None => None,
+            };
+            if let Some(notice) = notice {
+                let _ = tx.try_send(Bytes::from(notice));
+            }
         }
         let end = End {
             observation: observer.seen,
@@ -482,6 +543,90 @@ mod tests {
         assert_eq!(end.observation.first_output, Some(Duration::from_secs(35)));
     }
 
+    /// The client is told the stream was cut (a Responses `error` event with `code`), and then
+    /// the stream ends.
+    async fn assert_cut(body: &mut axum::body::BodyDataStream, code: &str) {
+        let notice = String::from_utf8(next(body).await.to_vec()).unwrap();
+        assert!(
+            notice.starts_with("event: error\n") && notice.contains(&format!("\"code\":\"{code}\"")),
+            "{notice}"
+        );
+        assert!(body.next().await.is_none(), "the notice ends the stream");
+    }
+
+    /// Everything the client is sent from here to the body's end, as text.
+    async fn rest(body: &mut axum::body::BodyDataStream) -> String {
+        let mut all = Vec::new();
+        while let Some(chunk) = body.next().await {
+            all.extend_from_slice(&chunk.unwrap());
+        }
+        String::from_utf8(all).unwrap()
+    }
+
+    /// Runs a relay of `chunks` (`None`: the connection breaks) in `grammar`, the upstream then
+    /// ending or (if `silent`) going silent until the 10 s idle timeout: what the client got.
+    async fn cut_after(grammar: Grammar, chunks: Vec<Option<&'static str>>, silent: bool) -> String {
+        let (up, stream) = upstream();
+        let (_ended, on_end) = capture();
+        let timing = Timing { idle_timeout: Some(Duration::from_secs(10)), heartbeat: None, ..timing(None) };
+        let mut body = start(stream, grammar, timing, HardStop::default(), on_end).into_data_stream();
+        for chunk in chunks {
+            let item =
+                chunk.map(|c| Bytes::from_static(c.as_bytes())).ok_or_else(|| io::Error::other("reset"));
+            up.send(item).await.unwrap();
+        }
+        if silent {
+            let text = rest(&mut body).await;
+            drop(up);
+            return text;
+        }
+        drop(up);
+        rest(&mut body).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_cut_before_its_terminal_event_ends_with_the_protocol_s_error_event() {
+        const START: &str = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
+        // Anthropic: broken mid-stream, the client gets an `error` event (api_error) after what came
+        let got = cut_after(Grammar::Messages, vec![Some(START), None], false).await;
+        let (before, notice) = got.split_once("event: error\n").expect(&got);
+        assert_eq!(before, START);
+        let data: serde_json::Value =
+            serde_json::from_str(notice.strip_prefix("data: ").unwrap().trim_end()).unwrap();
+        assert_eq!(data["type"], "error", "{data}");
+        assert_eq!(data["error"]["type"], "api_error");
+        assert_eq!(data["error"]["code"], "upstream_stream_broken");
+        assert!(notice.ends_with("\n\n"), "a whole event: {notice:?}");
+        // the Responses API: silent past the idle timeout
+        let created = "event: response.created\ndata: {}\n\n";
+        let got = cut_after(Grammar::Responses, vec![Some(created)], true).await;
+        let notice = got.strip_prefix(created).unwrap();
+        let data: serde_json::Value =
+            serde_json::from_str(notice.strip_prefix("event: error\ndata: ").unwrap().trim_end()).unwrap();
+        assert_eq!(
+            (data["type"].as_str(), data["code"].as_str()),
+            (Some("error"), Some("stream_idle_timeout"))
+        );
+        // ended by the upstream without its terminal event
+        let got = cut_after(Grammar::Responses, vec![Some(created)], false).await;
+        assert!(got.contains("\"code\":\"stream_ended_early\""), "{got}");
+        // cut inside an event: the open block is closed before the notice
+        let half = "event: message_start\ndata: {\"type\":";
+        let got = cut_after(Grammar::Messages, vec![Some(half), None], false).await;
+        assert!(got.starts_with(&format!("{half}\n\nevent: error\ndata: ")), "{got:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_stream_and_a_gemini_stream_get_no_notice() {
+        let done = "event: message_start\ndata: {}\n\nevent: message_stop\ndata: {}\n\n";
+        assert_eq!(cut_after(Grammar::Messages, vec![Some(done)], false).await, done);
+        // an upstream error event is its own terminal event
+        let failed = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+        assert_eq!(cut_after(Grammar::Messages, vec![Some(failed)], false).await, failed);
+        let chunk = "data: {\"candidates\":[]}\n\n";
+        assert_eq!(cut_after(Grammar::Gemini, vec![Some(chunk), None], false).await, chunk);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_forwarded_chunk_puts_the_next_heartbeat_a_period_after_it() {
         let (up, stream) = upstream();
@@ -527,7 +672,7 @@ mod tests {
         t.idle_timeout = Some(Duration::from_secs(20));
         let mut body = start(stream, Grammar::Responses, t, HardStop::default(), on_end).into_data_stream();
         assert_eq!(&next(&mut body).await[..], HEARTBEAT, "at 10 s");
-        assert!(body.next().await.is_none(), "at 20 s the stream ends, without the heartbeat due then");
+        assert_cut(&mut body, "stream_idle_timeout").await; // at 20 s, without the heartbeat due then
         tokio::task::yield_now().await;
         assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
         drop(up);
@@ -619,7 +764,7 @@ mod tests {
         // for longer than 30 s, whatever the relay was doing meanwhile (CD-6).
         let t0 = Instant::now();
         let (mut body, ended, _up) = a_send_waits_from_5_to_45_s(|_| {}).await;
-        assert!(body.next().await.is_none());
+        assert_cut(&mut body, "stream_idle_timeout").await;
         assert_eq!(Instant::now() - t0, Duration::from_secs(45));
         tokio::task::yield_now().await;
         assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
@@ -637,7 +782,7 @@ mod tests {
         assert_eq!(&next(&mut body).await[..], b"data: {\"late\":1}\n\n");
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
         assert_eq!(&next(&mut body).await[..], HEARTBEAT);
-        assert!(body.next().await.is_none());
+        assert_cut(&mut body, "stream_idle_timeout").await;
         assert_eq!(Instant::now() - t0, Duration::from_secs(75));
         tokio::task::yield_now().await;
         assert!(ended.lock().unwrap().take().unwrap().idle_timed_out);
