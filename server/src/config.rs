@@ -42,6 +42,13 @@ pub const DEFAULT_SERVE_POLL: Duration = Duration::from_micros(100);
 /// The longest poll window accepted: past a millisecond, polling costs a CPU more than sleeping
 /// would cost the call.
 pub const MAX_SERVE_POLL: Duration = Duration::from_millis(1);
+/// CD-6: longest wait for an upstream's answer head on a model call (and, after it, for a
+/// stream's first byte).
+pub const DEFAULT_UPSTREAM_HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// CD-6: longest a model call or WebSocket turn may take in all, counted from its start.
+pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// The longest request deadline accepted.
+pub const MAX_REQUEST_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 /// OPS-3: how long open streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -147,6 +154,14 @@ pub struct Settings {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub stream_idle_timeout: Option<Duration>,
+    /// Longest wait for an upstream's answer head on a model call, and then for a stream's first byte, e.g. "5m"; at most the request deadline (CD-6) [env: SUBLANE_UPSTREAM_HEADER_TIMEOUT] [default: 5m]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub upstream_header_timeout: Option<Duration>,
+    /// Longest a model call or WebSocket turn may take in all, from its start (queueing, retries and streaming included), e.g. "30m"; at most "1d" (CD-6) [env: SUBLANE_REQUEST_DEADLINE] [default: 30m]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub request_deadline: Option<Duration>,
     /// End a response when the client has not read any of it for this long, e.g. "60s" [env: SUBLANE_CLIENT_WRITE_TIMEOUT] [default: 60s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -425,6 +440,11 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// CD-6: optional stream idle timeout (upstream events only); off by default.
     pub stream_idle_timeout: Option<Duration>,
+    /// CD-6: longest wait for an upstream's answer head on a model call, and then for a stream's
+    /// first byte; never longer than `request_deadline`.
+    pub upstream_header_timeout: Duration,
+    /// CD-6: longest a model call or WebSocket turn may take in all, from its start.
+    pub request_deadline: Duration,
     /// ADM-2: operations in flight at once.
     pub workspace_capacity: usize,
     /// Threads that serve connections, each with a single-threaded runtime of its own (a
@@ -558,6 +578,8 @@ impl Settings {
             client_write_timeout: duration("SUBLANE_CLIENT_WRITE_TIMEOUT")?,
             client_header_timeout: duration("SUBLANE_CLIENT_HEADER_TIMEOUT")?,
             shutdown_grace: duration("SUBLANE_SHUTDOWN_GRACE")?,
+            upstream_header_timeout: duration("SUBLANE_UPSTREAM_HEADER_TIMEOUT")?,
+            request_deadline: duration("SUBLANE_REQUEST_DEADLINE")?,
             session_ttl: var("SUBLANE_SESSION_TTL")
                 .map(|v| humantime::parse_duration(&v).map_err(|e| env_err("SUBLANE_SESSION_TTL", e)))
                 .transpose()?,
@@ -660,6 +682,8 @@ impl Settings {
             session_ttl: over.session_ttl.or(self.session_ttl),
             site_root: over.site_root.or(self.site_root),
             stream_idle_timeout: over.stream_idle_timeout.or(self.stream_idle_timeout),
+            upstream_header_timeout: over.upstream_header_timeout.or(self.upstream_header_timeout),
+            request_deadline: over.request_deadline.or(self.request_deadline),
             workspace_capacity: over.workspace_capacity.or(self.workspace_capacity),
             serve_threads: over.serve_threads.or(self.serve_threads),
             serve_poll: over.serve_poll.or(self.serve_poll),
@@ -746,6 +770,20 @@ impl Settings {
                 humantime::format_duration(client_header_timeout)
             )));
         }
+        let request_deadline =
+            self.request_deadline.filter(|d| !d.is_zero()).unwrap_or(DEFAULT_REQUEST_DEADLINE);
+        if request_deadline > MAX_REQUEST_DEADLINE {
+            return Err(ConfigError::Invalid(format!(
+                "the request deadline must be at most 1 day (got {})",
+                humantime::format_duration(request_deadline)
+            )));
+        }
+        // (a shorter deadline shortens the header wait with it: the deadline holds over all)
+        let upstream_header_timeout = self
+            .upstream_header_timeout
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_UPSTREAM_HEADER_TIMEOUT)
+            .min(request_deadline);
         let serve_poll = self.serve_poll.unwrap_or(DEFAULT_SERVE_POLL);
         if serve_poll > MAX_SERVE_POLL {
             return Err(ConfigError::Invalid(format!(
@@ -815,6 +853,8 @@ impl Settings {
             shutdown_grace: self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             site_root: self.site_root.unwrap_or_else(|| PathBuf::from(DEFAULT_SITE_ROOT)),
             stream_idle_timeout: self.stream_idle_timeout.filter(|d| !d.is_zero()),
+            upstream_header_timeout,
+            request_deadline,
             workspace_capacity,
             serve_threads,
             serve_poll,
@@ -939,6 +979,30 @@ mod tests {
         assert_eq!(c.client_write_timeout, DEFAULT_CLIENT_WRITE_TIMEOUT);
         assert_eq!(c.client_header_timeout, DEFAULT_CLIENT_HEADER_TIMEOUT);
         assert_eq!(c.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
+        assert_eq!(c.upstream_header_timeout, DEFAULT_UPSTREAM_HEADER_TIMEOUT);
+        assert_eq!(c.request_deadline, DEFAULT_REQUEST_DEADLINE);
+    }
+
+    #[test]
+    fn the_upstream_header_timeout_and_the_request_deadline_are_set_and_bounded() {
+        let both = |args: &[&str], vars: &[(&str, &str)]| {
+            Config::load(cli(args), env(vars)).map(|c| (c.upstream_header_timeout, c.request_deadline))
+        };
+        let (m, h) = (Duration::from_secs(60), Duration::from_secs(3600));
+        let set = both(&[], &[("SUBLANE_UPSTREAM_HEADER_TIMEOUT", "2m"), ("SUBLANE_REQUEST_DEADLINE", "1h")]);
+        assert_eq!(set.unwrap(), (2 * m, h));
+        let flag = both(&["--request-deadline", "2h"], &[("SUBLANE_REQUEST_DEADLINE", "1h")]);
+        assert_eq!(flag.unwrap(), (5 * m, 2 * h), "the flag wins over the environment");
+        let zero =
+            both(&[], &[("SUBLANE_UPSTREAM_HEADER_TIMEOUT", "0s"), ("SUBLANE_REQUEST_DEADLINE", "0s")]);
+        assert_eq!(zero.unwrap(), (DEFAULT_UPSTREAM_HEADER_TIMEOUT, DEFAULT_REQUEST_DEADLINE));
+        let short = both(&[], &[("SUBLANE_REQUEST_DEADLINE", "2m")]).unwrap();
+        assert_eq!(short, (2 * m, 2 * m), "the header wait is never longer than the deadline");
+        assert_eq!(both(&[], &[("SUBLANE_REQUEST_DEADLINE", "1d")]).unwrap().1, MAX_REQUEST_DEADLINE);
+        let over = both(&[], &[("SUBLANE_REQUEST_DEADLINE", "25h")]).unwrap_err().to_string();
+        assert!(over.contains("at most 1 day"), "{over}");
+        let bad = both(&[], &[("SUBLANE_UPSTREAM_HEADER_TIMEOUT", "soon")]).unwrap_err().to_string();
+        assert!(bad.contains("SUBLANE_UPSTREAM_HEADER_TIMEOUT"), "{bad}");
     }
 
     #[test]

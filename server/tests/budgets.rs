@@ -306,6 +306,10 @@ async fn member_workspace_and_credit_budgets_and_calls_in_flight() {
         }
     };
     assert_eq!(frame["type"], "error", "{frame}");
+    assert_eq!(
+        (frame["status"].as_u64(), frame["error"]["type"].as_str()),
+        (Some(429), Some("rate_limit_error"))
+    );
     assert_eq!(frame["error"]["message"], "rate limit exceeded on ws requests/minutes");
     assert_eq!(frame["error"]["limit"], 2);
 

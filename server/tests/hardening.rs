@@ -757,16 +757,16 @@ async fn a_stream_that_sends_no_event_after_its_headers_is_cut_by_the_idle_timeo
 }
 
 /// A Codex stream read whole for a client that does not stream is held to the idle timeout as a
-/// relayed one is (CD-6): silent after its headers, or stalled after a delta behind keep-alive
+/// relayed one is (CD-6): stalled after its opening events, or after a delta behind keep-alive
 /// comments, the client gets a 504 once the 1 s timeout runs out (not at the 30 min deadline),
 /// recorded as `stream_idle_timeout`; a stream that sends a delta every 100 ms for about twice the
-/// timeout is answered whole.
+/// timeout is answered whole. (`collect`'s unit tests hold the rest of the rules in paused time.)
 #[tokio::test]
 async fn a_stream_read_whole_for_a_client_that_does_not_stream_is_held_to_the_idle_timeout() {
     let r = Rig::start(&[("SUBLANE_STREAM_IDLE_TIMEOUT", "1s")]).await;
-    let silent = json!({"kind": "stall", "after_deltas": 0});
+    let stalled = json!({"kind": "stall", "after_deltas": 0});
     let kept_alive = json!({"kind": "stall", "after_deltas": 1, "keep_alive_ms": 100});
-    let script = json!({"steps": [silent, kept_alive], "deltas": 20, "delta_delay_ms": 100});
+    let script = json!({"steps": [stalled, kept_alive], "deltas": 20, "delta_delay_ms": 100});
     r.script(CODEX, script).await;
     for _ in 0..2 {
         let started = std::time::Instant::now();
@@ -787,6 +787,38 @@ async fn a_stream_read_whole_for_a_client_that_does_not_stream_is_held_to_the_id
     assert!(started.elapsed() >= Duration::from_millis(1_900), "the upstream's own pace");
     let rows = r.t.records(3).await;
     assert_eq!((rows[2]["outcome"].as_str(), rows[2]["error_code"].as_str()), (Some("success"), None));
+}
+
+/// CD-6's header timeout and total deadline are settings (the seeds: "defaults" of 5 min and
+/// 30 min, the deadline "configurable"). With 1 s and 2 s: an upstream whose answer head takes
+/// 3 s gets the client a 504 `upstream_timeout` at about 1 s; a stream of 40 deltas 100 ms apart
+/// is ended at about 2 s, before its end, recorded as `request_timeout`.
+#[tokio::test]
+async fn the_upstream_header_timeout_and_the_request_deadline_are_settings() {
+    let env = [("SUBLANE_UPSTREAM_HEADER_TIMEOUT", "1s"), ("SUBLANE_REQUEST_DEADLINE", "2s")];
+    let r = Rig::start(&env).await;
+    r.script(OPENAI, json!({"delay_ms": 3000})).await;
+    let started = std::time::Instant::now();
+    let resp = r.post("openai_api", "/v1/responses").json(&responses(false)).send().await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "upstream_timeout", "{error}");
+    assert!(waited >= Duration::from_secs(1) && waited < Duration::from_millis(2_500), "{waited:?}");
+
+    r.script(CODEX, json!({"deltas": 40, "delta_delay_ms": 100})).await;
+    let started = std::time::Instant::now();
+    let resp = r.post("codex", "/v1/responses").json(&responses(true)).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = body_ended_within(resp, Duration::from_secs(5)).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_millis(3_500), "{took:?}");
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("response.output_text.delta") && !body.contains("response.completed"), "{body}");
+
+    let rows = r.t.records(2).await;
+    let codes: Vec<_> = rows.iter().map(|r| (r["outcome"].as_str(), r["error_code"].as_str())).collect();
+    assert_eq!(codes, [(Some("error"), Some("upstream_timeout")), (Some("error"), Some("request_timeout"))]);
 }
 
 /// The idle timeout counts the time without an upstream event, not the turn's length: a turn

@@ -199,6 +199,34 @@ async fn a_client_that_stops_reading_frees_its_slot_after_the_write_deadline() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
+/// The same over a WebSocket: a client that stops reading mid-turn is given up after the write
+/// deadline (the send that waits for it is the only one that builds timers), its slot comes
+/// back and the turn is recorded as `client_stalled`.
+#[tokio::test]
+async fn a_websocket_client_that_stops_reading_frees_its_slot_after_the_write_deadline() {
+    let p = Process::start(&[("SUBLANE_CLIENT_WRITE_TIMEOUT", "1s")]).await;
+    p.script(json!({"deltas": 20000, "delta_text": "x".repeat(2048)})).await;
+    let mut req =
+        format!("{}/v1/responses", p.base.replace("http://", "ws://")).into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", p.key).parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    // (nothing read from here on)
+    assert!(eventually(Duration::from_secs(5), || async { p.runtime_in_flight().await == 1 }).await);
+    let freed = eventually(Duration::from_secs(15), || async { p.runtime_in_flight().await == 0 }).await;
+    assert!(freed, "the stalled turn still holds its account slot");
+    let ok = eventually(Duration::from_secs(5), || async {
+        p.records().iter().any(|r| {
+            (r["operation"].as_str(), r["outcome"].as_str(), r["error_code"].as_str())
+                == (Some("responses_ws"), Some("cancelled"), Some("client_stalled"))
+        })
+    })
+    .await;
+    assert!(ok, "records: {:?}", p.records());
+    drop(ws);
+}
+
 /// OPS-3 on the real binary: SIGTERM stops admitting (503 with `Connection: close`), ends a
 /// queued request with 503, closes an idle WebSocket at once, lets a stream and a WebSocket turn
 /// run for the grace period, then cuts everything (a stalled reader included), records what was

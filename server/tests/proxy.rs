@@ -183,8 +183,14 @@ async fn responses_stream_relays_events_unchanged_and_records_usage() {
 async fn non_streaming_responses_are_collected_from_the_codex_stream() {
     let r = Rig::start().await;
     let body = RESPONSES_BODY.replace(r#""stream":true"#, r#""stream":false"#);
-    let resp =
-        r.post("/v1/responses").header("content-type", "application/json").body(body).send().await.unwrap();
+    let resp = r
+        .post("/v1/responses")
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["object"], "response");
@@ -196,6 +202,7 @@ async fn non_streaming_responses_are_collected_from_the_codex_stream() {
         Some(true),
         "Codex only streams, so SubLane asks for a stream"
     );
+    assert_eq!(r.calls(CODEX_TOKEN)[0].headers["accept"], "text/event-stream", "and accepts one");
     let rec = &r.records(1).await[0];
     assert_eq!(rec["outcome"], "success");
     assert_eq!(rec["first_output_ms"], Value::Null, "no deltas reach a non-streaming client");

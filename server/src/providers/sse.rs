@@ -57,7 +57,8 @@ impl Splitter {
     /// Feeds bytes as [`Self::feed`] does and says whether they carried (some of) an event that
     /// is not a keep-alive ([`keep_alive`]): what CD-6's idle timeout counts. A chunk counts if it
     /// goes on with a pending event (the one that ends it included), completes an event, or
-    /// leaves part of one pending; comments and blank lines never count.
+    /// leaves part of one pending; comments and blank lines never count. (A keep-alive event is
+    /// known only once whole: one that comes in parts counts while it is pending.)
     pub fn feed_counting(&mut self, bytes: &[u8], mut on_event: impl FnMut(Event<'_>)) -> bool {
         let mut event = self.inside_event();
         self.feed(bytes, |ev| {

@@ -32,9 +32,6 @@ use crate::{
     },
 };
 
-/// CD-6: total request deadline (also of one WebSocket turn).
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30 * 60);
-
 /// A server-generated request id (REC-9); client-supplied ids are ignored. The first 12 hex
 /// digits are the time in milliseconds (`now_ms`), the other 20 random (80 bits): ids made later
 /// sort later, and ids made in the same millisecond differ by chance alone, one in 2^80. That is

@@ -27,17 +27,15 @@ use crate::{
 
 use super::{
     Spec,
-    attempt::{
-        Attempt, Ending, REQUEST_DEADLINE, Start, member_rpm, member_slot, new_request_id, stream_verdict,
-    },
+    attempt::{Attempt, Ending, Start, member_rpm, member_slot, new_request_id, stream_verdict},
     auth::authenticate_request,
-    body_edit, client,
+    body_edit, client, collect,
     error::GatewayError,
     failure::UpstreamFailure,
     relay::{self, Timing},
     request::{self, RoutingFields},
     schedule::{self, Conversation},
-    upstream::{self, HEADER_TIMEOUT},
+    upstream,
 };
 use app::model::CredentialInput;
 
@@ -490,7 +488,7 @@ fn answer<'a>(
     async move {
         let (spec, chat, client_streams) = (r.spec, r.chat, r.client_streams);
         let status = upstream.status();
-        let deadline = attempt.started + REQUEST_DEADLINE;
+        let deadline = attempt.started + s.config.request_deadline;
         // A Chat Completions call is watched, and answered from, the protocol of the account that
         // serves it.
         let chat_upstream = chat.is_some().then(|| crate::chat::Upstream::of(account.provider));
@@ -517,7 +515,8 @@ fn answer<'a>(
             // Wait for the first chunk so it leaves together with the headers (one write, not two).
             // The stream idle timeout (CD-6) runs from the headers: an upstream that answers and
             // then sends nothing is cut when it runs out, as one that falls silent later is.
-            let (first_wait, cut_as) = first_chunk_wait(timing.idle_timeout);
+            let (first_wait, cut_as) =
+                upstream::first_chunk_wait(timing.idle_timeout, s.config.upstream_header_timeout);
             let first =
                 match attempt.stopwatch.on_upstream(tokio::time::timeout(first_wait, stream.next())).await {
                     Ok(Some(Ok(bytes))) => Some(bytes),
@@ -584,9 +583,13 @@ fn answer<'a>(
         if force_stream {
             // Boxed: only Codex JSON clients come here, and collecting is the largest future a call
             // awaits; in place, every call's dispatch would carry its room.
-            let idle = s.workspace_settings.stream_idle_timeout();
-            let rules = Reading { deadline, idle, chat: chat_upstream.is_some() };
-            return Box::pin(collect_stream(attempt, upstream, observer, rules)).await;
+            let rules = collect::Rules {
+                deadline,
+                header_timeout: s.config.upstream_header_timeout,
+                idle: s.workspace_settings.stream_idle_timeout(),
+            };
+            return Box::pin(collect_stream(attempt, upstream, observer, rules, chat_upstream.is_some()))
+                .await;
         }
         // A plain JSON answer: pass the bytes through, read usage from them.
         let mut passed = HeaderMap::new();
@@ -804,6 +807,10 @@ fn prepare(
         target.headers.insert(SESSION_ID_DASHED.clone(), v);
     }
     let force_stream = target.force_stream && !r.client_streams;
+    if force_stream {
+        // (a JSON client's `Accept: application/json` would ask for what the body does not)
+        target.headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+    }
     // BEY-3: a Chat Completions body in the chosen account's protocol.
     let (model_edit, no_store) = (
         (upstream_model != model).then_some(upstream_model),
@@ -854,46 +861,16 @@ pub(crate) fn token_error(e: &TokenError) -> GatewayError {
     }
 }
 
-/// How long a stream's first chunk may take after the upstream's headers, and the record's code
-/// when it does not come: the stream idle timeout (CD-6) runs from the headers, and the header
-/// timeout bounds the first byte whichever is set.
-fn first_chunk_wait(idle: Option<std::time::Duration>) -> (std::time::Duration, &'static str) {
-    match idle {
-        Some(idle) if idle <= HEADER_TIMEOUT => (idle, "stream_idle_timeout"),
-        _ => (HEADER_TIMEOUT, "upstream_timeout"),
-    }
-}
-
-/// The timing rules of a stream read whole ([`collect_stream`]).
-struct Reading {
-    /// CD-6: the total request deadline.
-    deadline: Instant,
-    /// CD-6: the stream idle timeout, counting upstream events only.
-    idle: Option<std::time::Duration>,
-    /// Whether the client speaks Chat Completions.
-    chat: bool,
-}
-
-/// How reading a stream whole ended.
-enum Collected {
-    /// The upstream ended it.
-    Ended,
-    /// The connection broke.
-    Broken,
-    /// A timeout ran out first; the record's code says which.
-    Cut(&'static str),
-}
-
-/// A non-streaming client served by a streaming-only upstream (Codex): read the whole stream and
-/// answer with its final response object. The stream is held to the rules a relayed one is
-/// (CD-6): its first byte within the header timeout, no longer without an upstream event than
-/// the idle timeout when one is set, all of it within the total deadline. The client, sent
-/// nothing yet, hears `upstream_timeout` whichever ran out; the record says which.
+/// A non-streaming client served by a streaming-only upstream (Codex): read the whole stream
+/// under the rules a relayed one keeps ([`collect`]) and answer with its final response object.
+/// The client, sent nothing yet, hears `upstream_timeout` whichever timeout ran out; the record
+/// says which. An answer the upstream finished but did not end is still given.
 async fn collect_stream(
     attempt: Attempt,
     upstream: client::Answer,
     mut observer: Observer,
-    Reading { deadline, idle, chat }: Reading,
+    rules: collect::Rules,
+    chat: bool,
 ) -> Response {
     let answered = Instant::now();
     let status = upstream.status().as_u16();
@@ -909,57 +886,33 @@ async fn collect_stream(
     let started = attempt.started;
     let read = attempt
         .stopwatch
-        .on_upstream(async {
-            // Before the first chunk, the first-byte rule; then the idle timeout, from the last
-            // event (or the headers, until the first event).
-            let mut first = true;
-            let mut quiet_since = answered;
-            loop {
-                let cut = if first {
-                    let (wait, code) = first_chunk_wait(idle);
-                    Some((answered + wait, code))
-                } else {
-                    idle.map(|idle| (quiet_since + idle, "stream_idle_timeout"))
-                };
-                let (by, code) =
-                    cut.filter(|(by, _)| *by < deadline).unwrap_or((deadline, "upstream_timeout"));
-                let chunk = match tokio::time::timeout_at(by, stream.next()).await {
-                    Err(_) => return Collected::Cut(code),
-                    Ok(None) => return Collected::Ended,
-                    Ok(Some(Err(_))) => return Collected::Broken,
-                    Ok(Some(Ok(chunk))) => chunk,
-                };
-                first = false;
-                let now = Instant::now();
-                let at = now - started;
-                let event = splitter.feed_counting(&chunk, |ev| {
-                    observer.event(ev.name, &ev.data, at);
-                    if ev.name == Some("response.output_item.done")
-                        && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
-                        && let Some(item) = v.get_mut("item")
-                    {
-                        items.push(item.take());
-                    }
-                });
-                if event {
-                    quiet_since = now;
-                }
+        .on_upstream(collect::read(&mut stream, &mut splitter, answered, rules, |ev, came| {
+            observer.event(ev.name, &ev.data, came - started);
+            if ev.name == Some("response.output_item.done")
+                && let Ok(mut v) = serde_json::from_str::<Value>(&ev.data)
+                && let Some(item) = v.get_mut("item")
+            {
+                items.push(item.take());
             }
-        })
+        }))
         .await;
     let mut o = observer.seen;
     let failure = match (read, &o.final_response) {
-        (Collected::Cut(code), _) => Some((code, GatewayError::upstream_timeout(), Verdict::Neutral)),
-        (Collected::Ended, None) if splitter.overflowed() => {
+        // (the answer finished, the stream not ended: the client gets the answer)
+        (collect::Collected::Cut(_), Some(_)) => None,
+        (collect::Collected::Cut(code), None) => {
+            Some((code, GatewayError::upstream_timeout(), Verdict::Neutral))
+        }
+        (collect::Collected::Ended, None) if splitter.overflowed() => {
             let e = GatewayError::upstream_response_too_large();
             Some((e.code, e, Verdict::Neutral))
         }
         // CD-2: a broken or unfinished stream counts against the model on this account.
-        (Collected::Broken, _) | (Collected::Ended, None) => {
+        (collect::Collected::Broken, _) | (collect::Collected::Ended, None) => {
             let e = GatewayError::upstream_unavailable();
             Some((e.code, e, Verdict::ModelFailure))
         }
-        (Collected::Ended, Some(_)) => None,
+        (collect::Collected::Ended, Some(_)) => None,
     };
     if let Some((code, e, verdict)) = failure {
         return attempt.fail_recorded_as(e, code, Outcome::Error, Some(status), verdict).await;

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body_edit;
 pub mod call;
 pub mod client;
+mod collect;
 pub mod error;
 mod failure;
 pub mod models;
@@ -24,7 +25,7 @@ use axum::{
     routing::{MethodRouter, get, post},
 };
 
-pub use attempt::{REQUEST_DEADLINE, new_request_id};
+pub use attempt::new_request_id;
 use error::Protocol;
 
 use crate::{app_state::AppState, providers::Operation};

@@ -23,8 +23,15 @@ use super::{
 };
 use crate::{app_state::AppState, directory::Account, providers, records::Outcome};
 
-/// CD-6: longest wait for upstream response headers on inference calls.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// How long a stream's first chunk may take after the upstream's headers, and the record's code
+/// when it does not come: the stream idle timeout (CD-6) runs from the headers, and the header
+/// timeout bounds the first byte whichever is set.
+pub(super) fn first_chunk_wait(idle: Option<Duration>, header_timeout: Duration) -> (Duration, &'static str) {
+    match idle {
+        Some(idle) if idle <= header_timeout => (idle, "stream_idle_timeout"),
+        _ => (header_timeout, "upstream_timeout"),
+    }
+}
 
 /// The upstream POST for `target`: its headers (the account's credential and the client headers
 /// that may pass, one value each) and exactly one `Content-Type: application/json`, since what
@@ -58,11 +65,11 @@ pub(super) fn send_with_retries<'a>(
         loop {
             // (the call built inside the timeout, as in `send_to`: bound to a local first, its
             // future took room twice in a debug build)
-            let upstream = match tokio::time::timeout(
-                HEADER_TIMEOUT,
-                post(&s.model_http, &target, body.clone()),
-            )
-            .await
+            // CD-6: the header timeout, within the request's deadline (a retry or a long queue
+            // wait may have used some of it)
+            let by = (tokio::time::Instant::now() + s.config.upstream_header_timeout)
+                .min(attempt.started + s.config.request_deadline);
+            let upstream = match tokio::time::timeout_at(by, post(&s.model_http, &target, body.clone())).await
             {
                 Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
                 Ok(Err(e)) => {

@@ -37,13 +37,12 @@ use crate::{credentials::TokenError, directory::Account, quota, scheduler::Rule}
 
 use super::{
     Spec,
-    attempt::{Attempt, Ending, REQUEST_DEADLINE, Start, member_admission, new_request_id, stream_verdict},
+    attempt::{Attempt, Ending, Start, member_admission, new_request_id, stream_verdict},
     auth::authenticate_request,
     body_edit, call,
     error::{GatewayError, Protocol},
     request::{RoutingFields, check_model},
     schedule::{self, Conversation},
-    upstream::HEADER_TIMEOUT,
 };
 use crate::{
     app_state::AppState,
@@ -639,7 +638,7 @@ async fn handshake(
         tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), Some(tls)).await
     };
     let at = s.clock.unix_ms();
-    match tokio::time::timeout(HEADER_TIMEOUT, connect).await {
+    match tokio::time::timeout(s.config.upstream_header_timeout, connect).await {
         Ok(Ok((socket, resp))) => {
             s.metrics.upstream_answer(account.provider.as_str(), resp.status().as_u16());
             // QT-2: the handshake's quota headers, as on an HTTP answer (accepted: 2xx-like).
@@ -699,7 +698,8 @@ impl SendLimits {
         if let Some(sent) = (&mut sending).now_or_never() {
             return sent.map_err(|_| Unsent::Gone);
         }
-        let far = Instant::now() + REQUEST_DEADLINE;
+        // (no deadline: a day away, as far as one may be set)
+        let far = Instant::now() + crate::config::MAX_REQUEST_DEADLINE;
         tokio::select! {
             biased;
             sent = sending => sent.map_err(|_| Unsent::Gone),
@@ -740,7 +740,7 @@ async fn relay_turn(
     let Answering { account, model, request_id, started, mut lease } = turn;
     let provider = account.provider;
     let mut observer = Observer::new(Grammar::Responses);
-    let deadline = started + REQUEST_DEADLINE;
+    let deadline = started + s.config.request_deadline;
     // The workspace's stream idle timeout (off unless set): that long without an upstream event
     // mid-turn ends the turn, as on an HTTP stream. Read per turn, so a changed setting applies
     // to the next one.
@@ -778,7 +778,7 @@ async fn relay_turn(
                     _ => { upstream_gone = true; break; }
                 };
                 let kind = event_type(&text);
-                if kind != "keepalive" {
+                if !crate::providers::sse::keep_alive(Some(&kind)) {
                     // (OpenAI's heartbeat on long Responses streams is not an event either)
                     last_upstream = Instant::now();
                 }
@@ -917,17 +917,47 @@ async fn send_error(
     e: &GatewayError,
     request_id: &str,
 ) -> Result<(), Unsent> {
-    let mut frame = json!({"type": "error", "status": e.status.as_u16(), "request_id": request_id,
-        "error": {"type": "invalid_request_error", "code": e.code, "message": e.message}});
-    for (name, value) in &e.fields {
-        frame["error"][name.as_str()] = value.clone();
+    limits.send(client, Message::Text(error_frame(e, request_id).to_string().into()), None).await
+}
+
+/// A gateway error as the Responses WebSocket wraps one (protocols.md §1b): `{"type":"error",
+/// "status", "error": {...}, "headers": {...}}`. The `error` object is the HTTP answer's (its
+/// `type` from the status, as over HTTP), and the retry time goes where the HTTP answer's
+/// `Retry-After` header would be: Codex reads the wrapped error's headers as a response's.
+fn error_frame(e: &GatewayError, request_id: &str) -> Value {
+    let mut frame = e.body(Protocol::OpenAi, None);
+    frame["type"] = json!("error");
+    frame["status"] = json!(e.status.as_u16());
+    frame["request_id"] = json!(request_id);
+    if let Some(secs) = e.retry_after {
+        frame["headers"] = json!({"retry-after": secs.to_string()});
     }
-    limits.send(client, Message::Text(frame.to_string().into()), None).await
+    frame
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_error_frame_has_the_http_answer_s_error_and_its_retry_time_in_headers() {
+        let cooling = error_frame(&GatewayError::account_cooling(30), "req_1");
+        assert_eq!(
+            (cooling["type"].as_str(), cooling["status"].as_u64(), cooling["request_id"].as_str()),
+            (Some("error"), Some(429), Some("req_1"))
+        );
+        assert_eq!(cooling["error"]["type"], "rate_limit_error", "{cooling}");
+        assert_eq!(cooling["error"]["code"], "account_cooling");
+        assert_eq!(cooling["headers"], json!({"retry-after": "30"}));
+        let refused = GatewayError::bad_request("no").with_field("param", json!("model"));
+        let refused = error_frame(&refused, "req_2");
+        assert_eq!(
+            (refused["error"]["type"].as_str(), refused["status"].as_u64()),
+            (Some("invalid_request_error"), Some(400))
+        );
+        assert_eq!(refused["error"]["param"], "model", "the error's own fields are kept");
+        assert!(refused.get("headers").is_none(), "{refused}");
+    }
 
     fn model_of(text: &str) -> Result<String, String> {
         read_frame(text).and_then(|f| turn_model(&f)).map_err(|e| e.message)
