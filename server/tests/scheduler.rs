@@ -372,6 +372,7 @@ async fn retries_stay_on_one_account_and_repeated_failures_cool_only_that_model(
     rig.script(token, json!({"steps": [{"kind": "status", "status": 503, "retry_after": "30"}]})).await;
     let a = rig.send(None, MODEL).await;
     assert_eq!((a.status, a.retry_after), (StatusCode::SERVICE_UNAVAILABLE, Some(30)));
+    assert_eq!(a.code(), "server_is_overloaded", "the upstream's code, which Codex reads on a 503");
     assert_eq!(rig.calls(token), 4);
     // 429, 403 and client errors are never replayed; client errors mark nothing (ERR-1)
     rig.script(token, json!({"steps": [status(400), status(404), status(422)]})).await;

@@ -131,8 +131,15 @@ impl UpstreamFailure {
         let mut body =
             super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
         if attempt.protocol == Protocol::OpenAi {
+            // The upstream's type and code, each as it gave them (sanitized): Codex reads the
+            // type of some answers (`usage_limit_reached`) and the code of others (a 503's
+            // `server_is_overloaded` or `slow_down`, protocols.md §1b).
+            let kind = err["type"].as_str().and_then(sanitize);
+            let upstream_code = err["code"].as_str().and_then(sanitize);
+            body["error"]["type"] =
+                Value::String(kind.clone().or(upstream_code.clone()).unwrap_or(code.clone()));
+            body["error"]["code"] = Value::String(upstream_code.or(kind).unwrap_or(code.clone()));
             // Codex reads these to tell the user when their quota resets.
-            body["error"]["type"] = Value::String(code.clone());
             for field in ["resets_at", "plan_type", "resets_in_seconds"] {
                 if !err[field].is_null() {
                     body["error"][field] = err[field].clone();
