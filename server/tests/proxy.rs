@@ -334,7 +334,9 @@ async fn model_policy_refusals_are_recorded_as_rejected() {
 #[tokio::test]
 async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
     let r = Rig::start().await;
-    r.script(CODEX_TOKEN, json!({"steps": [{"kind": "ok"}, {"kind": "status", "status": 429, "retry_after": "17"}, {"kind": "usage_limit_reached", "resets_in_secs": 600}]}))
+    // (the upstream's x-codex-* headers come with its answers, errors included)
+    let codex_headers = json!({"x-codex-active-limit": "primary", "x-codex-primary-used-percent": "12.0"});
+    r.script(CODEX_TOKEN, json!({"quota_headers": codex_headers, "steps": [{"kind": "ok"}, {"kind": "status", "status": 429, "retry_after": "17"}, {"kind": "usage_limit_reached", "resets_in_secs": 600}]}))
         .await;
     // The conversation's first request is accepted: it is bound to this account (RT-1).
     let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
@@ -364,6 +366,7 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
         admin.call(Method::POST, &format!("/api/accounts/{}/resume", codex["id"]), Some(json!({}))).await;
     assert_eq!(status, StatusCode::OK);
     let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.headers()["x-codex-active-limit"], "primary", "and the headers that say which limit");
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["type"], "usage_limit_reached", "Codex needs the type to explain the limit");
     assert!(v["error"]["resets_at"].is_u64());

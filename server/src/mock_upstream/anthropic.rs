@@ -87,6 +87,12 @@ fn error_typed(
 }
 
 fn scripted_error(turn: &Turn) -> Option<Response> {
+    let mut resp = scripted_error_body(turn)?;
+    super::quota::add_scripted_headers(&mut resp, &turn.script);
+    Some(resp)
+}
+
+fn scripted_error_body(turn: &Turn) -> Option<Response> {
     match &turn.step {
         Step::Status { status, retry_after, code } => Some(error_typed(
             StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),

@@ -127,6 +127,12 @@ fn coded_error(status: u16, retry_after: Option<&str>, scripted: &str) -> Respon
 
 /// HTTP-level failures a script can ask for; `None` when the call gets a 200.
 fn scripted_error(turn: &Turn) -> Option<Response> {
+    let mut resp = scripted_error_body(turn)?;
+    super::quota::add_scripted_headers(&mut resp, &turn.script);
+    Some(resp)
+}
+
+fn scripted_error_body(turn: &Turn) -> Option<Response> {
     match &turn.step {
         Step::Status { status, retry_after, code: None } => {
             Some(error(code(*status), retry_after.as_deref(), &format!("scripted {status}")))

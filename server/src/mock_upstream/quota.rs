@@ -136,6 +136,15 @@ pub(crate) fn add_headers(resp: &mut Response, script: &Script, defaults: &[(&'s
     }
 }
 
+/// An error answer's quota headers: the script's when it sets them (Codex sends its `x-codex-*`
+/// headers with a 429 too, Claude its `anthropic-ratelimit-unified-*`), else none, so that
+/// scripts that set none see errors as before.
+pub(crate) fn add_scripted_headers(resp: &mut Response, script: &Script) {
+    if script.quota_headers.is_some() {
+        add_headers(resp, script, &[]);
+    }
+}
+
 /// Codex's defaults: both windows, no reset time (so no pace), far from spent.
 pub(crate) const CODEX_HEADERS: &[(&str, &str)] = &[
     ("x-codex-primary-used-percent", "12.0"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use app::model::Provider;
 use axum::{
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::StreamExt;
@@ -40,6 +40,10 @@ pub(super) struct UpstreamFailure {
     /// or the upstream's own hint, clamped, for answers that block nothing.
     retry_after: Option<u64>,
     body: Value,
+    /// The upstream's quota and model hints that pass to the client as on a success
+    /// (`x-codex-*`, `anthropic-ratelimit-*`, ...): Codex reads them to say which limit a
+    /// `usage_limit_reached` hit, Claude Code to explain its 429s.
+    hints: HeaderMap,
     pub(super) verdict: Verdict,
 }
 
@@ -53,6 +57,14 @@ impl UpstreamFailure {
     ) -> Self {
         let status = upstream.status();
         let hint = schedule::retry_after_header(upstream.headers(), now);
+        let mut hints = HeaderMap::new();
+        for (name, value) in upstream.headers() {
+            // (the answer's own type and Retry-After are SubLane's)
+            let own = name == header::CONTENT_TYPE || name == header::RETRY_AFTER;
+            if !own && crate::providers::response_header_passes(name.as_str()) {
+                hints.append(name.clone(), value.clone());
+            }
+        }
         let mut bytes = Vec::new();
         let mut stream = upstream.bytes_stream();
         let read = async {
@@ -68,7 +80,7 @@ impl UpstreamFailure {
             if complete { serde_json::from_slice(&bytes).unwrap_or(Value::Null) } else { Value::Null };
         let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
         let retry_after = enforced_retry(verdict, policy).or(hint.map(retry_secs));
-        UpstreamFailure { status, retry_after, body, verdict }
+        UpstreamFailure { status, retry_after, body, hints, verdict }
     }
 
     /// What the body says of the subscription quota (QT-2: Codex `usage_limit_reached`,
@@ -103,7 +115,7 @@ impl UpstreamFailure {
     }
 
     async fn answer(self, attempt: Attempt) -> Response {
-        let UpstreamFailure { status, retry_after, body: v, verdict } = self;
+        let UpstreamFailure { status, retry_after, body: v, hints, verdict } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
                 Some(GatewayError::model_rate_limited(retry_secs(clamp_retry(d, RETRY_AFTER_MIN))))
@@ -147,6 +159,7 @@ impl UpstreamFailure {
             }
         }
         let mut resp = (status, axum::Json(body)).into_response();
+        resp.headers_mut().extend(hints);
         if let Some(secs) = retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
