@@ -37,6 +37,12 @@ def test_a_stream_cut_before_its_end_raises(gateway):
     assert err.value.body["error"]["code"] == "upstream_stream_broken", err.value.body
 
 
+def test_models_retrieve(gateway):
+    assert client(gateway).models.retrieve("claude-opus-4-8").id == "claude-opus-4-8"
+    with pytest.raises(anthropic.NotFoundError):
+        client(gateway).models.retrieve("not-a-model")
+
+
 def test_non_streaming_message(gateway):
     msg = client(gateway).messages.create(
         model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Say hi"}]

@@ -1,6 +1,7 @@
 """google-genai against SubLane's Gemini API (PX-3), served by an Antigravity account: the SDK
 sends `x-goog-api-key` to `/v1beta/models/{model}:generateContent` (and the streaming form)."""
 
+import pytest
 from google import genai
 from google.genai import errors, types
 
@@ -38,6 +39,15 @@ def test_a_stream_silent_for_longer_than_the_heartbeat_period_reaches_the_client
     finally:
         gateway.script({}, ("sdk-antigravity",))
     assert [c.text for c in chunks] == ["Hello", "Hello"]
+
+
+def test_models_get(gateway):
+    c = client(gateway)
+    model = c.models.get(model="gemini-3.1-pro-low")
+    assert model.name == "models/gemini-3.1-pro-low"
+    with pytest.raises(errors.ClientError) as err:
+        c.models.get(model="not-a-model")
+    assert err.value.code == 404
 
 
 def test_bad_key(gateway):

@@ -39,6 +39,13 @@ def test_a_stream_cut_before_its_end_ends_with_an_error_event(gateway):
     assert events[-1].code == "upstream_stream_broken"
 
 
+def test_models_retrieve(gateway):
+    assert client(gateway).models.retrieve("gpt-5.1-codex").id == "gpt-5.1-codex"
+    with pytest.raises(openai.NotFoundError) as err:
+        client(gateway).models.retrieve("not-a-model")
+    assert err.value.body["code"] == "model_not_found"
+
+
 def test_non_streaming_response(gateway):
     resp = client(gateway).responses.create(model="gpt-5.1-codex", input="Say hi")
     assert resp.status == "completed"

@@ -493,6 +493,35 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
     let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["fast", "gpt-5.1-codex"]);
 
+    // one model, as the SDKs' models.retrieve asks for it: served, or a 404 in the protocol's shape
+    let one = |path: &str, anthropic: bool| {
+        let mut req = r.http.get(format!("{}{path}", r.t.base)).bearer_auth(&r.key);
+        if anthropic {
+            req = req.header("anthropic-version", "2023-06-01");
+        }
+        req.send()
+    };
+    let v: Value = one("/v1/models/fast", false).await.unwrap().json().await.unwrap();
+    assert_eq!((v["id"].as_str(), v["object"].as_str()), (Some("fast"), Some("model")), "{v}");
+    let v: Value = one("/codex/v1/models/gpt-5.1-codex", false).await.unwrap().json().await.unwrap();
+    assert_eq!(v["id"], "gpt-5.1-codex", "{v}");
+    let resp = one("/v1/models/gpt-5.1", false).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND, "not allowed by the pool's policy");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    let resp = one("/v1/models/claude-opus-4-8", true).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("not_found_error")));
+    // a model API path SubLane does not serve: JSON in the protocol's shape, not the web app's page
+    for (path, anthropic) in [("/v1/responses/resp_1/input_items", false), ("/claude/v1/files", true)] {
+        let resp = one(path, anthropic).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "{path}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "not_found", "{path}: {v}");
+    }
+
     let resp = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth("sk-sl-bad").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -86,18 +86,54 @@ pub fn router() -> Router<AppState> {
             &format!("{prefix}/v1/models"),
             get(move |state: State<AppState>, headers: HeaderMap| models::list(state, headers, only)),
         );
+        // (`/v1/models/{id}` also takes Gemini's POSTs, below)
+        if !prefix.is_empty() {
+            r = r.route(
+                &format!("{prefix}/v1/models/{{id}}"),
+                get(move |state: State<AppState>, headers: HeaderMap, id: Path<String>| {
+                    models::retrieve(state, headers, id, only)
+                }),
+            );
+        }
     }
     for path in ["/v1beta/models", "/antigravity/v1beta/models"] {
         r = r.route(path, get(models::list_gemini));
     }
-    for path in [
-        "/v1beta/models/{model_action}",
+    for path in ["/v1beta/models/{model_action}", "/antigravity/v1beta/models/{model_action}"] {
+        r = r.route(path, post(gemini).get(models::retrieve_gemini));
+    }
+    r = r.route(
         "/v1/models/{model_action}",
-        "/antigravity/v1beta/models/{model_action}",
-    ] {
-        r = r.route(path, post(gemini));
+        post(gemini).get(|state: State<AppState>, headers: HeaderMap, id: Path<String>| {
+            models::retrieve(state, headers, id, None)
+        }),
+    );
+    // A model API path SubLane does not serve: a 404 in the protocol's own shape (an SDK reads
+    // it as it reads the provider's), not the web app's page.
+    for path in
+        ["/v1/{*rest}", "/v1beta/{*rest}", "/codex/{*rest}", "/claude/{*rest}", "/antigravity/{*rest}"]
+    {
+        r = r.route(path, axum::routing::any(not_served));
     }
     r
+}
+
+/// The answer to a model API path that is not served.
+async fn not_served(headers: HeaderMap, uri: axum::http::Uri) -> axum::response::Response {
+    // (the path is not repeated back: it is the caller's own text)
+    let protocol = if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
+        Protocol::Anthropic
+    } else if headers.contains_key(&crate::header_names::X_GOOG_API_KEY) {
+        Protocol::Gemini
+    } else {
+        Protocol::for_path(uri.path())
+    };
+    let e = error::GatewayError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        "SubLane serves no such model API path",
+    );
+    e.render(protocol, None)
 }
 
 fn model_route(protocol: Protocol, op: Operation, only: Option<Provider>) -> MethodRouter<AppState> {

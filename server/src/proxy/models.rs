@@ -2,6 +2,9 @@
 //! through the protocol asked in, in that protocol's list shape. A metadata operation: a
 //! workspace slot (ADM-2), no model slot, no record (REC-1), no upstream call.
 //!
+//! `GET /v1/models/{id}` and `GET /v1beta/models/{id}` answer one of them the same way (the SDKs'
+//! `models.retrieve` / `models.get`), or 404 `model_not_found` in the protocol's shape.
+//!
 //! Which protocol: Gemini for `/v1beta/models`, Anthropic when the client sends
 //! `anthropic-version` (Anthropic SDKs and Claude Code always do), OpenAI otherwise. The models
 //! of an account are the operator's list for its provider (`SUBLANE_<PROVIDER>_MODELS`), else
@@ -15,7 +18,7 @@ use std::collections::BTreeSet;
 use app::model::{PolicyMode, Provider};
 use axum::{
     Json,
-    extract::State,
+    extract::{Path, State},
     http::HeaderMap,
     response::{IntoResponse, Response},
 };
@@ -48,22 +51,59 @@ pub fn usual_models(provider: Provider) -> &'static [&'static str] {
     }
 }
 
-/// `GET /v1/models` (OpenAI or Anthropic shape) under the plain and provider-prefixed paths.
-pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Provider>) -> Response {
-    let protocol = if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
-        Protocol::Anthropic
+/// The protocol of a `/v1/models` call, and the providers that answer it: Anthropic's when the
+/// client sends `anthropic-version`, Gemini's (Antigravity accounts) when it sends its key as
+/// `x-goog-api-key` (google-genai asks `GET /v1/models/{model}` too), OpenAI's otherwise.
+fn protocol_of(headers: &HeaderMap, only: Option<Provider>) -> (Protocol, Option<Provider>) {
+    if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
+        (Protocol::Anthropic, only)
+    } else if headers.contains_key(&crate::header_names::X_GOOG_API_KEY) {
+        (Protocol::Gemini, Some(Provider::Antigravity))
     } else {
-        Protocol::OpenAi
-    };
-    answer(s, headers, only, protocol).await
+        (Protocol::OpenAi, only)
+    }
+}
+
+/// `GET /v1/models` under the plain and provider-prefixed paths, in the shape of the client's
+/// protocol ([`protocol_of`]).
+pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Provider>) -> Response {
+    let (protocol, only) = protocol_of(&headers, only);
+    answer(s, headers, only, protocol, None).await
+}
+
+/// `GET /v1/models/{id}`: one model, as [`list`] would give it.
+pub async fn retrieve(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    only: Option<Provider>,
+) -> Response {
+    let (protocol, only) = protocol_of(&headers, only);
+    answer(s, headers, only, protocol, Some(id)).await
 }
 
 /// `GET /v1beta/models` (Gemini shape): the models of the pool's Antigravity accounts.
 pub async fn list_gemini(State(s): State<AppState>, headers: HeaderMap) -> Response {
-    answer(s, headers, Some(Provider::Antigravity), Protocol::Gemini).await
+    answer(s, headers, Some(Provider::Antigravity), Protocol::Gemini, None).await
 }
 
-async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protocol: Protocol) -> Response {
+/// `GET /v1beta/models/{id}`: one model, as [`list_gemini`] would give it.
+pub async fn retrieve_gemini(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    answer(s, headers, Some(Provider::Antigravity), Protocol::Gemini, Some(id)).await
+}
+
+/// The list, or the one model `id` (`None`: the list).
+async fn answer(
+    s: AppState,
+    headers: HeaderMap,
+    only: Option<Provider>,
+    protocol: Protocol,
+    id: Option<String>,
+) -> Response {
     let request_id = new_request_id(s.clock.unix_ms());
     let fail = |e: GatewayError| e.render(protocol, Some(&request_id));
     let principal = match authenticate_request(&s, &headers).await {
@@ -74,7 +114,7 @@ async fn answer(s: AppState, headers: HeaderMap, only: Option<Provider>, protoco
     if let Err(e) = s.breaker.check(principal.key_id, s.clock.unix_ms()) {
         return fail(e);
     }
-    let resp = served_models(&s, &principal, only, protocol, &request_id).await;
+    let resp = served_models(&s, &principal, only, protocol, &request_id, id.as_deref()).await;
     super::call::count_for_breaker(&s, principal.key_id, resp.status().as_u16() >= 400).await;
     resp
 }
@@ -86,6 +126,7 @@ async fn served_models(
     only: Option<Provider>,
     protocol: Protocol,
     request_id: &str,
+    one: Option<&str>,
 ) -> Response {
     let fail = |e: GatewayError| e.render(protocol, Some(request_id));
     // A metadata read: it takes a workspace slot (ADM-2), never a model-request slot (PX-4).
@@ -125,30 +166,21 @@ async fn served_models(
             }
         }
     }
-    let body = match protocol {
-        Protocol::Anthropic => {
-            let data: Vec<Value> = ids
-                .iter()
-                .map(|id| json!({"type": "model", "id": id, "display_name": id, "created_at": "2025-01-01T00:00:00Z"}))
-                .collect();
-            json!({"data": data, "has_more": false, "first_id": ids.first(), "last_id": ids.last()})
-        }
-        Protocol::Gemini => {
-            let models: Vec<Value> = ids
-                .iter()
-                .map(|id| {
-                    json!({"name": format!("models/{id}"), "displayName": id,
-                           "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]})
-                })
-                .collect();
-            json!({ "models": models })
-        }
-        Protocol::OpenAi => {
-            let data: Vec<Value> = ids
-                .iter()
-                .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "sublane"}))
-                .collect();
-            json!({"object": "list", "data": data})
+    let body = match one {
+        // (a Gemini client names a model `models/{id}` as often as `{id}`)
+        Some(id) => match ids.get(id.strip_prefix("models/").unwrap_or(id)) {
+            Some(id) => model_object(protocol, id),
+            None => return fail(GatewayError::model_not_found(id)),
+        },
+        None => {
+            let objects: Vec<Value> = ids.iter().map(|id| model_object(protocol, id)).collect();
+            match protocol {
+                Protocol::Anthropic => {
+                    json!({"data": objects, "has_more": false, "first_id": ids.first(), "last_id": ids.last()})
+                }
+                Protocol::Gemini => json!({ "models": objects }),
+                Protocol::OpenAi => json!({"object": "list", "data": objects}),
+            }
         }
     };
     let mut resp = Json(body).into_response();
@@ -156,4 +188,16 @@ async fn served_models(
         resp.headers_mut().insert(crate::header_names::REQUEST_ID.clone(), v);
     }
     resp
+}
+
+/// One model in `protocol`'s shape.
+fn model_object(protocol: Protocol, id: &str) -> Value {
+    match protocol {
+        Protocol::Anthropic => {
+            json!({"type": "model", "id": id, "display_name": id, "created_at": "2025-01-01T00:00:00Z"})
+        }
+        Protocol::Gemini => json!({"name": format!("models/{id}"), "displayName": id,
+                                   "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]}),
+        Protocol::OpenAi => json!({"id": id, "object": "model", "created": 0, "owned_by": "sublane"}),
+    }
 }
