@@ -821,6 +821,40 @@ async fn the_upstream_header_timeout_and_the_request_deadline_are_settings() {
     assert_eq!(codes, [(Some("error"), Some("upstream_timeout")), (Some("error"), Some("request_timeout"))]);
 }
 
+/// The header timeout holds for what follows the headers too (CD-6): an upstream that answers a
+/// Codex call and then sends nothing at all is cut when it runs out (1 s here) on every path, not
+/// at the deadline: a streaming client gets a 504, so does a client that does not stream (its
+/// answer read whole), and a WebSocket turn gets an `error` frame. Each is recorded as
+/// `upstream_timeout`.
+#[tokio::test]
+async fn an_upstream_that_answers_and_then_sends_nothing_is_cut_at_the_header_timeout() {
+    let r = Rig::start(&[("SUBLANE_UPSTREAM_HEADER_TIMEOUT", "1s")]).await;
+    let silent = json!({"kind": "stall", "after_deltas": 0, "silent": true});
+    r.script(CODEX, json!({"steps": [silent.clone(), silent.clone(), silent]})).await;
+    for stream in [true, false] {
+        let started = std::time::Instant::now();
+        let call = r.post("codex", "/v1/responses").json(&responses(stream)).send();
+        let resp = tokio::time::timeout(Duration::from_secs(5), call).await.expect("cut in time").unwrap();
+        assert_eq!(resp.status(), StatusCode::GATEWAY_TIMEOUT, "stream: {stream}");
+        assert!(started.elapsed() >= Duration::from_secs(1));
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(5), next_event(&mut ws)).await.expect("cut in time");
+    assert_eq!(
+        (error["type"].as_str(), error["error"]["code"].as_str()),
+        (Some("error"), Some("upstream_timeout"))
+    );
+    for row in r.t.records(3).await {
+        assert_eq!(
+            (row["outcome"].as_str(), row["error_code"].as_str()),
+            (Some("error"), Some("upstream_timeout")),
+            "{row}"
+        );
+    }
+}
+
 /// The idle timeout counts the time without an upstream event, not the turn's length: a turn
 /// whose upstream sends a frame every 100 ms for about twice the 1 s timeout ends as the upstream
 /// ends it.

@@ -189,6 +189,9 @@ fn answer(turn: &Turn, model: String, stream: bool, codex: bool) -> Response {
 /// `unstored`: like the Codex backend (which stores nothing), `response.completed` carries an
 /// empty `output`; the items are only in their `response.output_item.done` events.
 pub(crate) fn events(turn: &Turn, model: &str, unstored: bool) -> (Vec<Action>, Value) {
+    if let Step::Stall { keep_alive_ms, silent: true, .. } = turn.step {
+        return (vec![Action::Stall { keep_alive_ms }], Value::Null);
+    }
     let sc = &turn.script;
     let resp_id = format!("resp_{}", turn.id);
     let item_id = format!("msg_{}", turn.id);

@@ -111,11 +111,14 @@ pub enum Step {
     /// 200, then the stream stops after `after_deltas` deltas and never ends. With
     /// `keep_alive_ms`, the connection still carries a keep-alive that often, as a proxy in front
     /// of a stalled model sends one: an SSE comment on a stream, a Ping frame and a `keepalive`
-    /// event (OpenAI's) on a WebSocket.
+    /// event (OpenAI's) on a WebSocket. With `silent` (Responses only), not even the answer's
+    /// opening events come: nothing after the headers, or after a WebSocket turn's frame.
     Stall {
         after_deltas: u32,
         #[serde(default)]
         keep_alive_ms: u64,
+        #[serde(default)]
+        silent: bool,
     },
     /// 200, then the connection breaks after `after_deltas` deltas.
     Abort { after_deltas: u32 },

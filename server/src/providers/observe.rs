@@ -36,6 +36,10 @@ pub struct Observation {
     /// The final response object of a Responses stream (`response.completed` and friends), for
     /// answering a non-streaming client from a streaming upstream.
     pub final_response: Option<Value>,
+    /// The answer's end was seen: its terminal event, or (Anthropic) the `message_delta` with
+    /// its `stop_reason`, after which only `message_stop` is due. A stream cut after it lacks
+    /// nothing of the answer.
+    pub answered: bool,
 }
 
 #[derive(Debug)]
@@ -208,7 +212,9 @@ impl Observer {
             "message_delta" => {
                 let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
                 self.anthropic_usage(&Loose::deserialize(&v["usage"]).unwrap_or_default());
-                if v["delta"]["stop_reason"].as_str() == Some("max_tokens") {
+                let stop_reason = v["delta"]["stop_reason"].as_str();
+                self.seen.answered |= stop_reason.is_some();
+                if stop_reason == Some("max_tokens") {
                     self.seen.outcome = Some(Outcome::Incomplete);
                 }
             }

@@ -49,6 +49,11 @@ impl Splitter {
             || self.buf.iter().take(4).find(|b| !matches!(b, b'\n' | b'\r')).is_some_and(|&b| b != b':')
     }
 
+    /// Whether what is pending ends inside a line (the next byte would continue it).
+    pub fn mid_line(&self) -> bool {
+        self.buf.last().is_some_and(|b| !matches!(b, b'\n' | b'\r'))
+    }
+
     /// Whether an event over [`MAX_EVENT_BYTES`] went by unwatched.
     pub fn overflowed(&self) -> bool {
         self.overflowed

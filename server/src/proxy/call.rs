@@ -517,8 +517,12 @@ fn answer<'a>(
             // then sends nothing is cut when it runs out, as one that falls silent later is.
             let (first_wait, cut_as) =
                 upstream::first_chunk_wait(timing.idle_timeout, s.config.upstream_header_timeout);
+            // (and within the request's deadline, which a queue wait or retries may have used)
+            let first_by = timing.answered + first_wait;
+            let (first_by, cut_as) =
+                if first_by < deadline { (first_by, cut_as) } else { (deadline, "request_timeout") };
             let first =
-                match attempt.stopwatch.on_upstream(tokio::time::timeout(first_wait, stream.next())).await {
+                match attempt.stopwatch.on_upstream(tokio::time::timeout_at(first_by, stream.next())).await {
                     Ok(Some(Ok(bytes))) => Some(bytes),
                     Ok(None) => None,
                     Ok(Some(Err(_))) => {
@@ -899,7 +903,7 @@ async fn collect_stream(
     let mut o = observer.seen;
     let failure = match (read, &o.final_response) {
         // (the answer finished, the stream not ended: the client gets the answer)
-        (collect::Collected::Cut(_), Some(_)) => None,
+        (collect::Collected::Cut(_) | collect::Collected::Broken, Some(_)) => None,
         (collect::Collected::Cut(code), None) => {
             Some((code, GatewayError::upstream_timeout(), Verdict::Neutral))
         }
@@ -908,7 +912,7 @@ async fn collect_stream(
             Some((e.code, e, Verdict::Neutral))
         }
         // CD-2: a broken or unfinished stream counts against the model on this account.
-        (collect::Collected::Broken, _) | (collect::Collected::Ended, None) => {
+        (collect::Collected::Broken | collect::Collected::Ended, None) => {
             let e = GatewayError::upstream_unavailable();
             Some((e.code, e, Verdict::ModelFailure))
         }

@@ -1,9 +1,8 @@
 //! Reading an upstream's stream whole, for a client that did not ask to stream from an upstream
 //! that only streams (Codex): under the rules a relayed stream keeps (CD-6). Its first byte comes
 //! within the header timeout, it goes no longer without an upstream event than the idle timeout
-//! when one is set (keep-alives do not count), and all of it within the total deadline. Before,
-//! only the deadline held it, so a stalled model kept a non-streaming call and its slots for
-//! 30 min whatever the idle timeout said.
+//! when one is set (keep-alives do not count), and all of it within the request's deadline, so
+//! that a stalled model does not hold a non-streaming call and its slots until the deadline.
 
 use std::time::Duration;
 
@@ -138,8 +137,7 @@ mod tests {
                 rx,
                 |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
             ));
-        let mut events = 0;
-        let how = read(&mut stream, &mut Splitter::default(), answered, rules, |_, _| events += 1).await;
+        let how = read(&mut stream, &mut Splitter::default(), answered, rules, |_, _| {}).await;
         (how, answered.elapsed())
     }
 
@@ -181,6 +179,46 @@ mod tests {
         assert_eq!(play(idle, steps, true).await, (Collected::Ended, secs(16)));
         let steps = vec![Step::After(secs(8), EVENT), Step::Break(secs(1))];
         assert_eq!(play(idle, steps, false).await, (Collected::Broken, secs(9)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_event_is_handed_on_with_the_time_its_chunk_came() {
+        let answered = Instant::now();
+        let rules = Rules { deadline: answered + 30 * MIN, header_timeout: 5 * MIN, idle: None };
+        let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
+        tokio::spawn(async move {
+            tokio::time::sleep(secs(3)).await;
+            let two = format!("{EVENT}{COMMENT}{PING}");
+            tx.send(Ok(Bytes::from(two))).await.unwrap();
+            tokio::time::sleep(secs(4)).await;
+            tx.send(Ok(Bytes::from_static(EVENT.as_bytes()))).await.unwrap();
+        });
+        let mut stream =
+            Box::pin(futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|x| (x, rx)) },
+            ));
+        let mut seen = Vec::new();
+        let how = read(&mut stream, &mut Splitter::default(), answered, rules, |ev, came| {
+            seen.push((ev.name.map(str::to_owned), came - answered));
+        })
+        .await;
+        assert_eq!(how, Collected::Ended);
+        let delta = Some("response.output_text.delta".to_owned());
+        let ping = Some("ping".to_owned());
+        assert_eq!(seen, [(delta.clone(), secs(3)), (ping, secs(3)), (delta, secs(7))]);
+    }
+
+    /// What the upstream sent while the cut's time passed is read before the timer is looked at.
+    #[tokio::test(start_paused = true)]
+    async fn what_came_before_the_cut_is_read_first() {
+        let answered = Instant::now();
+        tokio::time::advance(secs(20)).await;
+        let rules = Rules { deadline: answered + 30 * MIN, header_timeout: 5 * MIN, idle: Some(secs(10)) };
+        let mut stream =
+            futures_util::stream::iter([Ok::<_, io::Error>(Bytes::from_static(EVENT.as_bytes()))]);
+        let how = read(&mut stream, &mut Splitter::default(), answered, rules, |_, _| {}).await;
+        assert_eq!(how, Collected::Ended);
     }
 
     #[tokio::test(start_paused = true)]

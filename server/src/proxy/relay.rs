@@ -103,6 +103,10 @@ impl Rewrite {
 /// is told.
 fn cut_reason(stop: Stop) -> (&'static str, &'static str) {
     match stop {
+        Stop::Unreadable => {
+            ("upstream_event_too_large", "an upstream event was too large to read: the answer is incomplete")
+        }
+        Stop::Stalled => ("client_stalled", "the client stopped reading"),
         Stop::TimedOut => {
             ("request_timeout", "the request reached its deadline before the answer was complete")
         }
@@ -113,18 +117,24 @@ fn cut_reason(stop: Stop) -> (&'static str, &'static str) {
         Stop::Broken => {
             ("upstream_stream_broken", "the upstream stream broke before the answer was complete")
         }
-        _ => ("stream_ended_early", "the upstream stream ended before the answer was complete"),
+        Stop::Done => ("stream_ended_early", "the upstream stream ended before the answer was complete"),
     }
 }
 
-/// For a stream passed through as it came that ended before its protocol's terminal event: that
-/// protocol's own mid-stream error event, so the client does not take what it got for the whole
-/// answer (an Anthropic SDK would otherwise keep a message with no `stop_reason` as final).
-/// Anthropic ends a failing stream with `event: error` (which raises `APIStatusError` in its
-/// SDKs), the Responses API with an `error` event (`{type, code, message, param}`); a Gemini
-/// stream has no such event, and gets none. A block left open by a cut is closed first, so
-/// that the notice is an event of its own.
-fn cut_notice(grammar: Grammar, open_block: bool, (code, message): (&str, &str)) -> Option<Vec<u8>> {
+/// For a stream passed through as it came that ended before its answer did: the protocol's own
+/// mid-stream error event, so the client does not take what it got for the whole answer (an
+/// Anthropic SDK would otherwise keep a message with no `stop_reason` as final).
+/// - Anthropic ends a failing stream with `event: error` (anthropic-python raises
+///   `APIStatusError`, the TypeScript SDK an `APIError`); the cause is in `error.code`.
+/// - The Responses API has an `error` event (`{type, code, message, param}`). Its code is
+///   `server_error`, the cause in the message: a Codex that reads the event retries that code
+///   (protocols.md 1b), where an unknown one would end the turn for good.
+/// - A Gemini stream has no such event, and gets none.
+///
+/// A line left open by the cut is ended first, so that the notice's fields are fields: the
+/// block then ends as an `error` event (the last `event:` wins), whose data an SDK cannot read
+/// if part of another event's data came before it, which still fails the stream.
+fn cut_notice(grammar: Grammar, mid_line: bool, (code, message): (&str, &str)) -> Option<Vec<u8>> {
     let data = match grammar {
         Grammar::Messages => crate::proxy::error::body(
             crate::proxy::error::Protocol::Anthropic,
@@ -133,21 +143,18 @@ fn cut_notice(grammar: Grammar, open_block: bool, (code, message): (&str, &str))
             message,
             None,
         ),
-        Grammar::Responses => {
-            serde_json::json!({"type": "error", "code": code, "message": message, "param": null})
-        }
+        Grammar::Responses => serde_json::json!({"type": "error", "code": "server_error",
+            "message": format!("{message} ({code})"), "param": null}),
         Grammar::Gemini => return None,
     };
     let mut out = Vec::new();
-    if open_block {
-        out.extend_from_slice(b"\n\n");
+    if mid_line {
+        out.push(b'\n');
     }
     out.extend_from_slice(b"event: error\n");
     write_event(&mut out, &data.to_string());
     Some(out)
 }
-
-impl Rewrite {}
 
 /// What one upstream chunk gave.
 struct Processed {
@@ -315,6 +322,7 @@ where
         let mut left = std::pin::pin!(tx.closed());
         let mut stopped = std::pin::pin!(hard_stop.hard_stop.cancelled());
         let mut wake = std::pin::pin!(sleep_until(timing.deadline));
+        let mut abandoned = false;
         let stop = loop {
             let drain_until = client_gone.zip(timing.drain_after_cancel).map(|(t, d)| t + d);
             let idle_until = timing.idle_timeout.map(|d| last_upstream + d);
@@ -393,8 +401,15 @@ where
                     client_gone.get_or_insert_with(Instant::now);
                 }
                 Delivery::Stalled => break Stop::Stalled,
-                Delivery::TimedOut => break Stop::TimedOut,
-                Delivery::ShutDown => break Stop::ShutDown,
+                // (a send given up: what it held never reached the client)
+                Delivery::TimedOut => {
+                    abandoned = true;
+                    break Stop::TimedOut;
+                }
+                Delivery::ShutDown => {
+                    abandoned = true;
+                    break Stop::ShutDown;
+                }
             }
             if client_gone.is_some()
                 && (timing.drain_after_cancel.is_none() || observer.seen.outcome.is_some())
@@ -405,15 +420,18 @@ where
         // Dropping the upstream stream here closes (cancels) the upstream request.
         drop(upstream);
         // A client cannot tell a cut stream from a finished one by its end: it is told, in its
-        // protocol, unless it left or stopped reading, or the cut may have come after an answer
-        // too large to read (whose end was then not seen).
-        let unread = stop == Stop::Unreadable || splitter.overflowed();
-        if client_gone.is_none() && stop != Stop::Stalled && !unread {
+        // protocol, unless it left or stopped reading. A rewritten stream is sent whole events,
+        // so it is told whenever its end did not come. A stream passed as it came is not told
+        // when what it got may not line up with what was watched (a send given up; an event too
+        // large to watch, which may have been the answer's end), nor when the answer's end was
+        // seen. (A notice that finds the queue full is dropped: the stream then just ends.)
+        if client_gone.is_none() && stop != Stop::Stalled {
             let why = cut_reason(stop);
             let notice = match &rewrite {
                 Some(rewrite) => rewrite.cut(why),
-                None if observer.seen.outcome.is_none() => {
-                    cut_notice(observer.grammar(), !splitter.at_boundary(), why)
+                None if abandoned || splitter.overflowed() => None,
+                None if observer.seen.outcome.is_none() && !observer.seen.answered => {
+                    cut_notice(observer.grammar(), splitter.mid_line(), why)
                 }
                 None => None,
             };
@@ -543,14 +561,11 @@ mod tests {
         assert_eq!(end.observation.first_output, Some(Duration::from_secs(35)));
     }
 
-    /// The client is told the stream was cut (a Responses `error` event with `code`), and then
+    /// The client is told the stream was cut (a Responses `error` event naming `cause`), and then
     /// the stream ends.
-    async fn assert_cut(body: &mut axum::body::BodyDataStream, code: &str) {
+    async fn assert_cut(body: &mut axum::body::BodyDataStream, cause: &str) {
         let notice = String::from_utf8(next(body).await.to_vec()).unwrap();
-        assert!(
-            notice.starts_with("event: error\n") && notice.contains(&format!("\"code\":\"{code}\"")),
-            "{notice}"
-        );
+        assert!(notice.starts_with("event: error\n") && notice.contains(&format!("({cause})")), "{notice}");
         assert!(body.next().await.is_none(), "the notice ends the stream");
     }
 
@@ -603,17 +618,19 @@ mod tests {
         let notice = got.strip_prefix(created).unwrap();
         let data: serde_json::Value =
             serde_json::from_str(notice.strip_prefix("event: error\ndata: ").unwrap().trim_end()).unwrap();
-        assert_eq!(
-            (data["type"].as_str(), data["code"].as_str()),
-            (Some("error"), Some("stream_idle_timeout"))
-        );
+        // (server_error: the code Codex retries; the cause is in the message)
+        assert_eq!((data["type"].as_str(), data["code"].as_str()), (Some("error"), Some("server_error")));
+        assert!(data["message"].as_str().unwrap().ends_with("(stream_idle_timeout)"), "{data}");
         // ended by the upstream without its terminal event
         let got = cut_after(Grammar::Responses, vec![Some(created)], false).await;
-        assert!(got.contains("\"code\":\"stream_ended_early\""), "{got}");
-        // cut inside an event: the open block is closed before the notice
+        assert!(got.contains("(stream_ended_early)"), "{got}");
+        // cut inside a line: the line is ended before the notice's fields
         let half = "event: message_start\ndata: {\"type\":";
         let got = cut_after(Grammar::Messages, vec![Some(half), None], false).await;
-        assert!(got.starts_with(&format!("{half}\n\nevent: error\ndata: ")), "{got:?}");
+        assert!(got.starts_with(&format!("{half}\nevent: error\ndata: ")), "{got:?}");
+        let whole_line = "event: content_block_delta\n";
+        let got = cut_after(Grammar::Messages, vec![Some(whole_line), None], false).await;
+        assert!(got.starts_with(&format!("{whole_line}event: error\ndata: ")), "{got:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -625,6 +642,9 @@ mod tests {
         assert_eq!(cut_after(Grammar::Messages, vec![Some(failed)], false).await, failed);
         let chunk = "data: {\"candidates\":[]}\n\n";
         assert_eq!(cut_after(Grammar::Gemini, vec![Some(chunk), None], false).await, chunk);
+        // Anthropic's answer is whole once its stop_reason came: only message_stop was missing
+        let ended = "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n";
+        assert_eq!(cut_after(Grammar::Messages, vec![Some(ended), None], false).await, ended);
     }
 
     #[tokio::test(start_paused = true)]

@@ -128,8 +128,12 @@ pub(super) async fn schedule(
             Step::Wait(ticket) => ticket,
         };
         drop(snapshot);
-        let until = *deadline
-            .get_or_insert_with(|| tokio::time::Instant::now() + s.scheduler.settings().queue_timeout);
+        // (the wait ends at the request's deadline too, if that comes first: CD-6's deadline
+        // holds over the whole call)
+        let until = *deadline.get_or_insert_with(|| {
+            (tokio::time::Instant::now() + s.scheduler.settings().queue_timeout)
+                .min(attempt.started + s.config.request_deadline)
+        });
         // Waiting again keeps the same place: the old ticket no longer owns it.
         let waiting = ticket.insert(waiting);
         let queued = tokio::time::Instant::now();

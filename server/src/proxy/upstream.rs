@@ -62,13 +62,17 @@ pub(super) fn send_with_retries<'a>(
 ) -> impl Future<Output = Result<Answer, (GatewayError, Outcome)>> + 'a {
     async move {
         let mut retries = 0;
+        let deadline = attempt.started + s.config.request_deadline;
         loop {
+            // CD-6: the header timeout, within the request's deadline (a retry or a long queue
+            // wait may have used some of it); none is sent once the deadline has passed
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err((GatewayError::upstream_timeout(), Outcome::Error));
+            }
+            let by = (now + s.config.upstream_header_timeout).min(deadline);
             // (the call built inside the timeout, as in `send_to`: bound to a local first, its
             // future took room twice in a debug build)
-            // CD-6: the header timeout, within the request's deadline (a retry or a long queue
-            // wait may have used some of it)
-            let by = (tokio::time::Instant::now() + s.config.upstream_header_timeout)
-                .min(attempt.started + s.config.request_deadline);
             let upstream = match tokio::time::timeout_at(by, post(&s.model_http, &target, body.clone())).await
             {
                 Err(_) => return Err((GatewayError::upstream_timeout(), Outcome::Error)),
@@ -102,7 +106,8 @@ pub(super) fn send_with_retries<'a>(
             }
             drop(upstream);
             retries += 1;
-            tokio::time::sleep(schedule::retry_backoff(retries, hint)).await;
+            let backoff = tokio::time::Instant::now() + schedule::retry_backoff(retries, hint);
+            tokio::time::sleep_until(backoff.min(deadline)).await;
             schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
         }
     }

@@ -508,7 +508,7 @@ async fn route(
         if bound.is_some() {
             return Ok(upstream_model);
         }
-        match connect(s, &account, headers).await {
+        match connect(s, &account, headers, attempt.started + s.config.request_deadline).await {
             Ok(upstream) => {
                 *bound = Some(Binding { account, upstream });
                 return Ok(upstream_model);
@@ -574,13 +574,19 @@ fn refused_handshake(status: axum::http::StatusCode) -> GatewayError {
     }
 }
 
-/// Opens the upstream WebSocket for `account` with a usable token. A 401 on the handshake of an
-/// OAuth account refreshes the token and tries once more (CRED-4), as the HTTP path does.
-async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result<Upstream, Refused> {
+/// Opens the upstream WebSocket for `account` with a usable token, before the turn's `deadline`.
+/// A 401 on the handshake of an OAuth account refreshes the token and tries once more (CRED-4),
+/// as the HTTP path does.
+async fn connect(
+    s: &AppState,
+    account: &Account,
+    headers: &HeaderMap,
+    deadline: Instant,
+) -> Result<Upstream, Refused> {
     let mut retried = false;
     loop {
         let credentials = s.tokens.usable(&account.tokens).await?;
-        match handshake(s, account, &credentials, headers).await {
+        match handshake(s, account, &credentials, headers, deadline).await {
             Err(Refused { verdict: Some((StatusCode::UNAUTHORIZED, ..)), .. })
                 if account.provider.uses_oauth() =>
             {
@@ -595,12 +601,13 @@ async fn connect(s: &AppState, account: &Account, headers: &HeaderMap) -> Result
 }
 
 /// One handshake with the upstream WebSocket for `account` with `credentials` and the client's
-/// headers.
+/// headers, within the header timeout and before `deadline`.
 async fn handshake(
     s: &AppState,
     account: &Account,
     credentials: &CredentialInput,
     headers: &HeaderMap,
+    deadline: Instant,
 ) -> Result<Upstream, Refused> {
     let target = providers::target(
         account.provider,
@@ -638,7 +645,8 @@ async fn handshake(
         tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), Some(tls)).await
     };
     let at = s.clock.unix_ms();
-    match tokio::time::timeout(s.config.upstream_header_timeout, connect).await {
+    let by = (Instant::now() + s.config.upstream_header_timeout).min(deadline);
+    match tokio::time::timeout_at(by, connect).await {
         Ok(Ok((socket, resp))) => {
             s.metrics.upstream_answer(account.provider.as_str(), resp.status().as_u16());
             // QT-2: the handshake's quota headers, as on an HTTP answer (accepted: 2xx-like).
@@ -746,6 +754,10 @@ async fn relay_turn(
     // to the next one.
     let idle_timeout = s.workspace_settings.stream_idle_timeout();
     let mut last_upstream = Instant::now();
+    // CD-6's header timeout holds for the turn's first upstream frame, as for an HTTP stream's
+    // first byte: an upstream that takes the turn and never answers does not hold it to the
+    // deadline.
+    let mut first_until = Some(last_upstream + s.config.upstream_header_timeout).filter(|f| *f < deadline);
     let (mut client_gone, mut upstream_gone) = (false, false);
     let mut ended: Option<&'static str> = None;
     let mut error_code: Option<String> = None;
@@ -758,7 +770,7 @@ async fn relay_turn(
     let mut wake = std::pin::pin!(tokio::time::sleep_until(deadline));
     loop {
         let idle_until = idle_timeout.map(|d| last_upstream + d);
-        let earliest = idle_until.map_or(deadline, |idle| idle.min(deadline));
+        let earliest = [idle_until, first_until].into_iter().flatten().fold(deadline, Instant::min);
         if wake.deadline() != earliest {
             // Usually later (the idle timeout moving on): tokio then only notes the new time.
             wake.as_mut().reset(earliest);
@@ -769,6 +781,9 @@ async fn relay_turn(
         tokio::select! {
             biased;
             frame = upstream.next() => {
+                if matches!(frame, Some(Ok(_))) {
+                    first_until = None;
+                }
                 let text = match frame {
                     Some(Ok(tungstenite::Message::Text(t))) => t,
                     // Not events: the idle timeout counts upstream events only (CD-6), so a
@@ -850,9 +865,10 @@ async fn relay_turn(
                 }
                 Some(Ok(_)) => {}
             },
-            // `wake` is the earlier of the total deadline and the idle timeout. When several ends
-            // have come by the time the turn runs, the first of these decides, as in the HTTP
-            // relay: the total deadline, the hard stop, then the idle timeout.
+            // `wake` is the earliest of the total deadline, the idle timeout and (until a first
+            // frame) the header timeout. When several ends have come by the time the turn runs,
+            // the first of these decides, as in the HTTP relay: the total deadline, the hard
+            // stop, the idle timeout, then the header timeout.
             () = &mut wake => {
                 let now = Instant::now();
                 ended = Some(if now >= deadline {
@@ -861,6 +877,8 @@ async fn relay_turn(
                     "server_shutdown"
                 } else if idle_until.is_some_and(|idle| idle <= now) {
                     "stream_idle_timeout"
+                } else if first_until.is_some_and(|first| first <= now) {
+                    "upstream_timeout"
                 } else {
                     continue;
                 });
@@ -890,7 +908,9 @@ async fn relay_turn(
     if (upstream_gone || ended.is_some()) && seen.outcome.is_none() && !client_gone {
         let e = match ended {
             Some("server_shutdown") => GatewayError::shutting_down(),
-            Some("request_timeout" | "stream_idle_timeout") => GatewayError::upstream_timeout(),
+            Some("request_timeout" | "stream_idle_timeout" | "upstream_timeout") => {
+                GatewayError::upstream_timeout()
+            }
             _ => GatewayError::upstream_unavailable(),
         };
         let _ = send_error(limits, client, &e, request_id).await;
