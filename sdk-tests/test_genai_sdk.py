@@ -41,6 +41,13 @@ def test_a_stream_silent_for_longer_than_the_heartbeat_period_reaches_the_client
     assert [c.text for c in chunks] == ["Hello", "Hello"]
 
 
+def test_generate_content_under_the_antigravity_prefix(gateway):
+    c = genai.Client(api_key=gateway.key, http_options=types.HttpOptions(base_url=f"{gateway.base}/antigravity"))
+    resp = c.models.generate_content(model="gemini-3.1-pro-low", contents="Say hi")
+    assert resp.text == "HelloHelloHello"
+    assert c.models.get(model="gemini-3.1-pro-low").name == "models/gemini-3.1-pro-low"
+
+
 def test_models_get(gateway):
     c = client(gateway)
     model = c.models.get(model="gemini-3.1-pro-low")

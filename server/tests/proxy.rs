@@ -484,6 +484,10 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
     assert_eq!(v["data"][0]["type"], "model");
     let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert!(ids.contains(&"claude-opus-4-8") && !ids.contains(&"gpt-5.1-codex"), "{ids:?}");
+    // under Claude's prefix an OpenAI client (Chat Completions) finds Claude's models
+    let url = format!("{}/claude/v1/models/claude-opus-4-8", r.t.base);
+    let v: Value = r.http.get(url).bearer_auth(&r.key).send().await.unwrap().json().await.unwrap();
+    assert_eq!((v["id"].as_str(), v["object"].as_str()), (Some("claude-opus-4-8"), Some("model")), "{v}");
 
     let mut admin = r.t.admin().await;
     admin
@@ -517,6 +521,7 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
     for (path, anthropic) in [("/v1/responses/resp_1/input_items", false), ("/claude/v1/files", true)] {
         let resp = one(path, anthropic).await.unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+        assert!(resp.headers().contains_key("x-request-id"), "{path}");
         assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "{path}");
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["error"]["code"], "not_found", "{path}: {v}");

@@ -36,9 +36,8 @@ pub struct Observation {
     /// The final response object of a Responses stream (`response.completed` and friends), for
     /// answering a non-streaming client from a streaming upstream.
     pub final_response: Option<Value>,
-    /// The answer's end was seen: its terminal event, or (Anthropic) the `message_delta` with
-    /// its `stop_reason`, after which only `message_stop` is due. A stream cut after it lacks
-    /// nothing of the answer.
+    /// Anthropic: the `message_delta` with the answer's `stop_reason` was seen, after which only
+    /// `message_stop` is due, so a stream cut after it lacks nothing of the answer.
     pub answered: bool,
 }
 

@@ -978,6 +978,9 @@ fn stream_outcome(end: &relay::End) -> (Outcome, Option<String>) {
     match o.outcome {
         Some(Outcome::Success) if end.cancelled => (Outcome::Cancelled, None),
         Some(outcome) => (outcome, o.error_code.clone()),
+        // Anthropic: the answer's stop_reason came, only message_stop was missing (the client
+        // was not told of a cut either)
+        None if o.answered && !end.cancelled => (Outcome::Success, None),
         None if end.cancelled => (Outcome::Cancelled, Some("client_cancelled".into())),
         None if end.timed_out => (Outcome::Error, Some("request_timeout".into())),
         None if end.shut_down => (Outcome::Cancelled, Some("server_shutdown".into())),
@@ -1032,6 +1035,15 @@ fn edit_value(obj: &mut serde_json::Map<String, Value>, model: Option<&str>, str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_anthropic_answer_cut_after_its_stop_reason_is_recorded_whole() {
+        let mut end = relay::End { broken: true, ..Default::default() };
+        end.observation.answered = true;
+        assert_eq!(stream_outcome(&end), (Outcome::Success, None));
+        end.observation.answered = false;
+        assert_eq!(stream_outcome(&end), (Outcome::Error, Some("upstream_stream_broken".to_owned())));
+    }
 
     #[test]
     fn random_session_ids_are_uuid_v4_shaped() {

@@ -1,5 +1,6 @@
-//! The model proxy: the client protocols SubLane speaks (PX), mounted at `/v1/...` and under the
-//! provider prefixes `/codex`, `/claude` (PX-5). Authenticated by gateway keys, not sessions.
+//! The model proxy: the client protocols SubLane speaks (PX), mounted at `/v1/...`, `/v1beta/...`
+//! and under the provider prefixes `/codex`, `/claude`, `/antigravity` (PX-5). Authenticated by
+//! gateway keys, not sessions.
 
 mod attempt;
 pub mod auth;
@@ -96,10 +97,15 @@ pub fn router() -> Router<AppState> {
             );
         }
     }
-    for path in ["/v1beta/models", "/antigravity/v1beta/models"] {
+    // (google-genai asks `v1beta` or, by default in recent versions, `v1`)
+    for path in ["/v1beta/models", "/antigravity/v1beta/models", "/antigravity/v1/models"] {
         r = r.route(path, get(models::list_gemini));
     }
-    for path in ["/v1beta/models/{model_action}", "/antigravity/v1beta/models/{model_action}"] {
+    for path in [
+        "/v1beta/models/{model_action}",
+        "/antigravity/v1beta/models/{model_action}",
+        "/antigravity/v1/models/{model_action}",
+    ] {
         r = r.route(path, post(gemini).get(models::retrieve_gemini));
     }
     r = r.route(
@@ -118,8 +124,12 @@ pub fn router() -> Router<AppState> {
     r
 }
 
-/// The answer to a model API path that is not served.
-async fn not_served(headers: HeaderMap, uri: axum::http::Uri) -> axum::response::Response {
+/// The answer to a model API path that is not served (with a request id, as every answer).
+async fn not_served(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
     // (the path is not repeated back: it is the caller's own text)
     let protocol = if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
         Protocol::Anthropic
@@ -133,7 +143,12 @@ async fn not_served(headers: HeaderMap, uri: axum::http::Uri) -> axum::response:
         "not_found",
         "SubLane serves no such model API path",
     );
-    e.render(protocol, None)
+    let request_id = new_request_id(s.clock.unix_ms());
+    let mut resp = e.render(protocol, Some(&request_id));
+    if let Ok(v) = request_id.parse() {
+        resp.headers_mut().insert(crate::header_names::REQUEST_ID.clone(), v);
+    }
+    resp
 }
 
 fn model_route(protocol: Protocol, op: Operation, only: Option<Provider>) -> MethodRouter<AppState> {

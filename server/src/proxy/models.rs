@@ -5,8 +5,9 @@
 //! `GET /v1/models/{id}` and `GET /v1beta/models/{id}` answer one of them the same way (the SDKs'
 //! `models.retrieve` / `models.get`), or 404 `model_not_found` in the protocol's shape.
 //!
-//! Which protocol: Gemini for `/v1beta/models`, Anthropic when the client sends
-//! `anthropic-version` (Anthropic SDKs and Claude Code always do), OpenAI otherwise. The models
+//! Which protocol: Gemini for `/v1beta/models` and for a client that sends `x-goog-api-key`
+//! (google-genai asks `/v1/models` too), Anthropic when the client sends `anthropic-version`
+//! (Anthropic SDKs and Claude Code always do), OpenAI otherwise. The models
 //! of an account are the operator's list for its provider (`SUBLANE_<PROVIDER>_MODELS`), else
 //! its provider's own list where SubLane read one (Antigravity's `fetchAvailableModels`), else
 //! the provider's usual models below. The pool's policy then
@@ -58,7 +59,7 @@ fn protocol_of(headers: &HeaderMap, only: Option<Provider>) -> (Protocol, Option
     if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
         (Protocol::Anthropic, only)
     } else if headers.contains_key(&crate::header_names::X_GOOG_API_KEY) {
-        (Protocol::Gemini, Some(Provider::Antigravity))
+        (Protocol::Gemini, only.or(Some(Provider::Antigravity)))
     } else {
         (Protocol::OpenAi, only)
     }
@@ -106,16 +107,22 @@ async fn answer(
 ) -> Response {
     let request_id = new_request_id(s.clock.unix_ms());
     let fail = |e: GatewayError| e.render(protocol, Some(&request_id));
-    let principal = match authenticate_request(&s, &headers).await {
-        Ok(p) => p,
-        Err(e) => return fail(e),
+    let mut resp = match authenticate_request(&s, &headers).await {
+        Err(e) => fail(e),
+        // BUD-4: a listing is a request of the key like any other (refused when blocked, counted).
+        Ok(principal) => match s.breaker.check(principal.key_id, s.clock.unix_ms()) {
+            Err(e) => fail(e),
+            Ok(_) => {
+                let resp = served_models(&s, &principal, only, protocol, &request_id, id.as_deref()).await;
+                super::call::count_for_breaker(&s, principal.key_id, resp.status().as_u16() >= 400).await;
+                resp
+            }
+        },
     };
-    // BUD-4: a listing is a request of the key like any other (refused when blocked, counted).
-    if let Err(e) = s.breaker.check(principal.key_id, s.clock.unix_ms()) {
-        return fail(e);
+    // (every answer, refusals included)
+    if let Ok(v) = request_id.parse() {
+        resp.headers_mut().insert(crate::header_names::REQUEST_ID.clone(), v);
     }
-    let resp = served_models(&s, &principal, only, protocol, &request_id, id.as_deref()).await;
-    super::call::count_for_breaker(&s, principal.key_id, resp.status().as_u16() >= 400).await;
     resp
 }
 
@@ -136,6 +143,9 @@ async fn served_models(
         Err(_) => return fail(GatewayError::internal()),
     };
     let speaks = match protocol {
+        // (under a provider's prefix, its Chat Completions models: `/claude/v1` is where an
+        // OpenAI client of Claude accounts is sent)
+        Protocol::OpenAi if only.is_some() => Operation::ChatCompletions.providers(),
         Protocol::OpenAi => Operation::Responses.providers(),
         Protocol::Anthropic => Operation::Messages.providers(),
         Protocol::Gemini => Operation::GeminiGenerate.providers(),
@@ -183,11 +193,7 @@ async fn served_models(
             }
         }
     };
-    let mut resp = Json(body).into_response();
-    if let Ok(v) = request_id.parse() {
-        resp.headers_mut().insert(crate::header_names::REQUEST_ID.clone(), v);
-    }
-    resp
+    Json(body).into_response()
 }
 
 /// One model in `protocol`'s shape.

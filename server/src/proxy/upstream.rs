@@ -104,10 +104,14 @@ pub(super) fn send_with_retries<'a>(
             if hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT) {
                 return Ok(upstream);
             }
+            let backoff = tokio::time::Instant::now() + schedule::retry_backoff(retries + 1, hint);
+            if backoff >= deadline {
+                // (no time left for another try: the client gets this answer, not a timeout)
+                return Ok(upstream);
+            }
             drop(upstream);
             retries += 1;
-            let backoff = tokio::time::Instant::now() + schedule::retry_backoff(retries, hint);
-            tokio::time::sleep_until(backoff.min(deadline)).await;
+            tokio::time::sleep_until(backoff).await;
             schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await?;
         }
     }

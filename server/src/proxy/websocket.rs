@@ -764,8 +764,9 @@ async fn relay_turn(
     // What an `error` event with an HTTP status says about the account (Codex wraps a refused
     // turn's 429 `usage_limit_reached` this way): the same verdicts as an HTTP answer.
     let mut error_verdict: Option<Verdict> = None;
-    // One timer for the total deadline and the idle timeout, and one wait for the hard stop, for
-    // the whole turn: made afresh on every pass, they were registered and dropped once per frame.
+    // One timer for the total deadline, the idle timeout and the first frame's header timeout,
+    // and one wait for the hard stop, for the whole turn: made afresh on every pass, they were
+    // registered and dropped once per frame.
     let mut stopped = std::pin::pin!(s.lifecycle.hard_stop.cancelled());
     let mut wake = std::pin::pin!(tokio::time::sleep_until(deadline));
     loop {
