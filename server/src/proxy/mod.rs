@@ -131,13 +131,7 @@ async fn not_served(
     uri: axum::http::Uri,
 ) -> axum::response::Response {
     // (the path is not repeated back: it is the caller's own text)
-    let protocol = if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
-        Protocol::Anthropic
-    } else if headers.contains_key(&crate::header_names::X_GOOG_API_KEY) {
-        Protocol::Gemini
-    } else {
-        Protocol::for_path(uri.path())
-    };
+    let protocol = models::protocol_of(&headers).unwrap_or_else(|| Protocol::for_path(uri.path()));
     let e = error::GatewayError::new(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",

@@ -55,20 +55,30 @@ pub fn usual_models(provider: Provider) -> &'static [&'static str] {
 /// The protocol of a `/v1/models` call, and the providers that answer it: Anthropic's when the
 /// client sends `anthropic-version`, Gemini's (Antigravity accounts) when it sends its key as
 /// `x-goog-api-key` (google-genai asks `GET /v1/models/{model}` too), OpenAI's otherwise.
-fn protocol_of(headers: &HeaderMap, only: Option<Provider>) -> (Protocol, Option<Provider>) {
+fn protocol_and_providers(headers: &HeaderMap, only: Option<Provider>) -> (Protocol, Option<Provider>) {
+    match protocol_of(headers) {
+        Some(Protocol::Gemini) => (Protocol::Gemini, only.or(Some(Provider::Antigravity))),
+        Some(protocol) => (protocol, only),
+        None => (Protocol::OpenAi, only),
+    }
+}
+
+/// The protocol a client's headers name, if they name one: `anthropic-version` (Anthropic's
+/// SDKs and Claude Code always send it), `x-goog-api-key` (Gemini's SDKs' key).
+pub(super) fn protocol_of(headers: &HeaderMap) -> Option<Protocol> {
     if headers.contains_key(&crate::header_names::ANTHROPIC_VERSION) {
-        (Protocol::Anthropic, only)
+        Some(Protocol::Anthropic)
     } else if headers.contains_key(&crate::header_names::X_GOOG_API_KEY) {
-        (Protocol::Gemini, only.or(Some(Provider::Antigravity)))
+        Some(Protocol::Gemini)
     } else {
-        (Protocol::OpenAi, only)
+        None
     }
 }
 
 /// `GET /v1/models` under the plain and provider-prefixed paths, in the shape of the client's
-/// protocol ([`protocol_of`]).
+/// protocol ([`protocol_and_providers`]).
 pub async fn list(State(s): State<AppState>, headers: HeaderMap, only: Option<Provider>) -> Response {
-    let (protocol, only) = protocol_of(&headers, only);
+    let (protocol, only) = protocol_and_providers(&headers, only);
     answer(s, headers, only, protocol, None).await
 }
 
@@ -79,7 +89,7 @@ pub async fn retrieve(
     Path(id): Path<String>,
     only: Option<Provider>,
 ) -> Response {
-    let (protocol, only) = protocol_of(&headers, only);
+    let (protocol, only) = protocol_and_providers(&headers, only);
     answer(s, headers, only, protocol, Some(id)).await
 }
 

@@ -862,6 +862,37 @@ mod tests {
         drop(up);
     }
 
+    /// A rewritten stream cannot skip an event too large to read: it ends there, and its client
+    /// is told so in its own protocol (a Chat Completions error object, no `[DONE]`).
+    #[tokio::test(start_paused = true)]
+    async fn a_rewritten_stream_cut_by_an_event_too_large_to_read_is_told() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let chat = crate::chat::stream::ChatStream::new("gpt-5.1", false);
+        let rewrite = Some(Rewrite::Chat(Box::new(chat)));
+        let (body, task) = relay(
+            stream,
+            None,
+            Observer::new(Grammar::Responses),
+            timing(None),
+            HardStop::default(),
+            rewrite,
+            on_end,
+        );
+        tokio::spawn(task);
+        let mut body = body.into_data_stream();
+        let mut huge = b"event: response.output_text.delta\ndata: ".to_vec();
+        huge.resize(crate::providers::sse::MAX_EVENT_BYTES + 1024, b'x');
+        up.send(Ok(Bytes::from(huge))).await.unwrap();
+        let got = rest(&mut body).await;
+        let data = got.strip_prefix("data: ").and_then(|d| d.strip_suffix("\n\n")).expect(&got);
+        let error: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(error["error"]["code"], "upstream_event_too_large", "{error}");
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().unreadable);
+        drop(up);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn client_disconnect_cancels_upstream_at_once_without_drain() {
         let (up, stream) = upstream();
