@@ -494,6 +494,12 @@ fn answer<'a>(
         let chat_upstream = chat.is_some().then(|| crate::chat::Upstream::of(account.provider));
         let grammar = chat_upstream.map_or_else(|| spec.op.grammar(), crate::chat::Upstream::grammar);
         let mut observer = Observer::new(grammar);
+        // CD-6's rules for a stream, relayed or read whole
+        let rules = collect::Rules {
+            deadline,
+            header_timeout: s.config.upstream_header_timeout,
+            idle: s.workspace_settings.stream_idle_timeout(),
+        };
         if client_streams {
             let mut builder = Response::builder().status(status);
             if let Some(h) = builder.headers_mut() {
@@ -505,22 +511,18 @@ fn answer<'a>(
                 started: attempt.started,
                 heartbeat: heartbeat_for(spec.op),
                 deadline,
-                idle_timeout: s.workspace_settings.stream_idle_timeout(),
+                idle_timeout: rules.idle,
                 answered: tokio::time::Instant::now(),
                 drain_after_cancel: (account.provider == Provider::Codex).then_some(CODEX_DRAIN),
                 write_timeout: s.config.client_write_timeout,
             };
             let upstream_status = status.as_u16();
             let mut stream = upstream.bytes_stream();
-            // Wait for the first chunk so it leaves together with the headers (one write, not two).
-            // The stream idle timeout (CD-6) runs from the headers: an upstream that answers and
-            // then sends nothing is cut when it runs out, as one that falls silent later is.
-            let (first_wait, cut_as) =
-                upstream::first_chunk_wait(timing.idle_timeout, s.config.upstream_header_timeout);
-            // (and within the request's deadline, which a queue wait or retries may have used)
-            let first_by = timing.answered + first_wait;
-            let (first_by, cut_as) =
-                if first_by < deadline { (first_by, cut_as) } else { (deadline, "request_timeout") };
+            // Wait for the first chunk so it leaves together with the headers (one write, not two),
+            // by the rule a stream read whole keeps for its first byte: the stream idle timeout
+            // (CD-6) runs from the headers, so an upstream that answers and then sends nothing is
+            // cut when it runs out, as one that falls silent later is.
+            let (first_by, cut_as) = rules.first_cut(timing.answered);
             let first =
                 match attempt.stopwatch.on_upstream(tokio::time::timeout_at(first_by, stream.next())).await {
                     Ok(Some(Ok(bytes))) => Some(bytes),
@@ -587,11 +589,6 @@ fn answer<'a>(
         if force_stream {
             // Boxed: only Codex JSON clients come here, and collecting is the largest future a call
             // awaits; in place, every call's dispatch would carry its room.
-            let rules = collect::Rules {
-                deadline,
-                header_timeout: s.config.upstream_header_timeout,
-                idle: s.workspace_settings.stream_idle_timeout(),
-            };
             return Box::pin(collect_stream(attempt, upstream, observer, rules, chat_upstream.is_some()))
                 .await;
         }

@@ -10,7 +10,6 @@ use axum::body::Bytes;
 use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::upstream::first_chunk_wait;
 use crate::providers::sse::{Event, Splitter};
 
 /// The timing rules of a stream read whole.
@@ -35,7 +34,23 @@ pub(super) enum Collected {
     Cut(&'static str),
 }
 
+/// How long a stream's first chunk may take after the upstream's headers, and the record's code
+/// when it does not come: the stream idle timeout (CD-6) runs from the headers, and the header
+/// timeout bounds the first byte whichever is set.
+fn first_chunk_wait(idle: Option<Duration>, header_timeout: Duration) -> (Duration, &'static str) {
+    match idle {
+        Some(idle) if idle <= header_timeout => (idle, "stream_idle_timeout"),
+        _ => (header_timeout, "upstream_timeout"),
+    }
+}
+
 impl Rules {
+    /// When a stream whose headers came at `answered` is cut if no byte comes, and the record's
+    /// code then (the relay waits for a first chunk by this rule too).
+    pub(super) fn first_cut(&self, answered: Instant) -> (Instant, &'static str) {
+        self.cut(true, answered, answered)
+    }
+
     /// When the read is cut if nothing comes, and the record's code then: before the first chunk
     /// the first-byte rule, after it the idle timeout from the last event (from the headers until
     /// the first event), and the deadline when it comes first (or at the same time).

@@ -8,8 +8,6 @@
 //! account's credential and the body to another host, so a 3xx is an upstream error (the model-call
 //! client, [`super::client`], never follows one).
 
-use std::time::Duration;
-
 use axum::{
     body::Bytes,
     http::{HeaderMap, HeaderValue, header},
@@ -22,16 +20,6 @@ use super::{
     schedule::{self, retry_after_header},
 };
 use crate::{app_state::AppState, directory::Account, providers, records::Outcome};
-
-/// How long a stream's first chunk may take after the upstream's headers, and the record's code
-/// when it does not come: the stream idle timeout (CD-6) runs from the headers, and the header
-/// timeout bounds the first byte whichever is set.
-pub(super) fn first_chunk_wait(idle: Option<Duration>, header_timeout: Duration) -> (Duration, &'static str) {
-    match idle {
-        Some(idle) if idle <= header_timeout => (idle, "stream_idle_timeout"),
-        _ => (header_timeout, "upstream_timeout"),
-    }
-}
 
 /// The upstream POST for `target`: its headers (the account's credential and the client headers
 /// that may pass, one value each) and exactly one `Content-Type: application/json`, since what
