@@ -762,22 +762,18 @@ impl Settings {
                 "serve threads must be at most {MAX_SERVE_THREADS} (got {serve_threads})"
             )));
         }
-        let client_header_timeout =
-            self.client_header_timeout.filter(|d| !d.is_zero()).unwrap_or(DEFAULT_CLIENT_HEADER_TIMEOUT);
-        if client_header_timeout > MAX_CLIENT_HEADER_TIMEOUT {
-            return Err(ConfigError::Invalid(format!(
-                "the client header timeout must be at most 1 day (got {})",
-                humantime::format_duration(client_header_timeout)
-            )));
-        }
-        let request_deadline =
-            self.request_deadline.filter(|d| !d.is_zero()).unwrap_or(DEFAULT_REQUEST_DEADLINE);
-        if request_deadline > MAX_REQUEST_DEADLINE {
-            return Err(ConfigError::Invalid(format!(
-                "the request deadline must be at most 1 day (got {})",
-                humantime::format_duration(request_deadline)
-            )));
-        }
+        let client_header_timeout = at_most_a_day(
+            self.client_header_timeout,
+            DEFAULT_CLIENT_HEADER_TIMEOUT,
+            MAX_CLIENT_HEADER_TIMEOUT,
+            "the client header timeout",
+        )?;
+        let request_deadline = at_most_a_day(
+            self.request_deadline,
+            DEFAULT_REQUEST_DEADLINE,
+            MAX_REQUEST_DEADLINE,
+            "the request deadline",
+        )?;
         // (a shorter deadline shortens the header wait with it: the deadline holds over all)
         let upstream_header_timeout = self
             .upstream_header_timeout
@@ -946,6 +942,24 @@ impl Config {
 
 fn env_err(name: &'static str, e: impl std::fmt::Display) -> ConfigError {
     ConfigError::Env { name, message: e.to_string() }
+}
+
+/// A duration setting that `0` or absence leave at `default` and that may not pass `max` (one
+/// day, since hyper and tokio add it to the time of day).
+fn at_most_a_day(
+    set: Option<Duration>,
+    default: Duration,
+    max: Duration,
+    what: &str,
+) -> Result<Duration, ConfigError> {
+    let value = set.filter(|d| !d.is_zero()).unwrap_or(default);
+    if value > max {
+        return Err(ConfigError::Invalid(format!(
+            "{what} must be at most 1 day (got {})",
+            humantime::format_duration(value)
+        )));
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
