@@ -519,6 +519,20 @@ mod tests {
         body
     }
 
+    /// Starts a relay that rewrites a Responses upstream for a Chat Completions client.
+    fn start_chat<S, F>(upstream: S, on_end: F) -> axum::body::BodyDataStream
+    where
+        S: futures_util::Stream<Item = io::Result<Bytes>> + Send + Unpin + 'static,
+        F: FnOnce(End) -> std::future::Ready<()> + Send + 'static,
+    {
+        let chat = Rewrite::Chat(Box::new(crate::chat::stream::ChatStream::new("gpt-5.1", false)));
+        let observer = Observer::new(Grammar::Responses);
+        let (body, task) =
+            relay(upstream, None, observer, timing(None), HardStop::default(), Some(chat), on_end);
+        tokio::spawn(task);
+        body.into_data_stream()
+    }
+
     async fn next(body: &mut axum::body::BodyDataStream) -> Bytes {
         body.next().await.unwrap().unwrap()
     }
@@ -836,18 +850,7 @@ mod tests {
         let (up, stream) = upstream();
         let (_ended, on_end) = capture();
         let t0 = Instant::now();
-        let chat = crate::chat::stream::ChatStream::new("gpt-5.1", false);
-        let (body, task) = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            timing(None),
-            HardStop::default(),
-            Some(Rewrite::Chat(Box::new(chat))),
-            on_end,
-        );
-        tokio::spawn(task);
-        let mut body = body.into_data_stream();
+        let mut body = start_chat(stream, on_end);
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_secs(5)).await;
         up.send(Ok(Bytes::from_static(b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n")))
@@ -868,19 +871,7 @@ mod tests {
     async fn a_rewritten_stream_cut_by_an_event_too_large_to_read_is_told() {
         let (up, stream) = upstream();
         let (ended, on_end) = capture();
-        let chat = crate::chat::stream::ChatStream::new("gpt-5.1", false);
-        let rewrite = Some(Rewrite::Chat(Box::new(chat)));
-        let (body, task) = relay(
-            stream,
-            None,
-            Observer::new(Grammar::Responses),
-            timing(None),
-            HardStop::default(),
-            rewrite,
-            on_end,
-        );
-        tokio::spawn(task);
-        let mut body = body.into_data_stream();
+        let mut body = start_chat(stream, on_end);
         let mut huge = b"event: response.output_text.delta\ndata: ".to_vec();
         huge.resize(crate::providers::sse::MAX_EVENT_BYTES + 1024, b'x');
         up.send(Ok(Bytes::from(huge))).await.unwrap();
