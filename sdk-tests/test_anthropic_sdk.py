@@ -37,6 +37,21 @@ def test_a_stream_cut_before_its_end_raises(gateway):
     assert err.value.body["error"]["code"] == "upstream_stream_broken", err.value.body
 
 
+def test_a_prompt_too_long_is_a_bad_request_in_anthropics_words(gateway):
+    # Claude Code compacts the conversation and retries when a 400 says this; the numbers are
+    # the upstream's, the words SubLane's
+    gateway.script({"steps": [{"kind": "context_too_long", "tokens": 210118, "limit": 200000}]}, ["sdk-claude"])
+    try:
+        with pytest.raises(anthropic.BadRequestError) as err:
+            client(gateway).messages.create(
+                model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Say hi"}]
+            )
+    finally:
+        gateway.script({}, ["sdk-claude"])
+    assert err.value.body["error"]["message"] == "prompt is too long: 210118 tokens > 200000 maximum"
+    assert "prompt is too long: 210118 tokens > 200000 maximum" in str(err.value)
+
+
 def test_models_retrieve(gateway):
     assert client(gateway).models.retrieve("claude-opus-4-8").id == "claude-opus-4-8"
     with pytest.raises(anthropic.NotFoundError):

@@ -192,3 +192,17 @@ def test_chat_completion_through_a_claude_account(gateway):
                                             stream_options={"include_usage": True}))
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "HelloHelloHello"
     assert chunks[-1].usage.completion_tokens == 7
+
+
+def test_a_prompt_too_long_for_a_claude_model_is_context_length_exceeded(gateway):
+    """A Chat Completions client of a Claude account gets OpenAI's code for the refusal."""
+    gateway.script({"steps": [{"kind": "context_too_long", "tokens": 210118, "limit": 200000}]}, ["sdk-claude"])
+    try:
+        with pytest.raises(openai.BadRequestError) as err:
+            client(gateway).chat.completions.create(
+                model="claude-opus-4-8", messages=[{"role": "user", "content": "Say hi"}]
+            )
+    finally:
+        gateway.script({}, ["sdk-claude"])
+    assert err.value.code == "context_length_exceeded"
+    assert err.value.body["message"] == "prompt is too long: 210118 tokens > 200000 maximum"

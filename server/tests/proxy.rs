@@ -378,6 +378,48 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
     assert_eq!(recs[3]["error_code"], "usage_limit_reached");
 }
 
+/// ERR-3 keeps an upstream's words from the client, but a prompt too long for the model is said
+/// again from its numbers: Claude Code compacts and retries on `prompt is too long: N tokens > M
+/// maximum`, and Codex reads the code `context_length_exceeded`. Nothing else of the upstream's
+/// message comes through, and the account is not blamed.
+#[tokio::test]
+async fn a_prompt_too_long_for_the_model_is_said_so_in_words_clients_act_on() {
+    let r = Rig::start().await;
+    let too_long =
+        json!({"steps": [{"kind": "context_too_long", "tokens": 210_118, "limit": 200_000}, {"kind": "ok"}]});
+    r.script(CLAUDE_TOKEN, too_long.clone()).await;
+    r.script(CODEX_TOKEN, too_long).await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let resp =
+        r.post("/v1/messages").header("anthropic-version", "2023-06-01").json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert_eq!(v["error"]["message"], "prompt is too long: 210118 tokens > 200000 maximum");
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    // OpenAI's Responses API names no numbers; the code is what Codex reads
+    let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(v["error"]["message"], "prompt is too long for the model's context window");
+    assert!(!v.to_string().contains("adjust your input"), "not the upstream's own words: {v}");
+    // neither account was blamed: each serves the next call
+    let resp =
+        r.post("/v1/messages").header("anthropic-version", "2023-06-01").json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.text().await.unwrap();
+    assert_eq!((r.calls(CLAUDE_TOKEN).len(), r.calls(CODEX_TOKEN).len()), (2, 1), "no retry elsewhere");
+    let recs = r.records(3).await;
+    for rec in &recs[..2] {
+        assert_eq!(rec["outcome"], "error");
+        assert_eq!(rec["upstream_status"], 400);
+        assert_eq!(rec["error_code"], "context_length_exceeded");
+    }
+    assert_eq!(recs[2]["outcome"], "success");
+}
+
 #[tokio::test]
 async fn a_200_stream_that_fails_is_an_error_outcome() {
     let r = Rig::start().await;
@@ -526,7 +568,6 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["error"]["code"], "not_found", "{path}: {v}");
     }
-
     let resp = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth("sk-sl-bad").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     tokio::time::sleep(Duration::from_millis(100)).await;

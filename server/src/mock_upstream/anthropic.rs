@@ -103,6 +103,11 @@ fn scripted_error_body(turn: &Turn) -> Option<Response> {
         Step::UsageLimitReached { .. } | Step::ResourceExhausted { .. } | Step::InvalidGrant => {
             Some(error(StatusCode::TOO_MANY_REQUESTS, None, "scripted rate limit"))
         }
+        Step::ContextTooLong { tokens, limit } => Some(error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &format!("prompt is too long: {tokens} tokens > {limit} maximum"),
+        )),
         _ => None,
     }
 }

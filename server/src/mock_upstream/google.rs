@@ -103,6 +103,14 @@ fn scripted_error(turn: &Turn) -> Option<Response> {
         Step::UsageLimitReached { .. } | Step::InvalidGrant => {
             Some(error(StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", "scripted rate limit", None))
         }
+        Step::ContextTooLong { tokens, limit } => Some(error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_ARGUMENT",
+            &format!(
+                "The input token count ({tokens}) exceeds the maximum number of tokens allowed ({limit})."
+            ),
+            None,
+        )),
         _ => None,
     }
 }

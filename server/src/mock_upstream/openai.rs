@@ -151,6 +151,12 @@ fn scripted_error_body(turn: &Turn) -> Option<Response> {
         Step::ResourceExhausted { .. } | Step::InvalidGrant => {
             Some(error(StatusCode::TOO_MANY_REQUESTS, None, "scripted rate limit"))
         }
+        // (the Responses API's words; they name neither number)
+        Step::ContextTooLong { .. } => Some(json(
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+                             "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}),
+        )),
         _ => None,
     }
 }

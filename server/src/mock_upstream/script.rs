@@ -104,6 +104,11 @@ pub enum Step {
         #[serde(default)]
         code: Option<String>,
     },
+    /// 400: the prompt (`tokens` long) does not fit the model's context window (`limit`), in the
+    /// provider's own words: Anthropic's `prompt is too long: N tokens > M maximum`, OpenAI's
+    /// `context_length_exceeded` (its Responses message names no numbers), Google's `The input
+    /// token count (N) exceeds the maximum number of tokens allowed (M).`
+    ContextTooLong { tokens: u64, limit: u64 },
     /// Codex 429 `usage_limit_reached` with `resets_at` this many seconds ahead.
     UsageLimitReached { resets_in_secs: u64 },
     /// Antigravity 429 RESOURCE_EXHAUSTED with ErrorInfo (reason, model) and RetryInfo.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use app::model::Provider;
 use axum::{
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::StreamExt;
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::{
     attempt::{Attempt, Ending, Failing},
+    context_limit::{self, ContextLimit},
     error::{GatewayError, Protocol},
     schedule,
 };
@@ -109,7 +110,9 @@ impl UpstreamFailure {
     /// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). 403
     /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
     /// (never the caller's `invalid_api_key`), a model-scoped Antigravity limit
-    /// `model_rate_limited`. The verdict settles the attempt's account, if it still holds one.
+    /// `model_rate_limited`. A prompt too long for the model is said again in Anthropic's words,
+    /// from the upstream's numbers alone ([`ContextLimit`]). The verdict settles the attempt's
+    /// account, if it still holds one.
     pub(super) fn respond(self, attempt: Attempt) -> Failing {
         Box::pin(self.answer(attempt))
     }
@@ -130,16 +133,24 @@ impl UpstreamFailure {
             return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
         }
         let err = &v["error"];
-        let code = sanitize(
-            err["type"]
-                .as_str()
-                .or(err["code"].as_str())
-                .or(err["status"].as_str())
-                .or(v["error"].as_str())
-                .unwrap_or(""),
-        )
-        .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
-        let message = format!("the upstream provider answered {}: {code}", status.as_u16());
+        // A prompt too long for the model: the one refusal whose words clients act on.
+        let too_long = status.is_client_error().then(|| ContextLimit::recognize(&v)).flatten();
+        let code = match too_long {
+            Some(_) => context_limit::CODE.to_owned(),
+            None => sanitize(
+                err["type"]
+                    .as_str()
+                    .or(err["code"].as_str())
+                    .or(err["status"].as_str())
+                    .or(v["error"].as_str())
+                    .unwrap_or(""),
+            )
+            .unwrap_or_else(|| format!("upstream_{}", status.as_u16())),
+        };
+        let message = match too_long {
+            Some(refusal) => refusal.message(),
+            None => format!("the upstream provider answered {}: {code}", status.as_u16()),
+        };
         let mut body =
             super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
         if attempt.protocol == Protocol::OpenAi {
@@ -147,7 +158,10 @@ impl UpstreamFailure {
             // type of some answers (`usage_limit_reached`) and the code of others (a 503's
             // `server_is_overloaded` or `slow_down`, protocols.md §1b).
             let kind = err["type"].as_str().and_then(sanitize);
-            let upstream_code = err["code"].as_str().and_then(sanitize);
+            let upstream_code = match too_long {
+                Some(_) => Some(code.clone()),
+                None => err["code"].as_str().and_then(sanitize),
+            };
             body["error"]["type"] =
                 Value::String(kind.clone().or(upstream_code.clone()).unwrap_or(code.clone()));
             body["error"]["code"] = Value::String(upstream_code.or(kind).unwrap_or(code.clone()));
@@ -161,7 +175,7 @@ impl UpstreamFailure {
         let mut resp = (status, axum::Json(body)).into_response();
         resp.headers_mut().extend(hints);
         if let Some(secs) = retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            resp.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
         }
         attempt
             .finish(Ending {

@@ -8,6 +8,7 @@ pub mod body_edit;
 pub mod call;
 pub mod client;
 mod collect;
+mod context_limit;
 pub mod error;
 mod failure;
 pub mod models;

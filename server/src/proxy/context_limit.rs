@@ -1,0 +1,158 @@
+//! An upstream's refusal of a prompt that does not fit the model's context window, recognized by
+//! its words and said again in SubLane's (ERR-3: an upstream's message never reaches a client
+//! as it came).
+//!
+//! Why this one refusal gets words of its own: clients act on them. Claude Code compacts the
+//! conversation and tries again when a 400 says `prompt is too long: <n> tokens > <m> maximum`,
+//! and lowers `max_tokens` when it says `input length and `max_tokens` exceed context limit:
+//! <a> + <b> > <c>`; told only `invalid_request_error`, it showed an error the user could not act
+//! on. Codex and the OpenAI SDKs read the code `context_length_exceeded`. The message SubLane
+//! sends is built from the numbers alone, in Anthropic's wording (what the clients that parse
+//! it expect), whichever provider refused and whichever protocol the client speaks.
+
+use serde_json::Value;
+
+/// The code a client and the record get for either refusal.
+pub(super) const CODE: &str = "context_length_exceeded";
+
+/// Most characters of an upstream message looked at: the phrases come first.
+const READ: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ContextLimit {
+    /// The prompt alone does not fit: its tokens and the model's limit, when the upstream said
+    /// them (OpenAI's Responses API does not).
+    Prompt { tokens: Option<u64>, limit: Option<u64> },
+    /// The prompt and `max_tokens` together do not fit (Anthropic).
+    WithOutput { input: u64, max_tokens: u64, limit: u64 },
+}
+
+impl ContextLimit {
+    /// The refusal in an upstream's 400 error `body`, in any provider's shape, if it is one.
+    pub(super) fn recognize(body: &Value) -> Option<ContextLimit> {
+        let err = &body["error"];
+        let message: String = err["message"].as_str().unwrap_or("").chars().take(READ).collect();
+        let message = message.to_ascii_lowercase();
+        let after = |phrase: &str| message.find(phrase).map(|at| numbers(&message[at + phrase.len()..]));
+        if let Some(n) = after("exceed context limit") {
+            // `input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000`
+            return Some(match n[..] {
+                [input, max_tokens, limit, ..] => ContextLimit::WithOutput { input, max_tokens, limit },
+                _ => ContextLimit::Prompt { tokens: None, limit: None },
+            });
+        }
+        // (phrase, whether the tokens come before the limit)
+        let worded = [
+            // Anthropic: `prompt is too long: 213462 tokens > 200000 maximum`
+            ("prompt is too long", true),
+            // Google: `The input token count (1212121) exceeds the maximum number of tokens allowed (1048576).`
+            ("input token count", true),
+            // OpenAI Chat Completions: `This model's maximum context length is 128000 tokens. However,
+            // your messages resulted in 130000 tokens.`
+            ("maximum context length is", false),
+        ];
+        for (phrase, tokens_first) in worded {
+            if let Some(n) = after(phrase) {
+                let (tokens, limit) = match n[..] {
+                    [a, b, ..] if tokens_first => (Some(a), Some(b)),
+                    [a, b, ..] => (Some(b), Some(a)),
+                    _ => (None, None),
+                };
+                return Some(ContextLimit::Prompt { tokens, limit });
+            }
+        }
+        // OpenAI Responses: `Your input exceeds the context window of this model. ...`
+        let coded = err["code"].as_str() == Some(CODE) || message.contains("exceeds the context window");
+        coded.then_some(ContextLimit::Prompt { tokens: None, limit: None })
+    }
+
+    /// What the client is told: Anthropic's words, with the upstream's numbers.
+    pub(super) fn message(self) -> String {
+        match self {
+            ContextLimit::Prompt { tokens: Some(tokens), limit: Some(limit) } => {
+                format!("prompt is too long: {tokens} tokens > {limit} maximum")
+            }
+            ContextLimit::Prompt { .. } => "prompt is too long for the model's context window".to_owned(),
+            ContextLimit::WithOutput { input, max_tokens, limit } => format!(
+                "input length and `max_tokens` exceed context limit: {input} + {max_tokens} > {limit}, decrease input length or `max_tokens` and try again"
+            ),
+        }
+    }
+}
+
+/// The first three whole numbers in `text`.
+fn numbers(text: &str) -> Vec<u64> {
+    text.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).take(3).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn said(message: &str) -> Option<ContextLimit> {
+        ContextLimit::recognize(&json!({"error": {"type": "invalid_request_error", "message": message}}))
+    }
+
+    #[test]
+    fn each_providers_words_are_recognized_with_their_numbers() {
+        let prompt = |tokens, limit| Some(ContextLimit::Prompt { tokens: Some(tokens), limit: Some(limit) });
+        assert_eq!(said("prompt is too long: 210118 tokens > 200000 maximum"), prompt(210_118, 200_000));
+        assert_eq!(
+            said("The input token count (1212121) exceeds the maximum number of tokens allowed (1048576)."),
+            prompt(1_212_121, 1_048_576)
+        );
+        assert_eq!(
+            said(
+                "This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens. Please reduce the length of the messages."
+            ),
+            prompt(130_532, 128_000),
+            "the limit comes first in OpenAI's words"
+        );
+        assert_eq!(
+            said(
+                "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again"
+            ),
+            Some(ContextLimit::WithOutput { input: 188_240, max_tokens: 21_333, limit: 200_000 })
+        );
+        let unnumbered = Some(ContextLimit::Prompt { tokens: None, limit: None });
+        assert_eq!(said("Prompt is too long"), unnumbered);
+        let responses = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
+        assert_eq!(ContextLimit::recognize(&responses), unnumbered);
+        assert_eq!(
+            ContextLimit::recognize(&json!({"error": {"code": "context_length_exceeded"}})),
+            unnumbered
+        );
+    }
+
+    #[test]
+    fn other_refusals_are_not_this_one() {
+        for message in [
+            "max_tokens: 64001 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-5",
+            "messages.1.content.0.tool_result: unexpected `tool_use_id`",
+            "Request exceeds the maximum allowed number of bytes.",
+            "",
+        ] {
+            assert_eq!(said(message), None, "{message}");
+        }
+        assert_eq!(ContextLimit::recognize(&json!({"error": "invalid_grant"})), None);
+        assert_eq!(ContextLimit::recognize(&Value::Null), None);
+    }
+
+    #[test]
+    fn the_client_is_told_in_anthropics_words_built_from_the_numbers_alone() {
+        let told =
+            said("prompt is too long: 210118 tokens > 200000 maximum (sk-secret-in-a-message)").unwrap();
+        assert_eq!(told.message(), "prompt is too long: 210118 tokens > 200000 maximum");
+        let told =
+            said("input length and `max_tokens` exceed context limit: 1 + 2 > 3, user@example.com").unwrap();
+        assert_eq!(
+            told.message(),
+            "input length and `max_tokens` exceed context limit: 1 + 2 > 3, decrease input length or `max_tokens` and try again"
+        );
+        let told = said("Your input exceeds the context window of this model.").unwrap();
+        assert_eq!(told.message(), "prompt is too long for the model's context window");
+    }
+}
