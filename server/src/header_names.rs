@@ -27,3 +27,7 @@ pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub static OVERHEAD_MS: HeaderName = HeaderName::from_static("x-sublane-overhead-ms");
 pub static QUEUE_MS: HeaderName = HeaderName::from_static("x-sublane-queue-ms");
 pub static ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+
+/// Added to a refusal whose wait is longer than SDKs wait out as told: they obey it
+/// ([`crate::proxy::error::set_retry_after`]).
+pub static X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");

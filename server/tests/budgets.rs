@@ -217,6 +217,7 @@ async fn a_key_budget_refuses_the_call_after_the_one_that_crosses_it() {
     let (status, h, body) = call(&bed).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(header(&h, "retry-after"), None);
+    assert_eq!(header(&h, "x-should-retry"), Some("false"), "an SDK's backoff would be refused all day");
     assert_eq!(body["error"]["message"], "rate limit exceeded on apikey total_tokens/day");
     assert_eq!((body["error"]["limit"].clone(), body["error"]["used"].clone()), (json!(200), json!(254)));
     assert_eq!(body["error"]["reset_at"], "2030-03-18T16:01:30Z");

@@ -60,8 +60,11 @@ impl Standing {
         self.used >= self.policy.limit
     }
 
-    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After.
-    pub fn refusal(&self) -> GatewayError {
+    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After. A window
+    /// that resets later than SDKs would retry on their own (or never: `total`) also says
+    /// `x-should-retry: false`, so that a client gives up at once instead of being refused by
+    /// every retry of its backoff.
+    pub fn refusal(&self, now: DateTime<Utc>) -> GatewayError {
         let p = &self.policy;
         let message = format!(
             "rate limit exceeded on {} {}/{}",
@@ -73,9 +76,13 @@ impl Standing {
             Metric::Credits => json!(p.metric.shown(units)),
             _ => json!(units),
         };
+        let soon = self.span.reset_at().is_some_and(|reset| {
+            reset <= now + chrono::Duration::seconds(crate::proxy::error::SDK_HONORED_WAIT as i64)
+        });
         let mut e = GatewayError::budget_exceeded(message)
             .with_field("limit", amount(p.limit))
-            .with_field("used", amount(self.used));
+            .with_field("used", amount(self.used))
+            .not_soon(!soon);
         // `total` never resets: no reset_at at all (Gemini's metadata would print "null")
         if let Some(reset) = self.span.reset_at() {
             e = e.with_field("reset_at", json!(rfc3339(reset)));
@@ -448,9 +455,12 @@ mod tests {
         b.charge(7, 1, "m", true, &TOKENS, now);
         let refused = b.check(7, 1, now).refused.unwrap();
         assert_eq!((refused.used, refused.remaining()), (200, 0));
-        let e = refused.refusal();
+        let e = refused.refusal(now);
         assert_eq!(e.message, "rate limit exceeded on apikey total_tokens/day");
         assert_eq!(e.retry_after, None);
+        assert!(e.not_soon, "six hours to the reset");
+        let e = refused.refusal(at("2026-12-01T16:00:31Z"));
+        assert!(!e.not_soon, "reset_at (16:01:30) within the minute a client would retry in");
         // the next day in Shanghai starts at 16:00 UTC; reset_at is 90 s later
         assert!(e.fields.contains(&("reset_at".into(), json!("2026-12-01T16:01:30Z"))));
         assert!(b.check(8, 1, now).refused.is_none(), "another key is not limited");

@@ -128,8 +128,9 @@ async fn handle_call(
         Ok(Admitted { principal, slots, read, model }) => {
             let operation = spec.op.record_name();
             // BUD-2: the caller's budgets, checked once the call is known (recorded if refused).
-            let checked = s.budgets.check(principal.key_id, principal.member_id, s.clock.now());
-            let refused = checked.refused.map(|st| st.refusal());
+            let now = s.clock.now();
+            let checked = s.budgets.check(principal.key_id, principal.member_id, now);
+            let refused = checked.refused.as_ref().map(|st| st.refusal(now));
             budget = Some(checked);
             let mut attempt =
                 Attempt::new(&s, request_id.clone(), spec.protocol, operation, start, principal, model);
@@ -194,7 +195,8 @@ fn answered(
 /// BUD-2, again before dispatch when a call waited for an account (see `schedule`): calls that
 /// finished meanwhile may have used up a budget.
 pub(super) fn budget_refusal(s: &AppState, p: &Principal) -> Option<GatewayError> {
-    s.budgets.check(p.key_id, p.member_id, s.clock.now()).refused.map(|st| st.refusal())
+    let now = s.clock.now();
+    s.budgets.check(p.key_id, p.member_id, now).refused.map(|st| st.refusal(now))
 }
 
 /// BUD-4: every answer to an authenticated key counts, SubLane's own refusals included, except

@@ -46,11 +46,27 @@ pub struct GatewayError {
     /// Further body fields a client can act on (BUD-2's `limit`/`used`/`reset_at`, BUD-4's
     /// `retry_after`/`blocked_until`), placed where each protocol keeps such details.
     pub fields: Vec<(String, Value)>,
+    /// Says `x-should-retry: false` whatever `retry_after` says: nothing changes before a
+    /// client's own backoff would try again (BUD-2's windows, which give no Retry-After).
+    pub not_soon: bool,
 }
 
 impl GatewayError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        GatewayError { status, code, message: message.into(), retry_after: None, fields: Vec::new() }
+        GatewayError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+            fields: Vec::new(),
+            not_soon: false,
+        }
+    }
+
+    /// Marks the refusal as one that holds longer than SDKs wait (see [`set_retry_after`]).
+    pub fn not_soon(mut self, not_soon: bool) -> Self {
+        self.not_soon = not_soon;
+        self
     }
 
     /// Adds a body field (see [`GatewayError::fields`]).
@@ -327,12 +343,29 @@ impl GatewayError {
     pub fn render(&self, protocol: Protocol, request_id: Option<&str>) -> Response {
         let body = self.body(protocol, request_id);
         let mut resp = (self.status, Json(body)).into_response();
-        if let Some(secs) = self.retry_after
-            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        if let Some(secs) = self.retry_after {
+            set_retry_after(resp.headers_mut(), secs);
+        }
+        if self.not_soon {
+            resp.headers_mut()
+                .insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
         }
         resp
+    }
+}
+
+/// The longest `Retry-After` that the official SDKs wait out as told (anthropic's honor up to
+/// 60 s, openai's up to 120 s).
+pub const SDK_HONORED_WAIT: u64 = 60;
+
+/// Says when to come back: `Retry-After` in whole seconds and, when that is longer than SDKs
+/// wait out as told, `x-should-retry: false`. Past it, anthropic's SDKs (Claude Code's among
+/// them) retry on their own short backoff anyway, each try refused again and recorded, and the
+/// user waits through all of them for the same answer; both SDKs obey `x-should-retry`.
+pub fn set_retry_after(headers: &mut axum::http::HeaderMap, secs: u64) {
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    if secs > SDK_HONORED_WAIT {
+        headers.insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
     }
 }
 
@@ -456,6 +489,10 @@ mod tests {
         let r = GatewayError::no_available_account("m").render(Protocol::OpenAi, None);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        assert!(r.headers().get("x-should-retry").is_none(), "a short wait is left to the client");
+        let r = GatewayError::upstream_quota_exhausted(61).render(Protocol::Anthropic, None);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "61");
+        assert_eq!(r.headers()["x-should-retry"], "false", "longer than an SDK waits as told");
         let r = GatewayError::invalid_api_key().render(Protocol::OpenAi, None);
         assert!(r.headers().get(header::RETRY_AFTER).is_none());
     }

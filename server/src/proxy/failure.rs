@@ -175,7 +175,7 @@ impl UpstreamFailure {
         let mut resp = (status, axum::Json(body)).into_response();
         resp.headers_mut().extend(hints);
         if let Some(secs) = retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+            super::error::set_retry_after(resp.headers_mut(), secs);
         }
         attempt
             .finish(Ending {
