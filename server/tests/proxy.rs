@@ -568,6 +568,18 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["error"]["code"], "not_found", "{path}: {v}");
     }
+    // a served path asked with a method it does not take: a 405 in the protocol's shape
+    let resp =
+        r.http.get(format!("{}/v1/messages", r.t.base)).header("x-api-key", &r.key).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(resp.headers()["allow"], "POST");
+    assert!(resp.headers().contains_key("x-request-id"));
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(
+        (v["type"].as_str(), v["error"]["code"].as_str()),
+        (Some("error"), Some("method_not_allowed"))
+    );
+
     let resp = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth("sk-sl-bad").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     tokio::time::sleep(Duration::from_millis(100)).await;

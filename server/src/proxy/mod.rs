@@ -122,7 +122,7 @@ pub fn router() -> Router<AppState> {
     {
         r = r.route(path, axum::routing::any(not_served));
     }
-    r
+    r.method_not_allowed_fallback(not_allowed)
 }
 
 /// The answer to a model API path that is not served (with a request id, as every answer).
@@ -132,12 +132,37 @@ async fn not_served(
     uri: axum::http::Uri,
 ) -> axum::response::Response {
     // (the path is not repeated back: it is the caller's own text)
-    let protocol = models::protocol_of(&headers).unwrap_or_else(|| Protocol::for_path(uri.path()));
     let e = error::GatewayError::new(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
         "SubLane serves no such model API path",
     );
+    refuse_path(&s, &headers, &uri, e)
+}
+
+/// The answer to a model API path asked with a method it does not take (a `GET` of
+/// `/v1/messages`): a 405 in the protocol's shape, as [`not_served`]; axum adds `Allow`.
+async fn not_allowed(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    let e = error::GatewayError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this model API path does not take that method",
+    );
+    refuse_path(&s, &headers, &uri, e)
+}
+
+/// `e` in the shape of the protocol the client's headers or the path name, with a request id.
+fn refuse_path(
+    s: &AppState,
+    headers: &HeaderMap,
+    uri: &axum::http::Uri,
+    e: error::GatewayError,
+) -> axum::response::Response {
+    let protocol = models::protocol_of(headers).unwrap_or_else(|| Protocol::for_path(uri.path()));
     let request_id = new_request_id(s.clock.unix_ms());
     let mut resp = e.render(protocol, Some(&request_id));
     if let Ok(v) = request_id.parse() {
