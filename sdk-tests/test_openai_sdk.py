@@ -43,6 +43,9 @@ def test_a_stream_cut_before_its_end_ends_with_an_error_event(gateway):
 
 def test_models_retrieve(gateway):
     assert client(gateway).models.retrieve("gpt-5.1-codex").id == "gpt-5.1-codex"
+    # a chat client's model picker lists every family Chat Completions reaches
+    listed = {m.id for m in client(gateway).models.list()}
+    assert {"gpt-5.1-codex", "claude-opus-4-8", "gemini-3.1-pro-low"} <= listed, listed
     with pytest.raises(openai.NotFoundError) as err:
         client(gateway).models.retrieve("not-a-model")
     assert err.value.body["code"] == "model_not_found"

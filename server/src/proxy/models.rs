@@ -7,7 +7,8 @@
 //!
 //! Which protocol: Gemini for `/v1beta/models` and for a client that sends `x-goog-api-key`
 //! (google-genai asks `/v1/models` too), Anthropic when the client sends `anthropic-version`
-//! (Anthropic SDKs and Claude Code always do), OpenAI otherwise. The models
+//! (Anthropic SDKs and Claude Code always do), OpenAI otherwise. An OpenAI client is listed what
+//! Chat Completions serves, which is every family (the Responses API serves only OpenAI's). The models
 //! of an account are the operator's list for its provider (`SUBLANE_<PROVIDER>_MODELS`), else
 //! its provider's own list where SubLane read one (Antigravity's `fetchAvailableModels`), else
 //! the provider's usual models below. The pool's policy then
@@ -153,10 +154,10 @@ async fn served_models(
         Err(_) => return fail(GatewayError::internal()),
     };
     let speaks = match protocol {
-        // (under a provider's prefix, its Chat Completions models: `/claude/v1` is where an
-        // OpenAI client of Claude accounts is sent)
-        Protocol::OpenAi if only.is_some() => Operation::ChatCompletions.providers(),
-        Protocol::OpenAi => Operation::Responses.providers(),
+        // What an OpenAI client can reach: Chat Completions serves every family (`claude-*`,
+        // `gemini-*` too), and the tools that speak only it (chat UIs, editor plugins) fill
+        // their model picker from this list. Codex reads no list of this shape.
+        Protocol::OpenAi => Operation::ChatCompletions.providers(),
         Protocol::Anthropic => Operation::Messages.providers(),
         Protocol::Gemini => Operation::GeminiGenerate.providers(),
     };
