@@ -28,6 +28,6 @@ pub static OVERHEAD_MS: HeaderName = HeaderName::from_static("x-sublane-overhead
 pub static QUEUE_MS: HeaderName = HeaderName::from_static("x-sublane-queue-ms");
 pub static ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
-/// Added to a refusal whose wait is longer than SDKs wait out as told: they obey it
-/// ([`crate::proxy::error::set_retry_after`]).
+/// Added to a budget refusal that a client's own retries cannot outlast: the SDKs obey it
+/// ([`crate::budgets::Standing::refusal`]).
 pub static X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");

@@ -60,10 +60,11 @@ impl Standing {
         self.used >= self.policy.limit
     }
 
-    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After. A window
-    /// that resets later than SDKs would retry on their own (or never: `total`) also says
-    /// `x-should-retry: false`, so that a client gives up at once instead of being refused by
-    /// every retry of its backoff.
+    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After. Without one,
+    /// an SDK retries a 429 on its own backoff, seconds apart; when the window ends more than a
+    /// minute ahead (or never: `total`), every such retry is refused and recorded, and the user
+    /// waits through them for the same answer, so the refusal also says `x-should-retry: false`,
+    /// which the official SDKs obey.
     pub fn refusal(&self, now: DateTime<Utc>) -> GatewayError {
         let p = &self.policy;
         let message = format!(
@@ -76,9 +77,7 @@ impl Standing {
             Metric::Credits => json!(p.metric.shown(units)),
             _ => json!(units),
         };
-        let soon = self.span.reset_at().is_some_and(|reset| {
-            reset <= now + chrono::Duration::seconds(crate::proxy::error::SDK_HONORED_WAIT as i64)
-        });
+        let soon = self.span.end.is_some_and(|end| end <= now + chrono::Duration::seconds(RETRY_SOON_SECS));
         let mut e = GatewayError::budget_exceeded(message)
             .with_field("limit", amount(p.limit))
             .with_field("used", amount(self.used))
@@ -93,6 +92,10 @@ impl Standing {
         e
     }
 }
+
+/// How near a budget window's end must be for a client's own retries to be worth making
+/// (see [`Standing::refusal`]).
+const RETRY_SOON_SECS: i64 = 60;
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
@@ -355,7 +358,8 @@ impl Budgets {
         Standing { policy: *p, span, used }
     }
 
-    /// BUD-2 at admission: the first exhausted policy of the caller's key, member or workspace.
+    /// BUD-2 at admission: the exhausted policy of the caller's key, member or workspace that
+    /// holds longest, if any.
     pub fn check(&self, key_id: i64, member_id: i64, now: DateTime<Utc>) -> Checked {
         if !self.active.load(Ordering::Acquire) {
             return Checked::default();
@@ -365,7 +369,13 @@ impl Budgets {
             let mut counters = lock(&self.counters);
             policies.covering(key_id, member_id).map(|p| self.standing(&mut counters, p, now)).collect()
         };
-        let refused = all.iter().find(|s| s.exceeded()).copied();
+        // Of the exhausted policies, the one that holds longest: its `reset_at` is when the
+        // caller can come back (a minute's would tell it too early while a day's still holds).
+        let refused = all
+            .iter()
+            .filter(|s| s.exceeded())
+            .max_by_key(|s| s.span.end.map_or(i64::MAX, |end| end.timestamp_millis()))
+            .copied();
         let mut headers: Vec<Standing> = Vec::new();
         for st in all {
             match headers.iter_mut().find(|h| h.policy.metric == st.policy.metric) {
@@ -439,6 +449,29 @@ mod tests {
     const TOKENS: Usage = Usage { input: Some(70), output: Some(30), cached: None };
 
     #[test]
+    fn the_refusal_is_the_exhausted_policy_that_holds_longest() {
+        let policy = |id, window| Policy {
+            id,
+            subject: Subject::ApiKey(7),
+            metric: Metric::Requests,
+            window,
+            limit: 1,
+        };
+        let b = budgets(vec![policy(1, Window::Minute), policy(2, Window::Day)]);
+        let now = at("2026-12-01T10:00:30Z");
+        b.charge(7, 1, "m", true, &TOKENS, now);
+        let e = b.check(7, 1, now).refused.unwrap().refusal(now);
+        assert_eq!(e.message, "rate limit exceeded on apikey requests/day", "the minute's end frees nothing");
+        assert!(e.not_soon);
+        // the minute alone: it ends within the minute a client's own retries take
+        let b = budgets(vec![policy(1, Window::Minute)]);
+        b.charge(7, 1, "m", true, &TOKENS, now);
+        let e = b.check(7, 1, now).refused.unwrap().refusal(now);
+        assert_eq!(e.message, "rate limit exceeded on apikey requests/minute");
+        assert!(!e.not_soon, "retrying may well succeed");
+    }
+
+    #[test]
     fn the_request_that_crosses_the_limit_completes_and_the_next_is_refused() {
         let p = Policy {
             id: 1,
@@ -458,9 +491,7 @@ mod tests {
         let e = refused.refusal(now);
         assert_eq!(e.message, "rate limit exceeded on apikey total_tokens/day");
         assert_eq!(e.retry_after, None);
-        assert!(e.not_soon, "six hours to the reset");
-        let e = refused.refusal(at("2026-12-01T16:00:31Z"));
-        assert!(!e.not_soon, "reset_at (16:01:30) within the minute a client would retry in");
+        assert!(e.not_soon, "six hours to the window's end: the client's own retries are futile");
         // the next day in Shanghai starts at 16:00 UTC; reset_at is 90 s later
         assert!(e.fields.contains(&("reset_at".into(), json!("2026-12-01T16:01:30Z"))));
         assert!(b.check(8, 1, now).refused.is_none(), "another key is not limited");

@@ -46,8 +46,8 @@ pub struct GatewayError {
     /// Further body fields a client can act on (BUD-2's `limit`/`used`/`reset_at`, BUD-4's
     /// `retry_after`/`blocked_until`), placed where each protocol keeps such details.
     pub fields: Vec<(String, Value)>,
-    /// Says `x-should-retry: false` whatever `retry_after` says: nothing changes before a
-    /// client's own backoff would try again (BUD-2's windows, which give no Retry-After).
+    /// Says `x-should-retry: false`: nothing changes before a client's own backoff would try
+    /// again (a BUD-2 window that ends far ahead; BUD-2 gives no Retry-After to wait out).
     pub not_soon: bool,
 }
 
@@ -63,7 +63,8 @@ impl GatewayError {
         }
     }
 
-    /// Marks the refusal as one that holds longer than SDKs wait (see [`set_retry_after`]).
+    /// Marks the refusal as one that a client's own retries cannot outlast (the field of the
+    /// same name).
     pub fn not_soon(mut self, not_soon: bool) -> Self {
         self.not_soon = not_soon;
         self
@@ -344,28 +345,13 @@ impl GatewayError {
         let body = self.body(protocol, request_id);
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
-            set_retry_after(resp.headers_mut(), secs);
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if self.not_soon {
             resp.headers_mut()
                 .insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
         }
         resp
-    }
-}
-
-/// The longest `Retry-After` that the official SDKs wait out as told (anthropic's honor up to
-/// 60 s, openai's up to 120 s).
-pub const SDK_HONORED_WAIT: u64 = 60;
-
-/// Says when to come back: `Retry-After` in whole seconds and, when that is longer than SDKs
-/// wait out as told, `x-should-retry: false`. Past it, anthropic's SDKs (Claude Code's among
-/// them) retry on their own short backoff anyway, each try refused again and recorded, and the
-/// user waits through all of them for the same answer; both SDKs obey `x-should-retry`.
-pub fn set_retry_after(headers: &mut axum::http::HeaderMap, secs: u64) {
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    if secs > SDK_HONORED_WAIT {
-        headers.insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
     }
 }
 
@@ -489,10 +475,11 @@ mod tests {
         let r = GatewayError::no_available_account("m").render(Protocol::OpenAi, None);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
-        assert!(r.headers().get("x-should-retry").is_none(), "a short wait is left to the client");
-        let r = GatewayError::upstream_quota_exhausted(61).render(Protocol::Anthropic, None);
-        assert_eq!(r.headers()[header::RETRY_AFTER], "61");
-        assert_eq!(r.headers()["x-should-retry"], "false", "longer than an SDK waits as told");
+        assert!(r.headers().get("x-should-retry").is_none(), "a wait is left to the client");
+        let r = GatewayError::upstream_quota_exhausted(3600).render(Protocol::Anthropic, None);
+        assert!(r.headers().get("x-should-retry").is_none(), "the SDKs wait out a Retry-After");
+        let r = GatewayError::budget_exceeded("m".into()).not_soon(true).render(Protocol::OpenAi, None);
+        assert_eq!(r.headers()["x-should-retry"], "false");
         let r = GatewayError::invalid_api_key().render(Protocol::OpenAi, None);
         assert!(r.headers().get(header::RETRY_AFTER).is_none());
     }

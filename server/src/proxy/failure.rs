@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use app::model::Provider;
 use axum::{
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::StreamExt;
@@ -175,7 +175,7 @@ impl UpstreamFailure {
         let mut resp = (status, axum::Json(body)).into_response();
         resp.headers_mut().extend(hints);
         if let Some(secs) = retry_after {
-            super::error::set_retry_after(resp.headers_mut(), secs);
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         attempt
             .finish(Ending {
