@@ -197,15 +197,16 @@ def test_chat_completion_through_a_claude_account(gateway):
     assert chunks[-1].usage.completion_tokens == 7
 
 
-def test_a_prompt_too_long_for_a_claude_model_is_context_length_exceeded(gateway):
-    """A Chat Completions client of a Claude account gets OpenAI's code for the refusal."""
-    gateway.script({"steps": [{"kind": "context_too_long", "tokens": 210118, "limit": 200000}]}, ["sdk-claude"])
+@pytest.mark.parametrize("model, token", [("claude-opus-4-8", "sdk-claude"), ("gemini-3.1-pro-low", "sdk-antigravity")])
+def test_a_prompt_too_long_is_context_length_exceeded_whichever_family_refused(gateway, model, token):
+    """A Chat Completions client of a Claude or an Antigravity account gets OpenAI's type and
+    code for the refusal, and the upstream's numbers."""
+    gateway.script({"steps": [{"kind": "context_too_long", "tokens": 210118, "limit": 200000}]}, [token])
     try:
         with pytest.raises(openai.BadRequestError) as err:
-            client(gateway).chat.completions.create(
-                model="claude-opus-4-8", messages=[{"role": "user", "content": "Say hi"}]
-            )
+            client(gateway).chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hi"}])
     finally:
-        gateway.script({}, ["sdk-claude"])
+        gateway.script({}, [token])
     assert err.value.code == "context_length_exceeded"
+    assert err.value.type == "invalid_request_error"
     assert err.value.body["message"] == "prompt is too long: 210118 tokens > 200000 maximum"

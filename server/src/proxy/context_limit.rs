@@ -6,7 +6,8 @@
 //! conversation and tries again when a 400 says `prompt is too long: <n> tokens > <m> maximum`,
 //! and lowers `max_tokens` when it says `input length and `max_tokens` exceed context limit:
 //! <a> + <b> > <c>`; told only `invalid_request_error`, it showed an error the user could not act
-//! on. Codex and the OpenAI SDKs read the code `context_length_exceeded`. The message SubLane
+//! on. OpenAI clients get the code `context_length_exceeded` (Codex acts on it only in a stream's
+//! `response.failed`, which passes as it came; a 400 it shows as it reads). The message SubLane
 //! sends is built from the numbers alone, in Anthropic's wording (what the clients that parse
 //! it expect), whichever provider refused and whichever protocol the client speaks.
 
@@ -29,41 +30,53 @@ pub(super) enum ContextLimit {
 
 impl ContextLimit {
     /// The refusal in an upstream's 400 error `body`, in any provider's shape, if it is one.
+    /// Numbers that do not add up as the words say (a prompt longer than its limit) are left
+    /// out: they would be some other number of the message's.
     pub(super) fn recognize(body: &Value) -> Option<ContextLimit> {
         let err = &body["error"];
         let message: String = err["message"].as_str().unwrap_or("").chars().take(READ).collect();
         let message = message.to_ascii_lowercase();
         let after = |phrase: &str| message.find(phrase).map(|at| numbers(&message[at + phrase.len()..]));
+        let unnumbered = ContextLimit::Prompt { tokens: None, limit: None };
+        let prompt = |tokens: u64, limit: u64| match tokens > limit {
+            true => ContextLimit::Prompt { tokens: Some(tokens), limit: Some(limit) },
+            false => unnumbered,
+        };
+        let with_output = |input: u64, max_tokens: u64, limit: u64| match input.checked_add(max_tokens) {
+            Some(sum) if sum > limit => ContextLimit::WithOutput { input, max_tokens, limit },
+            _ => unnumbered,
+        };
+        // Anthropic: `input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000`
         if let Some(n) = after("exceed context limit") {
-            // `input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000`
             return Some(match n[..] {
-                [input, max_tokens, limit, ..] => ContextLimit::WithOutput { input, max_tokens, limit },
-                _ => ContextLimit::Prompt { tokens: None, limit: None },
+                [input, max_tokens, limit, ..] => with_output(input, max_tokens, limit),
+                _ => unnumbered,
             });
         }
-        // (phrase, whether the tokens come before the limit)
-        let worded = [
-            // Anthropic: `prompt is too long: 213462 tokens > 200000 maximum`
-            ("prompt is too long", true),
-            // Google: `The input token count (1212121) exceeds the maximum number of tokens allowed (1048576).`
-            ("input token count", true),
-            // OpenAI Chat Completions: `This model's maximum context length is 128000 tokens. However,
-            // your messages resulted in 130000 tokens.`
-            ("maximum context length is", false),
-        ];
-        for (phrase, tokens_first) in worded {
+        // OpenAI Chat Completions: `This model's maximum context length is 128000 tokens. However,
+        // your messages resulted in 130000 tokens.`, or `However, you requested 8500 tokens (7000
+        // in the messages, 1500 in the completion).` when the output limit is what overflows
+        if let Some(n) = after("maximum context length is") {
+            let split = message.contains("in the messages") && message.contains("in the completion");
+            return Some(match n[..] {
+                [limit, _, input, max_tokens, ..] if split => with_output(input, max_tokens, limit),
+                [limit, tokens, ..] => prompt(tokens, limit),
+                _ => unnumbered,
+            });
+        }
+        // Anthropic: `prompt is too long: 213462 tokens > 200000 maximum`; Google: `The input
+        // token count (1212121) exceeds the maximum number of tokens allowed (1048576).`
+        for phrase in ["prompt is too long", "input token count"] {
             if let Some(n) = after(phrase) {
-                let (tokens, limit) = match n[..] {
-                    [a, b, ..] if tokens_first => (Some(a), Some(b)),
-                    [a, b, ..] => (Some(b), Some(a)),
-                    _ => (None, None),
-                };
-                return Some(ContextLimit::Prompt { tokens, limit });
+                return Some(match n[..] {
+                    [tokens, limit, ..] => prompt(tokens, limit),
+                    _ => unnumbered,
+                });
             }
         }
         // OpenAI Responses: `Your input exceeds the context window of this model. ...`
         let coded = err["code"].as_str() == Some(CODE) || message.contains("exceeds the context window");
-        coded.then_some(ContextLimit::Prompt { tokens: None, limit: None })
+        coded.then_some(unnumbered)
     }
 
     /// What the client is told: Anthropic's words, with the upstream's numbers.
@@ -80,9 +93,15 @@ impl ContextLimit {
     }
 }
 
-/// The first three whole numbers in `text`.
+/// The first four numbers standing as words of their own in `text`: not the digits of a model
+/// name (`gemini-1.0-pro-002`) or of an id.
 fn numbers(text: &str) -> Vec<u64> {
-    text.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).take(3).collect()
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        .map(|word| word.trim_end_matches('.'))
+        .filter(|word| !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|word| word.parse().ok())
+        .take(4)
+        .collect()
 }
 
 #[cfg(test)]
@@ -116,8 +135,25 @@ mod tests {
             ),
             Some(ContextLimit::WithOutput { input: 188_240, max_tokens: 21_333, limit: 200_000 })
         );
+        assert_eq!(
+            said(
+                "This model's maximum context length is 8192 tokens. However, you requested 8500 tokens (7000 in the messages, 1500 in the completion). Please reduce the length of the messages or completion."
+            ),
+            Some(ContextLimit::WithOutput { input: 7_000, max_tokens: 1_500, limit: 8_192 }),
+            "the output limit is what overflows: the client should lower it, not compact"
+        );
         let unnumbered = Some(ContextLimit::Prompt { tokens: None, limit: None });
         assert_eq!(said("Prompt is too long"), unnumbered);
+        assert_eq!(
+            said("The input token count is 40149 but model gemini-1.0-pro-002 only supports up to 32768."),
+            Some(ContextLimit::Prompt { tokens: Some(40_149), limit: Some(32_768) }),
+            "a model name's digits are not numbers of the message"
+        );
+        assert_eq!(
+            said("prompt is too long: 100 tokens > 200 maximum"),
+            unnumbered,
+            "numbers that do not add up are left out"
+        );
         let responses = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
             "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
         assert_eq!(ContextLimit::recognize(&responses), unnumbered);
@@ -147,10 +183,10 @@ mod tests {
             said("prompt is too long: 210118 tokens > 200000 maximum (sk-secret-in-a-message)").unwrap();
         assert_eq!(told.message(), "prompt is too long: 210118 tokens > 200000 maximum");
         let told =
-            said("input length and `max_tokens` exceed context limit: 1 + 2 > 3, user@example.com").unwrap();
+            said("input length and `max_tokens` exceed context limit: 2 + 2 > 3, user@example.com").unwrap();
         assert_eq!(
             told.message(),
-            "input length and `max_tokens` exceed context limit: 1 + 2 > 3, decrease input length or `max_tokens` and try again"
+            "input length and `max_tokens` exceed context limit: 2 + 2 > 3, decrease input length or `max_tokens` and try again"
         );
         let told = said("Your input exceeds the context window of this model.").unwrap();
         assert_eq!(told.message(), "prompt is too long for the model's context window");

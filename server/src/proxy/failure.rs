@@ -134,7 +134,7 @@ impl UpstreamFailure {
         }
         let err = &v["error"];
         // A prompt too long for the model: the one refusal whose words clients act on.
-        let too_long = status.is_client_error().then(|| ContextLimit::recognize(&v)).flatten();
+        let too_long = (status == StatusCode::BAD_REQUEST).then(|| ContextLimit::recognize(&v)).flatten();
         let code = match too_long {
             Some(_) => context_limit::CODE.to_owned(),
             None => sanitize(
@@ -157,10 +157,10 @@ impl UpstreamFailure {
             // The upstream's type and code, each as it gave them (sanitized): Codex reads the
             // type of some answers (`usage_limit_reached`) and the code of others (a 503's
             // `server_is_overloaded` or `slow_down`, protocols.md §1b).
-            let kind = err["type"].as_str().and_then(sanitize);
-            let upstream_code = match too_long {
-                Some(_) => Some(code.clone()),
-                None => err["code"].as_str().and_then(sanitize),
+            let (kind, upstream_code) = match too_long {
+                // (OpenAI's own type for it, whichever provider refused: Google's has none)
+                Some(_) => (Some("invalid_request_error".to_owned()), Some(code.clone())),
+                None => (err["type"].as_str().and_then(sanitize), err["code"].as_str().and_then(sanitize)),
             };
             body["error"]["type"] =
                 Value::String(kind.clone().or(upstream_code.clone()).unwrap_or(code.clone()));
