@@ -380,7 +380,7 @@ async fn upstream_errors_keep_status_and_retry_after_but_not_the_body() {
 
 /// ERR-3 keeps an upstream's words from the client, but a prompt too long for the model is said
 /// again from its numbers: Claude Code compacts and retries on `prompt is too long: N tokens > M
-/// maximum`, and Codex reads the code `context_length_exceeded`. Nothing else of the upstream's
+/// maximum`, and OpenAI clients get the code `context_length_exceeded`. Nothing else of the upstream's
 /// message comes through, and the account is not blamed.
 #[tokio::test]
 async fn a_prompt_too_long_for_the_model_is_said_so_in_words_clients_act_on() {
@@ -397,7 +397,7 @@ async fn a_prompt_too_long_for_the_model_is_said_so_in_words_clients_act_on() {
     assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     assert_eq!(v["error"]["message"], "prompt is too long: 210118 tokens > 200000 maximum");
     assert_eq!(v["error"]["code"], "context_length_exceeded");
-    // OpenAI's Responses API names no numbers; the code is what Codex reads
+    // OpenAI's Responses API names no numbers; the code says what happened
     let resp = r.post("/v1/responses").body(RESPONSES_BODY).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let v: Value = resp.json().await.unwrap();
@@ -582,6 +582,13 @@ async fn models_list_follows_the_pool_and_its_policy_without_records() {
         (v["type"].as_str(), v["error"]["code"].as_str()),
         (Some("error"), Some("method_not_allowed"))
     );
+    // the WebSocket mode's path asked without a handshake: the reason, in OpenAI's shape
+    let resp = r.http.get(format!("{}/v1/responses", r.t.base)).bearer_auth(&r.key).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.headers().contains_key("x-request-id"));
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_request", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("WebSocket"), "{v}");
 
     let resp = r.http.get(format!("{}/v1/models", r.t.base)).bearer_auth("sk-sl-bad").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);

@@ -50,8 +50,15 @@ pub fn router() -> Router<AppState> {
                 model_route(Protocol::OpenAi, Operation::Responses, only).get(
                     move |state: State<AppState>,
                           headers: HeaderMap,
-                          ws: axum::extract::ws::WebSocketUpgrade| {
-                        websocket::upgrade(state, headers, only, ws)
+                          uri: axum::http::Uri,
+                          ws: Result<
+                        axum::extract::ws::WebSocketUpgrade,
+                        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+                    >| async move {
+                        match ws {
+                            Ok(ws) => websocket::upgrade(state, headers, only, ws).await,
+                            Err(rejection) => not_a_websocket(&state, &headers, &uri, &rejection),
+                        }
                     },
                 ),
             )
@@ -153,6 +160,33 @@ async fn not_allowed(
         "this model API path does not take that method",
     );
     refuse_path(&s, &headers, &uri, e)
+}
+
+/// A `GET` (or `HEAD`) of `/v1/responses` that is no WebSocket handshake: the reason, in OpenAI's
+/// shape with a request id, rather than axum's line of text.
+fn not_a_websocket(
+    s: &AppState,
+    headers: &HeaderMap,
+    uri: &axum::http::Uri,
+    rejection: &axum::extract::ws::rejection::WebSocketUpgradeRejection,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let status = rejection.status();
+    let (code, message) = match status {
+        axum::http::StatusCode::METHOD_NOT_ALLOWED => {
+            ("method_not_allowed", "this model API path does not take that method")
+        }
+        _ => (
+            "invalid_request",
+            "GET /v1/responses is the WebSocket mode: send a WebSocket handshake (Upgrade: websocket), or POST a response",
+        ),
+    };
+    let mut resp = refuse_path(s, headers, uri, error::GatewayError::new(status, code, message));
+    if status == axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        resp.headers_mut()
+            .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("GET,POST"));
+    }
+    resp.into_response()
 }
 
 /// `e` in the shape of the protocol the client's headers or the path name, with a request id.
