@@ -42,7 +42,9 @@ impl ContextLimit {
             true => ContextLimit::Prompt { tokens: Some(tokens), limit: Some(limit) },
             false => unnumbered,
         };
+        // (an input over the limit by itself is a prompt too long, whatever the output limit)
         let with_output = |input: u64, max_tokens: u64, limit: u64| match input.checked_add(max_tokens) {
+            _ if input > limit => prompt(input, limit),
             Some(sum) if sum > limit => ContextLimit::WithOutput { input, max_tokens, limit },
             _ => unnumbered,
         };
@@ -55,14 +57,24 @@ impl ContextLimit {
         }
         // OpenAI Chat Completions: `This model's maximum context length is 128000 tokens. However,
         // your messages resulted in 130000 tokens.`, or `However, you requested 8500 tokens (7000
-        // in the messages, 1500 in the completion).` when the output limit is what overflows
-        if let Some(n) = after("maximum context length is") {
-            let split = message.contains("in the messages") && message.contains("in the completion");
-            return Some(match n[..] {
-                [limit, _, input, max_tokens, ..] if split => with_output(input, max_tokens, limit),
-                [limit, tokens, ..] => prompt(tokens, limit),
-                _ => unnumbered,
-            });
+        // in the messages, 1500 in the completion).` when the output limit may be what overflows
+        // (`..., 217 in the functions, and 783 in the completion)` with tools). GPT-5: `Input
+        // tokens exceed the configured limit of 272000 tokens. Your messages resulted in ...`
+        for phrase in ["maximum context length is", "exceed the configured limit of"] {
+            if let Some(n) = after(phrase) {
+                let split = message.contains("in the messages") && message.contains("in the completion");
+                let tools = message.contains("in the functions");
+                return Some(match n[..] {
+                    [limit, _, messages, functions, max_tokens, ..] if split && tools => messages
+                        .checked_add(functions)
+                        .map_or(unnumbered, |i| with_output(i, max_tokens, limit)),
+                    [limit, _, input, max_tokens, ..] if split && !tools => {
+                        with_output(input, max_tokens, limit)
+                    }
+                    [limit, tokens, ..] if !split => prompt(tokens, limit),
+                    _ => unnumbered,
+                });
+            }
         }
         // Anthropic: `prompt is too long: 213462 tokens > 200000 maximum`; Google: `The input
         // token count (1212121) exceeds the maximum number of tokens allowed (1048576).`
@@ -93,14 +105,14 @@ impl ContextLimit {
     }
 }
 
-/// The first four numbers standing as words of their own in `text`: not the digits of a model
+/// The first five numbers standing as words of their own in `text`: not the digits of a model
 /// name (`gemini-1.0-pro-002`) or of an id.
 fn numbers(text: &str) -> Vec<u64> {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
         .map(|word| word.trim_end_matches('.'))
         .filter(|word| !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit()))
         .filter_map(|word| word.parse().ok())
-        .take(4)
+        .take(5)
         .collect()
 }
 
@@ -141,6 +153,26 @@ mod tests {
             ),
             Some(ContextLimit::WithOutput { input: 7_000, max_tokens: 1_500, limit: 8_192 }),
             "the output limit is what overflows: the client should lower it, not compact"
+        );
+        assert_eq!(
+            said(
+                "This model's maximum context length is 16385 tokens. However, you requested 16762 tokens (15762 in the messages, 217 in the functions, and 783 in the completion)."
+            ),
+            Some(ContextLimit::WithOutput { input: 15_979, max_tokens: 783, limit: 16_385 }),
+            "the functions count as input"
+        );
+        assert_eq!(
+            said(
+                "This model's maximum context length is 4097 tokens. However, you requested 5360 tokens (4360 in the messages, 1000 in the completion)."
+            ),
+            prompt(4_360, 4_097),
+            "the input alone is over: shortening it is the fix"
+        );
+        assert_eq!(
+            said(
+                "Input tokens exceed the configured limit of 272000 tokens. Your messages resulted in 310000 tokens. Please reduce the length of the messages."
+            ),
+            prompt(310_000, 272_000)
         );
         let unnumbered = Some(ContextLimit::Prompt { tokens: None, limit: None });
         assert_eq!(said("Prompt is too long"), unnumbered);
