@@ -166,9 +166,15 @@ impl UpstreamFailure {
                 Value::String(kind.clone().or(upstream_code.clone()).unwrap_or(code.clone()));
             body["error"]["code"] = Value::String(upstream_code.or(kind).unwrap_or(code.clone()));
             // Codex reads these to tell the user when their quota resets.
+            // (a number as it came, a word sanitized like the code: nothing else of the body)
             for field in ["resets_at", "plan_type", "resets_in_seconds"] {
-                if !err[field].is_null() {
-                    body["error"][field] = err[field].clone();
+                let kept = match &err[field] {
+                    Value::Number(n) => Some(Value::Number(n.clone())),
+                    Value::String(word) => sanitize(word).map(Value::String),
+                    _ => None,
+                };
+                if let Some(kept) = kept {
+                    body["error"][field] = kept;
                 }
             }
         }
