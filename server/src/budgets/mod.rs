@@ -371,15 +371,13 @@ impl Budgets {
         };
         // Of the exhausted policies, the one that holds longest: its `reset_at` is when the
         // caller can come back (a minute's would tell it too early while a day's still holds).
-        let refused = all
-            .iter()
-            .filter(|s| s.exceeded())
-            .max_by_key(|s| s.span.end.map_or(i64::MAX, |end| end.timestamp_millis()))
-            .copied();
+        let holds = |s: &Standing| s.span.end.map_or(i64::MAX, |end| end.timestamp_millis());
+        let refused = all.iter().filter(|s| s.exceeded()).max_by_key(|s| holds(s)).copied();
         let mut headers: Vec<Standing> = Vec::new();
         for st in all {
+            // (the least remaining; of equals, the one that holds longest, as the refusal)
             match headers.iter_mut().find(|h| h.policy.metric == st.policy.metric) {
-                Some(h) if st.remaining() < h.remaining() => *h = st,
+                Some(h) if (st.remaining(), -holds(&st)) < (h.remaining(), -holds(h)) => *h = st,
                 Some(_) => {}
                 None => headers.push(st),
             }
@@ -460,9 +458,11 @@ mod tests {
         let b = budgets(vec![policy(1, Window::Minute), policy(2, Window::Day)]);
         let now = at("2026-12-01T10:00:30Z");
         b.charge(7, 1, "m", true, &TOKENS, now);
-        let e = b.check(7, 1, now).refused.unwrap().refusal(now);
+        let checked = b.check(7, 1, now);
+        let e = checked.refused.unwrap().refusal(now);
         assert_eq!(e.message, "rate limit exceeded on apikey requests/day", "the minute's end frees nothing");
         assert!(e.not_soon);
+        assert_eq!(checked.headers[0].policy.id, 2, "the BUD-3 headers' reset is the refusal's");
         // the minute alone: it ends within the minute a client's own retries take
         let b = budgets(vec![policy(1, Window::Minute)]);
         b.charge(7, 1, "m", true, &TOKENS, now);

@@ -951,7 +951,10 @@ fn error_frame(e: &GatewayError, request_id: &str) -> Value {
     frame["status"] = json!(e.status.as_u16());
     frame["request_id"] = json!(request_id);
     if let Some(secs) = e.retry_after {
-        frame["headers"] = json!({"retry-after": secs.to_string()});
+        frame["headers"]["retry-after"] = json!(secs.to_string());
+    }
+    if e.not_soon {
+        frame["headers"]["x-should-retry"] = json!("false");
     }
     frame
 }
@@ -970,6 +973,8 @@ mod tests {
         assert_eq!(cooling["error"]["type"], "rate_limit_error", "{cooling}");
         assert_eq!(cooling["error"]["code"], "account_cooling");
         assert_eq!(cooling["headers"], json!({"retry-after": "30"}));
+        let budget = error_frame(&GatewayError::budget_exceeded("m".into()).not_soon(true), "req_2");
+        assert_eq!(budget["headers"], json!({"x-should-retry": "false"}), "as over HTTP");
         let refused = GatewayError::bad_request("no").with_field("param", json!("model"));
         let refused = error_frame(&refused, "req_2");
         assert_eq!(
