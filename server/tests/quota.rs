@@ -212,11 +212,13 @@ async fn antigravity_checks_only_the_requested_model_and_lists_its_catalogue() {
             "ya29.q",
             json!({"quota": {"models": {
                 "gemini-3.1-pro-low": {"quotaInfo": {"remainingFraction": 0, "resetTime": reset}},
-                "gemini-3.6-flash-high": {"quotaInfo": {"remainingFraction": 0.5, "resetTime": reset}}}}}),
+                "gemini-3.6-flash-high": {"quotaInfo": {"remainingFraction": 0.5, "resetTime": reset}},
+                // (the real catalogue carries internal ids too)
+                "chat_20706": {"quotaInfo": {"remainingFraction": 1, "resetTime": reset}}}}}),
         )
         .await;
     // opening the Accounts page reads the quota (no model traffic needed)
-    let rt = b.runtime_when(id, |rt| rt["quota"].as_array().is_some_and(|q| q.len() == 2)).await;
+    let rt = b.runtime_when(id, |rt| rt["quota"].as_array().is_some_and(|q| q.len() == 3)).await;
     assert_eq!(exhausted_until(&rt), None, "one model's quota never blocks the account");
     assert_eq!(b.quota_reads("ya29.q"), 1);
     for spent in ["gemini-3.1-pro-low", "gemini-3.1-pro-low(high)"] {
@@ -237,7 +239,12 @@ async fn antigravity_checks_only_the_requested_model_and_lists_its_catalogue() {
     let list = b.models("/v1beta/models").await;
     let names: Vec<&str> =
         list["models"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["models/gemini-3.1-pro-low", "models/gemini-3.6-flash-high"]);
+    assert_eq!(names, ["models/chat_20706", "models/gemini-3.1-pro-low", "models/gemini-3.6-flash-high"]);
+    // an OpenAI client is offered what Chat Completions would send to this account: not an id
+    // whose name sends it elsewhere
+    let list = b.models("/v1/models").await;
+    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["gemini-3.1-pro-low", "gemini-3.6-flash-high"]);
     // the reset passes: the model is eligible again (and checked anew)
     b.advance(3600);
     assert_eq!(b.gemini("gemini-3.1-pro-low", None).await.status, StatusCode::OK);

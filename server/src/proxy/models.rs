@@ -168,10 +168,19 @@ async fn served_models(
             if !speaks.contains(&account.provider) || only.is_some_and(|o| o != account.provider) {
                 continue;
             }
+            // An OpenAI client's call goes by the model's name to a family (Chat Completions):
+            // a model this account lists but would never be sent (an Antigravity catalogue's
+            // internal ids) is not offered.
+            let reaches = |m: &String| {
+                protocol != Protocol::OpenAi
+                    || Operation::ChatCompletions.providers_for(m).contains(&account.provider)
+            };
             match (s.config.models.configured(account.provider), s.quota.catalogue(account.id)) {
-                (Some(configured), _) => served.extend(configured.iter().cloned()),
-                (None, Some(listed)) => served.extend(listed),
-                (None, None) => served.extend(usual_models(account.provider).iter().map(|m| (*m).to_owned())),
+                (Some(configured), _) => served.extend(configured.iter().filter(|m| reaches(m)).cloned()),
+                (None, Some(listed)) => served.extend(listed.into_iter().filter(|m| reaches(m))),
+                (None, None) => served.extend(
+                    usual_models(account.provider).iter().map(|m| (*m).to_owned()).filter(|m| reaches(m)),
+                ),
             }
         }
         let policy = &pool.policy;
