@@ -127,39 +127,40 @@ pub fn router() -> Router<AppState> {
     for path in
         ["/v1/{*rest}", "/v1beta/{*rest}", "/codex/{*rest}", "/claude/{*rest}", "/antigravity/{*rest}"]
     {
-        r = r.route(path, axum::routing::any(not_served));
+        r = r.route(path, axum::routing::any(refusing(not_served)));
     }
-    r.method_not_allowed_fallback(not_allowed)
+    r.method_not_allowed_fallback(refusing(not_allowed))
 }
 
-/// The answer to a model API path that is not served (with a request id, as every answer).
-async fn not_served(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    uri: axum::http::Uri,
-) -> axum::response::Response {
-    // (the path is not repeated back: it is the caller's own text)
-    let e = error::GatewayError::new(
+/// A model API path SubLane does not serve. (The path is not repeated back: it is the caller's
+/// own text.)
+fn not_served() -> error::GatewayError {
+    error::GatewayError::new(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
         "SubLane serves no such model API path",
-    );
-    refuse_path(&s, &headers, &uri, e)
+    )
 }
 
-/// The answer to a model API path asked with a method it does not take (a `GET` of
-/// `/v1/messages`): a 405 in the protocol's shape, as [`not_served`]; axum adds `Allow`.
-async fn not_allowed(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    uri: axum::http::Uri,
-) -> axum::response::Response {
-    let e = error::GatewayError::new(
+/// A model API path asked with a method it does not take (a `GET` of `/v1/messages`); axum adds
+/// `Allow`.
+fn not_allowed() -> error::GatewayError {
+    error::GatewayError::new(
         axum::http::StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         "this model API path does not take that method",
-    );
-    refuse_path(&s, &headers, &uri, e)
+    )
+}
+
+/// A handler that answers `refusal()` as [`refuse_path`] does.
+fn refusing(
+    refusal: fn() -> error::GatewayError,
+) -> impl Fn(State<AppState>, HeaderMap, axum::http::Uri) -> std::future::Ready<axum::response::Response>
++ Clone
++ Send
++ Sync
++ 'static {
+    move |State(s), headers, uri| std::future::ready(refuse_path(&s, &headers, &uri, refusal()))
 }
 
 /// A `GET` (or `HEAD`) of `/v1/responses` that is no WebSocket handshake: the reason, in OpenAI's
@@ -172,19 +173,18 @@ fn not_a_websocket(
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let status = rejection.status();
-    let (code, message) = match status {
-        axum::http::StatusCode::METHOD_NOT_ALLOWED => {
-            ("method_not_allowed", "this model API path does not take that method")
-        }
-        _ => (
+    let e = match status {
+        axum::http::StatusCode::METHOD_NOT_ALLOWED => not_allowed(),
+        _ => error::GatewayError::new(
+            status,
             "invalid_request",
             "GET /v1/responses is the WebSocket mode: send a WebSocket handshake (Upgrade: websocket), or POST a response",
         ),
     };
-    let mut resp = refuse_path(s, headers, uri, error::GatewayError::new(status, code, message));
+    let mut resp = refuse_path(s, headers, uri, e);
     if status == axum::http::StatusCode::METHOD_NOT_ALLOWED {
         resp.headers_mut()
-            .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("GET,POST"));
+            .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("GET,HEAD,POST"));
     }
     resp.into_response()
 }
