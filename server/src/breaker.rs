@@ -138,7 +138,7 @@ impl Breaker {
                 open_message(secs),
             )
             .retry_after(u64::try_from(secs).unwrap_or(1))
-            .holds_for_the_pool()
+            .holds_for_the_key()
             .with_field("retry_after", serde_json::json!(secs))
             .with_field(
                 "blocked_until",

@@ -70,12 +70,13 @@ impl GatewayError {
         self
     }
 
-    /// For a refusal that nothing can lift before its `Retry-After` (no account of the pool can
-    /// serve sooner; the key is blocked): a wait longer than [`LONGEST_CLIENT_WAIT`] also says
-    /// `x-should-retry: false`. anthropic-python sleeps through any Retry-After (an hour's, a
-    /// 12 h block's) before the user hears anything; openai-python already gives up past 120 s.
-    /// Not for an upstream's own refusal: an account the call did not try may serve at once.
-    pub fn holds_for_the_pool(self) -> Self {
+    /// For a refusal that nothing can lift before its `Retry-After` (the key is blocked, BUD-4):
+    /// a wait longer than [`LONGEST_CLIENT_WAIT`] also says `x-should-retry: false`.
+    /// anthropic-python sleeps through any Retry-After (a 12 h block's) before the user hears
+    /// anything; openai-python already gives up past 120 s. Not for an account's refusal (a
+    /// cooldown, a quota, an upstream's 429), whose wait is one account's or one reason's: another
+    /// account may serve sooner.
+    pub fn holds_for_the_key(self) -> Self {
         let long = self.retry_after.is_some_and(|secs| secs > LONGEST_CLIENT_WAIT);
         self.not_soon(long)
     }
@@ -366,7 +367,7 @@ impl GatewayError {
 }
 
 /// The longest `Retry-After`, in seconds, that a client is left to wait out on its own (see
-/// [`GatewayError::holds_for_the_pool`]).
+/// [`GatewayError::holds_for_the_key`]).
 pub const LONGEST_CLIENT_WAIT: u64 = 120;
 
 /// The error body for `protocol`. Also used for sanitized upstream errors.
@@ -492,11 +493,12 @@ mod tests {
         assert!(r.headers().get("x-should-retry").is_none(), "a wait is left to the client");
         let r = GatewayError::upstream_quota_exhausted(3600).render(Protocol::Anthropic, None);
         assert!(r.headers().get("x-should-retry").is_none(), "an account not tried may serve");
-        let r = GatewayError::upstream_quota_exhausted(3600)
-            .holds_for_the_pool()
-            .render(Protocol::Anthropic, None);
-        assert_eq!(r.headers()["x-should-retry"], "false", "nothing serves within the hour");
-        let r = GatewayError::account_cooling(120).holds_for_the_pool().render(Protocol::OpenAi, None);
+        let blocked = |secs| {
+            GatewayError::new(StatusCode::TOO_MANY_REQUESTS, "api_key_circuit_open", "m").retry_after(secs)
+        };
+        let r = blocked(600).holds_for_the_key().render(Protocol::Anthropic, None);
+        assert_eq!(r.headers()["x-should-retry"], "false", "nothing lifts the block sooner");
+        let r = blocked(120).holds_for_the_key().render(Protocol::OpenAi, None);
         assert!(r.headers().get("x-should-retry").is_none(), "two minutes are the client's to wait");
         let r = GatewayError::budget_exceeded("m".into()).not_soon(true).render(Protocol::OpenAi, None);
         assert_eq!(r.headers()["x-should-retry"], "false");

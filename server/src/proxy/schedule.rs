@@ -213,8 +213,7 @@ pub(super) async fn recheck_for_retry(
 
 /// The catalogue error for a local refusal (ERR).
 pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
-    // (the scheduler looked at every account of the pool: none serves before the wait it names)
-    let e = match r {
+    match r {
         Refusal::QueueFull => GatewayError::account_queue_full(),
         Refusal::WaitTimeout => GatewayError::account_wait_timeout(),
         Refusal::AccountCooling(secs) => GatewayError::account_cooling(secs),
@@ -228,8 +227,7 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::RefreshFailed(secs) => GatewayError::account_refresh_failed(secs),
         Refusal::CredentialsPaused(_) => GatewayError::upstream_forbidden(),
         Refusal::ShuttingDown => GatewayError::shutting_down(),
-    };
-    e.holds_for_the_pool()
+    }
 }
 
 /// CD-3: statuses retried on the same account before any byte is accepted.
