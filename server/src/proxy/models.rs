@@ -168,11 +168,14 @@ async fn served_models(
             if !speaks.contains(&account.provider) || only.is_some_and(|o| o != account.provider) {
                 continue;
             }
-            // An OpenAI client's call goes by the model's name to a family (Chat Completions):
-            // a model this account lists but would never be sent (an Antigravity catalogue's
-            // internal ids) is not offered.
+            // An OpenAI client's call reaches this account through the Responses API (any model
+            // of a Codex or OpenAI API account) or through Chat Completions, which goes by the
+            // model's name to a family: a model the account lists but would never be sent (an
+            // Antigravity catalogue's internal ids) is not offered.
+            let responses = Operation::Responses.providers().contains(&account.provider);
             let reaches = |m: &String| {
                 protocol != Protocol::OpenAi
+                    || responses
                     || Operation::ChatCompletions.providers_for(m).contains(&account.provider)
             };
             match (s.config.models.configured(account.provider), s.quota.catalogue(account.id)) {
