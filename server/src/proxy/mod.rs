@@ -184,7 +184,7 @@ fn not_a_websocket(
     let mut resp = refuse_path(s, headers, uri, e);
     if status == axum::http::StatusCode::METHOD_NOT_ALLOWED {
         resp.headers_mut()
-            .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("GET,HEAD,POST"));
+            .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("GET,POST"));
     }
     resp.into_response()
 }
