@@ -56,6 +56,16 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
             }
             continue;
         }
+        // Codex's backend stores nothing, on its socket as over HTTP (where it answers
+        // "Store must be set to false").
+        if uri.path().starts_with("/backend-api/codex") && req["store"].as_bool() != Some(false) {
+            let err = json!({"type": "error", "status": 400, "error": {"type": "invalid_request_error",
+                "code": null, "message": "Store must be set to false"}});
+            if socket.send(Message::Text(err.to_string().into())).await.is_err() {
+                return;
+            }
+            continue;
+        }
         if let Step::Status { status, .. } = &turn.step {
             let err = json!({"type": "error", "status": status, "error": {"type": "server_error", "code": "scripted", "message": "scripted"}});
             if socket.send(Message::Text(err.to_string().into())).await.is_err() {

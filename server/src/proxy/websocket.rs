@@ -98,6 +98,9 @@ pub async fn upgrade(
 struct Binding {
     account: Arc<Account>,
     upstream: Upstream,
+    /// The upstream refuses stored responses (Codex's backend): every turn is sent with
+    /// `"store": false`, as an HTTP call to it is.
+    no_store: bool,
 }
 
 /// Why a session ends by the gateway's decision, with its close code.
@@ -236,11 +239,14 @@ async fn session(
             continue;
         };
         attempt.account = Some((binding.account.id, binding.account.provider));
-        // The frame as it came, or with the upstream's name for the model (nothing else edited).
-        let text = if upstream_model == model {
+        // The frame as it came, or with the upstream's name for the model and, for an upstream
+        // that refuses stored responses, `"store": false` (nothing else edited).
+        let no_store = binding.no_store && fields.store != Some(false);
+        let text = if upstream_model == model && !no_store {
             text
         } else {
-            let edits = body_edit::Edits { model: Some(&upstream_model), ..body_edit::Edits::default() };
+            let renamed = (upstream_model != model).then_some(upstream_model.as_str());
+            let edits = body_edit::Edits { model: renamed, no_store, ..body_edit::Edits::default() };
             match body_edit::edit(Bytes::from(text), edits).map(|b| String::from_utf8(Vec::from(b))) {
                 Ok(Ok(text)) => text,
                 _ => {
@@ -509,8 +515,8 @@ async fn route(
             return Ok(upstream_model);
         }
         match connect(s, &account, headers, attempt.started + s.config.request_deadline).await {
-            Ok(upstream) => {
-                *bound = Some(Binding { account, upstream });
+            Ok((upstream, no_store)) => {
+                *bound = Some(Binding { account, upstream, no_store });
                 return Ok(upstream_model);
             }
             Err(Refused { error, verdict: None, token: true })
@@ -582,7 +588,7 @@ async fn connect(
     account: &Account,
     headers: &HeaderMap,
     deadline: Instant,
-) -> Result<Upstream, Refused> {
+) -> Result<(Upstream, bool), Refused> {
     let mut retried = false;
     loop {
         let credentials = s.tokens.usable(&account.tokens).await?;
@@ -601,14 +607,15 @@ async fn connect(
 }
 
 /// One handshake with the upstream WebSocket for `account` with `credentials` and the client's
-/// headers, within the header timeout and before `deadline`.
+/// headers, within the header timeout and before `deadline`; with the socket, whether the
+/// upstream refuses stored responses.
 async fn handshake(
     s: &AppState,
     account: &Account,
     credentials: &CredentialInput,
     headers: &HeaderMap,
     deadline: Instant,
-) -> Result<Upstream, Refused> {
+) -> Result<(Upstream, bool), Refused> {
     let target = providers::target(
         account.provider,
         credentials,
@@ -618,6 +625,7 @@ async fn handshake(
         None,
     )
     .map_err(|_| GatewayError::no_available_account("(websocket)"))?;
+    let no_store = target.force_no_store;
     let url = match target.url.as_str().split_once("://") {
         Some(("https", rest)) => format!("wss://{rest}"),
         Some(("http", rest)) => format!("ws://{rest}"),
@@ -651,7 +659,7 @@ async fn handshake(
             s.metrics.upstream_answer(account.provider.as_str(), resp.status().as_u16());
             // QT-2: the handshake's quota headers, as on an HTTP answer (accepted: 2xx-like).
             s.quota.observe(account, quota::parse::headers(account.provider, 200, resp.headers(), at));
-            Ok(socket)
+            Ok((socket, no_store))
         }
         Ok(Err(tungstenite::Error::Http(resp))) => {
             let status = resp.status();
