@@ -92,6 +92,7 @@ def test_websocket_mode_turns_and_continuation(gateway):
             second.append(event)
             if event.type in ("response.completed", "error"):
                 break
+        assert second[-1].type == "response.completed", second[-1]
         assert second[-1].response.usage.output_tokens == 7
     # request ids ride along on created/completed events (extra fields the SDK keeps)
     assert str(getattr(first[0], "request_id", "")).startswith("req_")

@@ -1,7 +1,8 @@
 //! Responses over WebSocket (protocols.md §1c) at the same paths as the HTTP API: each text
 //! frame from the client is a `response.create`; the answer is the SSE events' JSON, one per
 //! frame. `generate:false` is a warm-up (created + completed, no output). Continuations must name a
-//! response created on this connection, else `previous_response_not_found`, as upstream does.
+//! response created on this connection, else `previous_response_not_found`, as upstream does. The
+//! Codex backend's socket refuses a turn that does not say `"store": false`, as its HTTP API does.
 
 use std::collections::HashSet;
 
@@ -46,21 +47,21 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
         let turn = s.begin(&cred, call(&Method::GET, &uri, &headers, text.as_bytes()));
         let req: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
         let model = req["model"].as_str().unwrap_or("gpt-5.1-codex").to_owned();
-        if let Some(prev) = req["previous_response_id"].as_str()
-            && !known.contains(prev)
-        {
+        // Codex's backend stores nothing, on its socket as over HTTP, where it answers "Store must
+        // be set to false" (the request is checked before any state is looked up).
+        if uri.path().starts_with("/backend-api/codex") && req["store"].as_bool() != Some(false) {
             let err = json!({"type": "error", "status": 400, "error": {"type": "invalid_request_error",
-                "code": "previous_response_not_found", "message": format!("Previous response with id '{prev}' not found.")}});
+                "code": null, "message": "Store must be set to false"}});
             if socket.send(Message::Text(err.to_string().into())).await.is_err() {
                 return;
             }
             continue;
         }
-        // Codex's backend stores nothing, on its socket as over HTTP (where it answers
-        // "Store must be set to false").
-        if uri.path().starts_with("/backend-api/codex") && req["store"].as_bool() != Some(false) {
+        if let Some(prev) = req["previous_response_id"].as_str()
+            && !known.contains(prev)
+        {
             let err = json!({"type": "error", "status": 400, "error": {"type": "invalid_request_error",
-                "code": null, "message": "Store must be set to false"}});
+                "code": "previous_response_not_found", "message": format!("Previous response with id '{prev}' not found.")}});
             if socket.send(Message::Text(err.to_string().into())).await.is_err() {
                 return;
             }

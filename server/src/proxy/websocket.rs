@@ -3,7 +3,8 @@
 //! Codex keeps conversation state on the connection (`previous_response_id` with `store:false`),
 //! so a client connection is bound to one account and one upstream WebSocket, opened at the first
 //! turn and reused until either side closes. Each `response.create` frame is forwarded as is (the
-//! model may be rewritten by a pool alias); the upstream's event frames come back with a
+//! model may be rewritten by a pool alias, and an upstream that refuses stored responses, Codex's,
+//! gets `"store": false` when the frame does not say it); the upstream's event frames come back with a
 //! `request_id` added to created / completed / incomplete / failed events and errors. Every
 //! generating turn is one attempt with one record; warm-ups (`generate:false`) create none.
 //! Between turns the connection holds no slot (ADM-4).
