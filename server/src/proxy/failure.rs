@@ -135,21 +135,21 @@ impl UpstreamFailure {
         let err = &v["error"];
         // A prompt too long for the model: the one refusal whose words clients act on.
         let too_long = (status == StatusCode::BAD_REQUEST).then(|| ContextLimit::recognize(&v)).flatten();
-        let code = match too_long {
-            Some(_) => context_limit::CODE.to_owned(),
-            None => sanitize(
-                err["type"]
-                    .as_str()
-                    .or(err["code"].as_str())
-                    .or(err["status"].as_str())
-                    .or(v["error"].as_str())
-                    .unwrap_or(""),
-            )
-            .unwrap_or_else(|| format!("upstream_{}", status.as_u16())),
-        };
-        let message = match too_long {
-            Some(refusal) => refusal.message(),
-            None => format!("the upstream provider answered {}: {code}", status.as_u16()),
+        let (code, message) = match too_long {
+            Some(refusal) => (context_limit::CODE.to_owned(), refusal.message()),
+            None => {
+                let code = sanitize(
+                    err["type"]
+                        .as_str()
+                        .or(err["code"].as_str())
+                        .or(err["status"].as_str())
+                        .or(v["error"].as_str())
+                        .unwrap_or(""),
+                )
+                .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
+                let message = format!("the upstream provider answered {}: {code}", status.as_u16());
+                (code, message)
+            }
         };
         let mut body =
             super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));

@@ -171,7 +171,6 @@ fn not_a_websocket(
     uri: &axum::http::Uri,
     rejection: &axum::extract::ws::rejection::WebSocketUpgradeRejection,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
     let status = rejection.status();
     let e = match status {
         axum::http::StatusCode::METHOD_NOT_ALLOWED => not_allowed(),
@@ -186,7 +185,7 @@ fn not_a_websocket(
         resp.headers_mut()
             .insert(axum::http::header::ALLOW, axum::http::HeaderValue::from_static("GET,POST"));
     }
-    resp.into_response()
+    resp
 }
 
 /// `e` in the shape of the protocol the client's headers or the path name, with a request id.

@@ -963,7 +963,7 @@ fn error_frame(e: &GatewayError, request_id: &str) -> Value {
         frame["headers"]["retry-after"] = json!(secs.to_string());
     }
     if e.not_soon {
-        frame["headers"]["x-should-retry"] = json!("false");
+        frame["headers"][crate::header_names::X_SHOULD_RETRY.as_str()] = json!("false");
     }
     frame
 }
