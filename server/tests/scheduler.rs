@@ -402,6 +402,43 @@ async fn retries_stay_on_one_account_and_repeated_failures_cool_only_that_model(
     assert!(m["cooling_until"].is_i64() && m["cooldown_level"] == 1, "{m}");
 }
 
+/// A refusal whose wait outlasts a client's own retries says `x-should-retry: false`, which the
+/// official SDKs obey (anthropic-python would otherwise sleep through the whole Retry-After, up
+/// to an hour, twice); an unbound request's Retry-After is when the pool's soonest block ends.
+#[tokio::test]
+async fn a_refusal_for_minutes_tells_clients_not_to_retry_and_when_to_come_back() {
+    let tokens = ["wait-a", "wait-b"];
+    let mut rig = Rig::start(&[(tokens[0], 0), (tokens[1], 0)], &[]).await;
+    let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("conv-w"), MODEL).await.status, StatusCode::OK);
+    let mine = served(&rig, &tokens, &before);
+    let other = 1 - mine;
+    let limit = |secs: &str| json!({"steps": [{"kind": "status", "status": 429, "retry_after": secs}]});
+    rig.script(tokens[mine], limit("600")).await;
+    let a = rig.send(Some("conv-w"), MODEL).await;
+    assert_eq!((a.status, a.should_retry.as_deref()), (StatusCode::TOO_MANY_REQUESTS, None), "{a:?}");
+    // RT-2: the bound conversation waits for its account, ten minutes, past what a client waits
+    let a = rig.send(Some("conv-w"), MODEL).await;
+    assert_eq!((a.code(), a.should_retry.as_deref()), ("account_cooling", Some("false")), "{a:?}");
+    assert!(a.retry_after.is_some_and(|s| s > 590), "{a:?}");
+    // an unbound request has the other account, which then cools for 30 s: the pool serves again
+    // then, so the client is left to retry
+    assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
+    rig.script(tokens[other], limit("30")).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.status, a.should_retry.as_deref()), (StatusCode::TOO_MANY_REQUESTS, None), "{a:?}");
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.code(), a.should_retry.as_deref()), ("upstream_quota_exhausted", None), "{a:?}");
+    assert!(a.retry_after.is_some_and(|s| (29..=30).contains(&s)), "{a:?}");
+    // five minutes: the pool's soonest end is past what a client waits out
+    rig.action(rig.ids[other], "resume").await;
+    rig.script(tokens[other], limit("300")).await;
+    rig.send(None, MODEL).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!((a.code(), a.should_retry.as_deref()), ("upstream_quota_exhausted", Some("false")), "{a:?}");
+    assert!(a.retry_after.is_some_and(|s| (299..=300).contains(&s)), "{a:?}");
+}
+
 #[tokio::test]
 async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
     let mock = MockUpstream::start("127.0.0.1:0".parse().unwrap()).await.unwrap();

@@ -73,9 +73,9 @@ impl GatewayError {
     /// For a refusal that nothing can lift before its `Retry-After` (the key is blocked, BUD-4):
     /// a wait longer than [`LONGEST_CLIENT_WAIT`] also says `x-should-retry: false`.
     /// anthropic-python sleeps through any Retry-After (a 12 h block's) before the user hears
-    /// anything; openai-python already gives up past 120 s. Not for an account's refusal (a
-    /// cooldown, a quota, an upstream's 429), whose wait is one account's or one reason's: another
-    /// account may serve sooner.
+    /// anything; openai-python already gives up past 120 s. A scheduling refusal says it on the
+    /// same terms, when its wait is the pool's (`proxy::schedule`); an upstream's forwarded 429
+    /// never does, since another account may serve sooner.
     pub fn holds_for_the_key(self) -> Self {
         let long = self.retry_after.is_some_and(|secs| secs > LONGEST_CLIENT_WAIT);
         self.not_soon(long)

@@ -12,7 +12,11 @@ use serde_json::Value;
 use std::sync::Arc;
 
 use super::{
-    Spec, attempt::Attempt, auth::authenticate_request, error::GatewayError, request::RoutingFields,
+    Spec,
+    attempt::Attempt,
+    auth::authenticate_request,
+    error::{GatewayError, LONGEST_CLIENT_WAIT},
+    request::RoutingFields,
 };
 use crate::directory::{Account, Snapshot};
 use crate::{
@@ -124,7 +128,10 @@ pub(super) async fn schedule(
                 attempt.account = Some((lease.account().id, lease.account().provider));
                 return Ok((lease, upstream_model));
             }
-            Step::Refuse(r) => return Err((refusal(r, model), Outcome::Rejected)),
+            Step::Refuse(r) => {
+                let not_soon = futile_to_retry(r, pin, avoid);
+                return Err((refusal(r, model).not_soon(not_soon), Outcome::Rejected));
+            }
             Step::Wait(ticket) => ticket,
         };
         drop(snapshot);
@@ -209,6 +216,18 @@ pub(super) async fn recheck_for_retry(
         return Err((refusal(r, model), Outcome::Rejected));
     }
     Ok(())
+}
+
+/// Whether a scheduling refusal outlasts every retry a client makes on its own, so that it says
+/// `x-should-retry: false`: its `Retry-After` is longer than [`LONGEST_CLIENT_WAIT`], and it is
+/// the answer a new request would get too. An unbound request's `Retry-After` is when the soonest
+/// block of any account able to serve it ends; a bound conversation's is its account's, which it
+/// waits for (RT-2). Not when this request left out accounts it already tried (a new one would
+/// not), nor for a WebSocket connection's account (a new connection may get another).
+/// anthropic-python otherwise sleeps through the whole `Retry-After`, up to an hour, twice, before
+/// its user hears anything.
+fn futile_to_retry(r: Refusal, pin: Option<i64>, avoid: &[i64]) -> bool {
+    pin.is_none() && avoid.is_empty() && r.wait_secs().is_some_and(|secs| secs > LONGEST_CLIENT_WAIT)
 }
 
 /// The catalogue error for a local refusal (ERR).

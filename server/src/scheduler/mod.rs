@@ -149,6 +149,20 @@ pub enum Refusal {
     ShuttingDown,
 }
 
+impl Refusal {
+    /// The seconds its `Retry-After` gives a client to wait, for a refusal that ends on its own.
+    pub fn wait_secs(&self) -> Option<u64> {
+        match *self {
+            Refusal::AccountCooling(s)
+            | Refusal::ModelCooling(s)
+            | Refusal::ModelRateLimited(s)
+            | Refusal::UpstreamQuotaExhausted(s)
+            | Refusal::RefreshFailed(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// What the upstream's answer says about the account (CD-1..CD-5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {

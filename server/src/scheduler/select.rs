@@ -379,8 +379,9 @@ fn provider_set(ask: &Ask<'_>) -> usize {
 }
 
 /// The blocks met while scanning for an unbound request, by kind: when no account is left, the
-/// answer follows the reason most accounts share (not whichever block ends soonest), with the
-/// soonest end among those.
+/// answer follows the reason most accounts share (not whichever block ends soonest), and its
+/// `Retry-After` says when the soonest block of any kind ends: capacity may appear then, so a
+/// client told to wait for the common reason's end would wait longer than it needs to.
 #[derive(Default)]
 struct Blocked {
     /// Per kind (rate limited, overloaded, credentials, model cooling, model limited, quota):
@@ -423,7 +424,8 @@ impl Blocked {
             (self.kinds[*k].0, std::cmp::Reverse(self.retry(*k, now)), std::cmp::Reverse(*k))
         });
         let Some(k) = dominant else { return Refusal::NoAccount };
-        let retry = self.retry(k, now);
+        let soonest = (0..self.kinds.len()).map(|k| self.retry(k, now)).min().unwrap_or(1);
+        let retry = self.retry(k, now).min(soonest);
         match k {
             // BUD-5: every account able to serve it is rate limited upstream.
             0 if self.kinds[0].0 == total => Refusal::UpstreamQuotaExhausted(retry),
@@ -431,7 +433,7 @@ impl Blocked {
             // Paused credentials are no cooldown a client can wait out; missing tokens say when
             // their refresh may be tried again.
             2 => match &self.kinds[2].1 {
-                Some(b @ Block::Credentials { .. }) => Refusal::RefreshFailed(b.retry_after(now)),
+                Some(Block::Credentials { .. }) => Refusal::RefreshFailed(retry),
                 _ => Refusal::NoAccount,
             },
             3 => Refusal::ModelCooling(retry),
@@ -443,7 +445,8 @@ impl Blocked {
         }
     }
 
+    /// Seconds until the soonest block of `kind` ends (`u64::MAX` when none was met).
     fn retry(&self, kind: usize, now: i64) -> u64 {
-        self.kinds[kind].1.as_ref().map_or(1, |b| b.retry_after(now))
+        self.kinds[kind].1.as_ref().map_or(u64::MAX, |b| b.retry_after(now))
     }
 }

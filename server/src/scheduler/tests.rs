@@ -498,7 +498,7 @@ async fn bound_codes_follow_the_block_and_revisions_never_go_back() {
 }
 
 /// Issue 9 item 9: with every account blocked, an unbound request hears the reason most of them
-/// share, not whichever block ends soonest.
+/// share, not whichever block ends soonest; its Retry-After is when the soonest block ends.
 #[tokio::test]
 async fn every_account_blocked_answers_with_the_dominant_reason() {
     let b = bed(&[(1, 0, 5), (2, 0, 5), (3, 0, 5)], Settings::default());
@@ -509,7 +509,11 @@ async fn every_account_blocked_answers_with_the_dominant_reason() {
     leases[1].settle(Verdict::RateLimited(Some(Duration::from_secs(200))));
     leases[2].settle(Verdict::Overloaded(Some(Duration::from_secs(2))));
     drop(leases);
-    assert_eq!(b.refusal(&a), Refusal::AccountCooling(200), "two rate limits outvote one overload");
+    assert_eq!(
+        b.refusal(&a),
+        Refusal::AccountCooling(2),
+        "two rate limits outvote one overload, whose end (the soonest) is when to come back"
+    );
     b.scheduler.apply(ids[2], 2, StateAction::Recover);
     let mut l = b.go(&a);
     l.settle(Verdict::RateLimited(None));

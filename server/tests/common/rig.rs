@@ -166,6 +166,8 @@ pub fn body(model: &str) -> Value {
 pub struct Answer {
     pub status: StatusCode,
     pub retry_after: Option<u64>,
+    /// `x-should-retry`, which the official SDKs obey over their own retry rules.
+    pub should_retry: Option<String>,
     pub code: Option<String>,
 }
 
@@ -173,12 +175,13 @@ impl Answer {
     pub async fn read(resp: reqwest::Response) -> Answer {
         let status = resp.status();
         let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
+        let should_retry = resp.headers().get("x-should-retry").map(|v| v.to_str().unwrap().to_owned());
         let text = resp.text().await.unwrap();
         // OpenAI/Anthropic shapes carry the code as a string; Gemini's as ErrorInfo's reason.
         let code = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
             v["error"]["code"].as_str().or(v["error"]["details"][0]["reason"].as_str()).map(str::to_owned)
         });
-        Answer { status, retry_after, code }
+        Answer { status, retry_after, should_retry, code }
     }
 
     pub fn code(&self) -> &str {
