@@ -245,6 +245,21 @@ async fn antigravity_checks_only_the_requested_model_and_lists_its_catalogue() {
     let list = b.models("/v1/models").await;
     let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["gemini-3.1-pro-low", "gemini-3.6-flash-high"]);
+    // under Antigravity's prefix the same, for an OpenAI client whose chat completions are there;
+    // google-genai, whose default API version is there too, gets Gemini's list by its key header
+    let list = b.models("/antigravity/v1/models").await;
+    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["gemini-3.1-pro-low", "gemini-3.6-flash-high"]);
+    let one = b.models("/antigravity/v1/models/gemini-3.1-pro-low").await;
+    assert_eq!((one["id"].as_str(), one["object"].as_str()), (Some("gemini-3.1-pro-low"), Some("model")));
+    let genai = |path: &str| {
+        let url = format!("{}{path}", b.rig.t.base);
+        b.rig.http.get(url).header("x-goog-api-key", &b.rig.key).send()
+    };
+    let list: Value = genai("/antigravity/v1/models").await.unwrap().json().await.unwrap();
+    assert_eq!(list["models"].as_array().unwrap().len(), 3, "{list}");
+    let one: Value = genai("/antigravity/v1/models/gemini-3.1-pro-low").await.unwrap().json().await.unwrap();
+    assert_eq!(one["name"], "models/gemini-3.1-pro-low", "{one}");
     // the reset passes: the model is eligible again (and checked anew)
     b.advance(3600);
     assert_eq!(b.gemini("gemini-3.1-pro-low", None).await.status, StatusCode::OK);

@@ -105,17 +105,27 @@ pub fn router() -> Router<AppState> {
             );
         }
     }
-    // (google-genai asks `v1beta` or, by default in recent versions, `v1`)
-    for path in ["/v1beta/models", "/antigravity/v1beta/models", "/antigravity/v1/models"] {
+    for path in ["/v1beta/models", "/antigravity/v1beta/models"] {
         r = r.route(path, get(models::list_gemini));
     }
-    for path in [
-        "/v1beta/models/{model_action}",
-        "/antigravity/v1beta/models/{model_action}",
-        "/antigravity/v1/models/{model_action}",
-    ] {
+    for path in ["/v1beta/models/{model_action}", "/antigravity/v1beta/models/{model_action}"] {
         r = r.route(path, post(gemini).get(models::retrieve_gemini));
     }
+    // `/antigravity/v1` is both google-genai's (its default API version in recent releases) and
+    // an OpenAI client's base (its chat completions are there): the list answers in the shape
+    // the client's headers name, Gemini's for google-genai's `x-goog-api-key`.
+    let only = Some(Provider::Antigravity);
+    r = r
+        .route(
+            "/antigravity/v1/models",
+            get(move |state: State<AppState>, headers: HeaderMap| models::list(state, headers, only)),
+        )
+        .route(
+            "/antigravity/v1/models/{model_action}",
+            post(gemini).get(move |state: State<AppState>, headers: HeaderMap, id: Path<String>| {
+                models::retrieve(state, headers, id, only)
+            }),
+        );
     r = r.route(
         "/v1/models/{model_action}",
         post(gemini).get(|state: State<AppState>, headers: HeaderMap, id: Path<String>| {
