@@ -446,12 +446,23 @@ async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
     let mut rig = Rig::prepare(t, mock).await;
     let id = rig.add_account("antigravity", "ya29.limits", 0).await;
     let (http, base, key) = (rig.http.clone(), rig.t.base.clone(), rig.key.clone());
-    let gemini = move |model: &str| {
-        http.post(format!("{base}/v1beta/models/{model}:generateContent"))
+    let call = move |model: &str, method: &str| {
+        http.post(format!("{base}/v1beta/models/{model}:{method}"))
             .header("x-goog-api-key", &key)
             .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
     };
+    let gemini = |model: &str| call(model, "generateContent");
     let exhausted = |model: &str| json!({"kind": "resource_exhausted", "reason": "RATE_LIMIT_EXCEEDED", "model": model, "retry_delay": "20s"});
+    // the same on a stream, whose error Cloud Code sends in a one-element array
+    rig.script("ya29.limits", json!({"steps": [exhausted("claude-opus-4-6-thinking")]})).await;
+    let a =
+        Answer::read(call("claude-opus-4-6-thinking", "streamGenerateContent?alt=sse").send().await.unwrap())
+            .await;
+    assert_eq!(
+        (a.status, a.code(), a.retry_after),
+        (StatusCode::TOO_MANY_REQUESTS, "model_rate_limited", Some(20)),
+        "{a:?}"
+    );
     rig.script("ya29.limits", json!({"steps": [exhausted("gemini-3.1-pro-low")]})).await;
     let a = Answer::read(gemini("gemini-3.1-pro-low").send().await.unwrap()).await;
     assert_eq!(
@@ -474,7 +485,7 @@ async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
     assert_eq!(a.code(), "upstream_quota_exhausted");
     assert!(a.retry_after.is_some_and(|s| (1..=20).contains(&s)), "{a:?}");
     let rt = rig.account_runtime(id).await;
-    assert!(rt["rate_limit_reset_at"].is_i64() && rt["limited_models"] == 1, "{rt}");
+    assert!(rt["rate_limit_reset_at"].is_i64() && rt["limited_models"] == 2, "two models limited: {rt}");
 }
 
 #[tokio::test]

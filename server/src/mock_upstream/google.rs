@@ -23,10 +23,17 @@ pub async fn generate_content(played: Played) -> Response {
 
 fn generate(Played { turn, body }: Played, stream: bool) -> Response {
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", "Invalid JSON payload received.", None);
+        return error(
+            stream,
+            StatusCode::BAD_REQUEST,
+            "INVALID_ARGUMENT",
+            "Invalid JSON payload received.",
+            None,
+        );
     };
     if req["request"]["contents"].is_null() || req["project"].is_null() {
         return error(
+            stream,
             StatusCode::BAD_REQUEST,
             "INVALID_ARGUMENT",
             "missing project or request.contents",
@@ -35,12 +42,12 @@ fn generate(Played { turn, body }: Played, stream: bool) -> Response {
     }
     // Cloud Code knows model ids, not SDK suffixes: `model(high)` is no model there.
     if req["model"].as_str().is_some_and(|m| m.contains('(') || m.contains(')')) {
-        return error(StatusCode::NOT_FOUND, "NOT_FOUND", "Requested entity was not found.", None);
+        return error(stream, StatusCode::NOT_FOUND, "NOT_FOUND", "Requested entity was not found.", None);
     }
     if let Err(message) = check_request(&req["request"], req["model"].as_str().unwrap_or_default()) {
-        return error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", &message, None);
+        return error(stream, StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", &message, None);
     }
-    if let Some(resp) = scripted_error(&turn) {
+    if let Some(resp) = scripted_error(&turn, stream) {
         return resp;
     }
     let model = req["model"].as_str().unwrap_or("gemini-3.1-pro-low").to_owned();
@@ -61,15 +68,15 @@ pub async fn load_code_assist(_: Played) -> Response {
     )
 }
 
-/// A Google error body: `{"error":{"code","message","status","details"}}`.
-fn error(status: StatusCode, grpc: &str, message: &str, details: Option<Value>) -> Response {
-    json(
-        status,
-        json!({"error": {"code": status.as_u16(), "message": message, "status": grpc, "details": details.unwrap_or(json!([]))}}),
-    )
+/// A Google error body: `{"error":{"code","message","status","details"}}`. Cloud Code's
+/// streaming method (`stream`) sends it as the one element of an array, as it would send a
+/// stream of answers in JSON (gemini-cli's reports of its 429s show `[{"error": {...}}]`).
+fn error(stream: bool, status: StatusCode, grpc: &str, message: &str, details: Option<Value>) -> Response {
+    let error = json!({"error": {"code": status.as_u16(), "message": message, "status": grpc, "details": details.unwrap_or(json!([]))}});
+    json(status, if stream { json!([error]) } else { error })
 }
 
-fn scripted_error(turn: &Turn) -> Option<Response> {
+fn scripted_error(turn: &Turn, stream: bool) -> Option<Response> {
     match &turn.step {
         Step::Status { status, retry_after, code: reason } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -84,13 +91,14 @@ fn scripted_error(turn: &Turn) -> Option<Response> {
                 503 => "UNAVAILABLE",
                 _ => "INTERNAL",
             };
-            let mut r = error(code, grpc, &format!("scripted {status}"), details);
+            let mut r = error(stream, code, grpc, &format!("scripted {status}"), details);
             if let Some(ra) = retry_after.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
                 r.headers_mut().insert(header::RETRY_AFTER, ra);
             }
             Some(r)
         }
         Step::ResourceExhausted { reason, model, retry_delay } => Some(error(
+            stream,
             StatusCode::TOO_MANY_REQUESTS,
             "RESOURCE_EXHAUSTED",
             "You have exhausted your capacity on this model.",
@@ -100,10 +108,15 @@ fn scripted_error(turn: &Turn) -> Option<Response> {
                 {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
             ])),
         )),
-        Step::UsageLimitReached { .. } | Step::InvalidGrant => {
-            Some(error(StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", "scripted rate limit", None))
-        }
+        Step::UsageLimitReached { .. } | Step::InvalidGrant => Some(error(
+            stream,
+            StatusCode::TOO_MANY_REQUESTS,
+            "RESOURCE_EXHAUSTED",
+            "scripted rate limit",
+            None,
+        )),
         Step::ContextTooLong { tokens, limit } => Some(error(
+            stream,
             StatusCode::BAD_REQUEST,
             "INVALID_ARGUMENT",
             &format!(

@@ -48,6 +48,19 @@ pub(super) struct UpstreamFailure {
     pub(super) verdict: Verdict,
 }
 
+/// The error object of an upstream's error body. Google's Cloud Code endpoint (Antigravity)
+/// answers a failed `streamGenerateContent` with its error in a one-element array
+/// (`[{"error": {...}}]`, as gemini-cli's reports show), which would hide its status, its
+/// `RetryInfo` and which model is limited from every reading of the body.
+fn error_object(body: Value) -> Value {
+    match body {
+        Value::Array(mut items) if items.len() == 1 && items[0].is_object() => {
+            items.pop().unwrap_or_default()
+        }
+        body => body,
+    }
+}
+
 impl UpstreamFailure {
     pub(super) async fn read(
         upstream: super::client::Answer,
@@ -77,8 +90,11 @@ impl UpstreamFailure {
             }
         };
         let complete = tokio::time::timeout(ERROR_BODY_DEADLINE, read).await.is_ok();
-        let body: Value =
-            if complete { serde_json::from_slice(&bytes).unwrap_or(Value::Null) } else { Value::Null };
+        let body = if complete {
+            error_object(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        } else {
+            Value::Null
+        };
         let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
         let retry_after = enforced_retry(verdict, policy).or(hint.map(retry_secs));
         UpstreamFailure { status, retry_after, body, hints, verdict }
