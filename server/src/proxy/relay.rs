@@ -424,7 +424,8 @@ where
         // so it is told whenever its end did not come. A stream passed as it came is not told
         // when what it got may not line up with what was watched (a send given up; an event too
         // large to watch, which may have been the answer's end), nor when the answer's end was
-        // seen. (A notice that finds the queue full is dropped: the stream then just ends.)
+        // seen. A client that reads slowly gets it after what it still has to read, the queue
+        // full or not.
         if client_gone.is_none() && stop != Stop::Stalled {
             let why = cut_reason(stop);
             let notice = match &rewrite {
@@ -436,7 +437,7 @@ where
                 None => None,
             };
             if let Some(notice) = notice {
-                let _ = tx.try_send(Bytes::from(notice));
+                tx.send_last(Bytes::from(notice));
             }
         }
         let end = End {
@@ -719,6 +720,23 @@ mod tests {
             up.send(Ok(Bytes::from_static(b"data: {}\n\n"))).await.unwrap();
             tokio::task::yield_now().await;
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_client_is_told_of_a_cut_after_what_it_still_has_to_read() {
+        let (up, stream) = upstream();
+        let (ended, on_end) = capture();
+        let mut body =
+            start(stream, Grammar::Responses, timing(None), HardStop::default(), on_end).into_data_stream();
+        fill_the_queue(&up).await;
+        up.send(Err(io::Error::other("connection reset"))).await.unwrap();
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(ended.lock().unwrap().take().unwrap().broken, "the relay ended with the queue full");
+        for _ in 0..16 {
+            assert_eq!(&next(&mut body).await[..], b"data: {}\n\n");
+        }
+        assert_cut(&mut body, "upstream_stream_broken").await;
     }
 
     #[tokio::test(start_paused = true)]

@@ -133,6 +133,18 @@ impl Sender {
         .await
     }
 
+    /// Queues the stream's last chunk (the notice that it was cut) even when the queue holds its
+    /// bound, so that a client reading slowly still learns how its stream ended: nothing follows
+    /// it, so the bound is passed by one chunk at most. Dropped if the receiver is gone.
+    pub fn send_last(&self, bytes: Bytes) {
+        let mut state = self.0.state();
+        if state.closed {
+            return;
+        }
+        state.queue.push_back(bytes);
+        wake(state, |s| s.reader.take());
+    }
+
     /// Resolves once the receiver is dropped.
     pub async fn closed(&self) {
         poll_fn(|cx| {
