@@ -415,9 +415,14 @@ async fn a_refusal_for_minutes_tells_clients_not_to_retry_and_when_to_come_back(
     let other = 1 - mine;
     let limit = |secs: &str| json!({"steps": [{"kind": "status", "status": 429, "retry_after": secs}]});
     rig.script(tokens[mine], limit("600")).await;
+    // RT-2: the bound conversation waits for its account, ten minutes, past what a client waits:
+    // the upstream's answer says so, and so does the refusal of its next request
     let a = rig.send(Some("conv-w"), MODEL).await;
-    assert_eq!((a.status, a.should_retry.as_deref()), (StatusCode::TOO_MANY_REQUESTS, None), "{a:?}");
-    // RT-2: the bound conversation waits for its account, ten minutes, past what a client waits
+    assert_eq!(
+        (a.status, a.should_retry.as_deref()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("false")),
+        "{a:?}"
+    );
     let a = rig.send(Some("conv-w"), MODEL).await;
     assert_eq!((a.code(), a.should_retry.as_deref()), ("account_cooling", Some("false")), "{a:?}");
     assert!(a.retry_after.is_some_and(|s| s > 590), "{a:?}");
@@ -433,10 +438,37 @@ async fn a_refusal_for_minutes_tells_clients_not_to_retry_and_when_to_come_back(
     // five minutes: the pool's soonest end is past what a client waits out
     rig.action(rig.ids[other], "resume").await;
     rig.script(tokens[other], limit("300")).await;
-    rig.send(None, MODEL).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(
+        (a.status, a.should_retry.as_deref()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("false")),
+        "{a:?}"
+    );
     let a = rig.send(None, MODEL).await;
     assert_eq!((a.code(), a.should_retry.as_deref()), ("upstream_quota_exhausted", Some("false")), "{a:?}");
     assert!(a.retry_after.is_some_and(|s| (299..=300).contains(&s)), "{a:?}");
+}
+
+/// The same with one account: the upstream's own answer is the first to say it, when its limit
+/// is longer than a client waits out, and not when it is short.
+#[tokio::test]
+async fn a_single_account_s_long_limit_tells_clients_not_to_retry() {
+    let rig = Rig::start(&[("solo", 0)], &[]).await;
+    let limit = |secs: &str| json!({"steps": [{"kind": "status", "status": 429, "retry_after": secs}]});
+    rig.script("solo", limit("30")).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(
+        (a.status, a.retry_after, a.should_retry.as_deref()),
+        (StatusCode::TOO_MANY_REQUESTS, Some(30), None)
+    );
+    let mut rig = rig;
+    rig.action(rig.ids[0], "resume").await;
+    rig.script("solo", limit("900")).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(
+        (a.status, a.retry_after, a.should_retry.as_deref()),
+        (StatusCode::TOO_MANY_REQUESTS, Some(900), Some("false"))
+    );
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ use super::{
     attempt::{Attempt, Ending, Start, member_rpm, member_slot, new_request_id, stream_verdict},
     auth::authenticate_request,
     body_edit, client, collect,
-    error::GatewayError,
+    error::{GatewayError, LONGEST_CLIENT_WAIT},
     failure::UpstreamFailure,
     relay::{self, Timing},
     request::{self, RoutingFields},
@@ -367,6 +367,8 @@ async fn choose(
     attempt: &mut Attempt,
 ) -> Result<(Sent, std::sync::Arc<Account>), Stop> {
     let mut tried: Vec<i64> = Vec::new();
+    // The soonest any of them could serve this call again, in seconds from now.
+    let mut tried_back_in = u64::MAX;
     let mut last_failure: Option<UpstreamFailure> = None;
     let mut last_token_error: Option<GatewayError> = None;
     let mut untranslatable: Option<GatewayError> = None;
@@ -375,8 +377,11 @@ async fn choose(
             match schedule::schedule(s, r.spec, attempt, r.headers, r.conversation, None, &tried).await {
                 Ok(chosen) => chosen,
                 Err((e, outcome)) => {
+                    // Every account refused for longer than a client waits out on its own: the
+                    // tried ones (by their answers) and the others (by this refusal).
+                    let not_soon = tried_back_in.min(schedule::others_back_in(&e)) > LONGEST_CLIENT_WAIT;
                     return Err(match (last_failure, last_token_error, untranslatable) {
-                        (Some(f), _, _) => Stop::Answer(f),
+                        (Some(f), _, _) => Stop::Answer(f.not_soon(not_soon)),
                         (None, Some(t), _) => Stop::Fail(t, Outcome::Error),
                         (None, None, Some(u)) => Stop::Fail(u, Outcome::Rejected),
                         (None, None, None) => Stop::Fail(e, outcome),
@@ -412,9 +417,12 @@ async fn choose(
                 // cooldown penalty. A conversation stays; anything else may move.
                 let error = token_error(&e);
                 if bound || tried.len() >= MAX_SWITCHES {
-                    return Err(Stop::Fail(error, Outcome::Error));
+                    // (a conversation waits for its account's refresh, as the scheduler tells it)
+                    let not_soon = bound && error.retry_after.is_some_and(|s| s > LONGEST_CLIENT_WAIT);
+                    return Err(Stop::Fail(error.not_soon(not_soon), Outcome::Error));
                 }
                 tried.push(account.id);
+                tried_back_in = 0; // (its refresh may be tried again soon)
                 attempt.lease.take();
                 last_token_error = Some(error);
                 continue;
@@ -457,9 +465,16 @@ async fn choose(
             failure.account_cannot_serve() || failure.model_unsupported()
         };
         if !may_move || tried.len() >= MAX_SWITCHES {
-            return Err(Stop::Answer(failure));
+            // A bound conversation waits for its account (RT-2): as its next request would be
+            // told (`schedule`), a block longer than a client waits out says so.
+            let waits = bound && failure.account_cannot_serve();
+            let not_soon = waits && failure.account_back_in() > LONGEST_CLIENT_WAIT;
+            return Err(Stop::Answer(failure.not_soon(not_soon)));
         }
         tried.push(account.id);
+        if failure.account_cannot_serve() {
+            tried_back_in = tried_back_in.min(failure.account_back_in());
+        }
         // This account learns the verdict and its slot goes back; the next decision skips it.
         if let Some(mut lease) = attempt.lease.take() {
             lease.settle(failure.verdict);

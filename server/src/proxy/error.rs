@@ -74,8 +74,9 @@ impl GatewayError {
     /// a wait longer than [`LONGEST_CLIENT_WAIT`] also says `x-should-retry: false`.
     /// anthropic-python sleeps through any Retry-After (a 12 h block's) before the user hears
     /// anything; openai-python already gives up past 120 s. A scheduling refusal says it on the
-    /// same terms, when its wait is the pool's (`proxy::schedule`); an upstream's forwarded 429
-    /// never does, since another account may serve sooner.
+    /// same terms when its wait is the pool's (`proxy::schedule`), and so does an upstream's
+    /// forwarded 429 when no account, the one that answered included, can serve sooner
+    /// (`proxy::call`).
     pub fn holds_for_the_key(self) -> Self {
         let long = self.retry_after.is_some_and(|secs| secs > LONGEST_CLIENT_WAIT);
         self.not_soon(long)

@@ -46,6 +46,11 @@ pub(super) struct UpstreamFailure {
     /// `usage_limit_reached` hit, Claude Code to explain its 429s.
     hints: HeaderMap,
     pub(super) verdict: Verdict,
+    /// Seconds the answer blocks the account for (CD-1, CD-4, CD-5), if it blocks it.
+    blocks_for: Option<u64>,
+    /// No account can serve the call for longer than a client waits out on its own: the answer
+    /// says `x-should-retry: false` ([`GatewayError::not_soon`]).
+    not_soon: bool,
 }
 
 /// The error object of an upstream's error body. Google's Cloud Code endpoint (Antigravity)
@@ -96,8 +101,21 @@ impl UpstreamFailure {
             Value::Null
         };
         let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
-        let retry_after = enforced_retry(verdict, policy).or(hint.map(retry_secs));
-        UpstreamFailure { status, retry_after, body, hints, verdict }
+        let blocks_for = enforced_retry(verdict, policy);
+        let retry_after = blocks_for.or(hint.map(retry_secs));
+        UpstreamFailure { status, retry_after, body, hints, verdict, blocks_for, not_soon: false }
+    }
+
+    /// When the account that answered could serve again, in seconds from now: at once unless
+    /// the answer blocks it (a credential refusal's pause is not known here: at once too).
+    pub(super) fn account_back_in(&self) -> u64 {
+        self.blocks_for.unwrap_or(0)
+    }
+
+    /// Marks the answer as one no account can outlast a client's own retries for (see
+    /// [`UpstreamFailure::not_soon`]).
+    pub(super) fn not_soon(self, not_soon: bool) -> Self {
+        UpstreamFailure { not_soon, ..self }
     }
 
     /// What the body says of the subscription quota (QT-2: Codex `usage_limit_reached`,
@@ -134,7 +152,7 @@ impl UpstreamFailure {
     }
 
     async fn answer(self, attempt: Attempt) -> Response {
-        let UpstreamFailure { status, retry_after, body: v, hints, verdict } = self;
+        let UpstreamFailure { status, retry_after, body: v, hints, verdict, not_soon, .. } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
                 Some(GatewayError::model_rate_limited(retry_secs(clamp_retry(d, RETRY_AFTER_MIN))))
@@ -146,6 +164,7 @@ impl UpstreamFailure {
             _ => None,
         };
         if let Some(e) = local {
+            let e = e.not_soon(not_soon);
             return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
         }
         let err = &v["error"];
@@ -198,6 +217,10 @@ impl UpstreamFailure {
         resp.headers_mut().extend(hints);
         if let Some(secs) = retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if not_soon {
+            resp.headers_mut()
+                .insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
         }
         attempt
             .finish(Ending {
