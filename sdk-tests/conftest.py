@@ -107,7 +107,7 @@ def gateway():
             api("/api/accounts", account)
         key = api("/api/me/keys", {"name": "sdk"})["secret"]
         secrets.append(key)
-        yield types.SimpleNamespace(base=base, key=key, mock=mock_url, script=_scripter(mock_url))
+        yield types.SimpleNamespace(base=base, key=key, mock=mock_url, script=_scripter(mock_url), admin=api)
     finally:
         for proc in (sublane, mock):
             proc.terminate()

@@ -1,6 +1,8 @@
 """anthropic-python against SubLane's Messages API (PX-2), backed by a Claude OAuth account.
 anthropic-python sends its key as `Authorization: Bearer`; SubLane accepts that too (ID-3)."""
 
+import threading
+
 import anthropic
 import pytest
 
@@ -50,6 +52,34 @@ def test_a_prompt_too_long_is_a_bad_request_in_anthropics_words(gateway):
         gateway.script({}, ["sdk-claude"])
     assert err.value.body["error"]["message"] == "prompt is too long: 210118 tokens > 200000 maximum"
     assert "prompt is too long: 210118 tokens > 200000 maximum" in str(err.value)
+
+
+def test_a_pool_limited_for_minutes_raises_at_once_instead_of_sleeping(gateway):
+    # anthropic-python sleeps through any Retry-After before retrying (15 minutes here, twice):
+    # SubLane says x-should-retry: false when no account can serve sooner than 2 minutes, on
+    # the upstream's own 429 and on its refusal of the next call, and the SDK raises at once
+    sdk = anthropic.Anthropic(base_url=gateway.base, api_key=gateway.key, max_retries=2)
+    gateway.script({"steps": [{"kind": "status", "status": 429, "retry_after": "900"}]}, ["sdk-claude"])
+    errors = []
+
+    def call():
+        try:
+            sdk.messages.create(model="claude-opus-4-8", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        except anthropic.RateLimitError as e:
+            errors.append(e)
+
+    try:
+        for _ in range(2):
+            worker = threading.Thread(target=call, daemon=True)
+            worker.start()
+            worker.join(timeout=20)
+            assert not worker.is_alive(), "the SDK is sleeping through the Retry-After"
+    finally:
+        gateway.script({}, ["sdk-claude"])
+        gateway.admin("/api/accounts/2/resume", {})
+    assert [e.response.headers.get("x-should-retry") for e in errors] == ["false", "false"]
+    assert int(errors[0].response.headers["retry-after"]) == 900
+    assert errors[1].body["error"]["code"] in ("account_cooling", "upstream_quota_exhausted"), errors[1].body
 
 
 def test_models_retrieve(gateway):
