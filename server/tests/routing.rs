@@ -219,6 +219,35 @@ async fn websocket_refusals_cool_the_account() {
     assert_eq!(rt["temp_unschedulable_reason"], "upstream_403", "a deactivated account pauses: {rt}");
 }
 
+/// ACC-2 on the WebSocket path: a first turn whose account refuses the upstream handshake moves
+/// to another account before anything reaches the client, as an HTTP call does; a session bound
+/// to the refusing account stays and is told (RT-2).
+#[tokio::test]
+async fn a_refused_websocket_handshake_moves_an_unbound_session_to_another_account() {
+    let tokens = ["wsmove-a", "wsmove-b"];
+    let mut rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
+    // (bound over HTTP while the first account still serves)
+    assert_eq!(rig.send(Some("ws-bound"), MODEL).await.status, StatusCode::OK);
+    rig.script(tokens[0], json!({"refuse_websocket": 429})).await;
+    let mut socket = ws(&rig).await;
+    let e = turn(&mut socket).await;
+    assert_eq!(e["type"], "response.completed", "{e}");
+    assert_eq!(counts(&rig, &tokens), vec![1, 1], "the second account served the turn");
+    assert!(rig.account_runtime(rig.ids[0]).await["rate_limit_reset_at"].is_i64(), "the 429 cooled it");
+    let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
+    req.headers_mut().insert("session-id", "ws-bound".parse().unwrap());
+    let mut socket = tokio_tungstenite::connect_async(req).await.unwrap().0;
+    let e = turn(&mut socket).await;
+    assert_eq!(
+        (e["type"].as_str(), e["error"]["code"].as_str()),
+        (Some("error"), Some("account_cooling")),
+        "{e}"
+    );
+    assert_eq!(counts(&rig, &tokens), vec![1, 1], "the bound session did not move");
+}
+
 /// REC-1: a client that gives up while queued leaves a `cancelled` record and its place at once;
 /// a WebSocket turn queued when its socket closes leaves too.
 #[tokio::test]

@@ -126,13 +126,7 @@ impl UpstreamFailure {
 
     /// The account cannot serve this request now, whoever asks: another account might.
     pub(super) fn account_cannot_serve(&self) -> bool {
-        matches!(
-            self.verdict,
-            Verdict::RateLimited(_)
-                | Verdict::ModelLimited(_)
-                | Verdict::Overloaded(_)
-                | Verdict::CredentialsRejected(_)
-        )
+        account_cannot_serve(self.verdict)
     }
 
     /// The account answered that it does not serve this model (RT-3).
@@ -234,6 +228,18 @@ impl UpstreamFailure {
             .await;
         resp
     }
+}
+
+/// Whether `verdict` says the account cannot serve the request now, whoever asks (another
+/// account might): rate limited, model limited, overloaded, or its credentials refused.
+pub(super) fn account_cannot_serve(verdict: Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::RateLimited(_)
+            | Verdict::ModelLimited(_)
+            | Verdict::Overloaded(_)
+            | Verdict::CredentialsRejected(_)
+    )
 }
 
 /// The wait SubLane enforces on the account for `verdict`, in whole seconds (CD-1, CD-4, CD-5):

@@ -500,15 +500,17 @@ async fn route(
     let spec = Spec { protocol: Protocol::OpenAi, op: Operation::Responses, only };
     let pin = bound.as_ref().map(|b| b.account.id);
     let conversation = Conversation::of(headers, fields);
-    // The first turn moves off an account without a usable token like an HTTP request does
-    // (CRED-3): a conversation bound to it stays and is told; anything else tries another.
+    // The first turn moves off an account without a usable token (CRED-3), or one whose refusal
+    // of the handshake says it cannot serve now (ACC-2), like an HTTP request does: a
+    // conversation bound to it stays and is told; anything else tries another.
     let mut tried: Vec<i64> = Vec::new();
-    let mut last_token_error: Option<GatewayError> = None;
+    // The last account's refusal, answered when no other account takes the turn (BUD-5).
+    let mut last_refusal: Option<GatewayError> = None;
     loop {
         let (lease, upstream_model) =
             match schedule::schedule(s, spec, attempt, headers, conversation, pin, &tried).await {
                 Ok(chosen) => chosen,
-                Err(refused) => return Err(last_token_error.map_or(refused, |e| (e, Outcome::Error))),
+                Err(refused) => return Err(last_refusal.map_or(refused, |e| (e, Outcome::Error))),
             };
         let account = Arc::clone(lease.account());
         attempt.lease = Some(lease);
@@ -526,11 +528,12 @@ async fn route(
             {
                 tried.push(account.id);
                 attempt.lease.take();
-                last_token_error = Some(error);
+                last_refusal = Some(error);
             }
             Err(Refused { mut error, verdict, .. }) => {
                 // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
                 // told the wait that is enforced.
+                let mut moves = false;
                 if let (Some(lease), Some((status, body, hint))) = (attempt.lease.as_mut(), verdict) {
                     let verdict = schedule::verdict(account.provider, status, hint, &body, &upstream_model);
                     lease.settle(verdict);
@@ -539,8 +542,19 @@ async fn route(
                     {
                         error = error.retry_after(secs);
                     }
+                    // ACC-2, as an HTTP call: nothing reached the client yet, so a session not
+                    // bound to this account moves off one that cannot serve it now.
+                    moves = (super::failure::account_cannot_serve(verdict)
+                        || schedule::model_unsupported(status, &body))
+                        && !attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding)
+                        && tried.len() < call::MAX_SWITCHES;
                 }
-                return Err((error, Outcome::Error));
+                if !moves {
+                    return Err((error, Outcome::Error));
+                }
+                tried.push(account.id);
+                attempt.lease.take();
+                last_refusal = Some(error);
             }
         }
     }
