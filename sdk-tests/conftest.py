@@ -96,6 +96,7 @@ def gateway():
         base = _read_until(sublane, r"serving on (\S+)")
         api = _api(base)
         api("/api/session", {"username": "admin", "password": ADMIN_PASSWORD})
+        accounts = {}
         for account in (
             {"provider": "codex", "name": "codex-1", "pool_ids": [1],
              "credentials": {"kind": "oauth", "access_token": "sdk-codex", "provider_account_id": "acct-sdk"}},
@@ -104,10 +105,10 @@ def gateway():
             {"provider": "antigravity", "name": "antigravity-1", "pool_ids": [1],
              "credentials": {"kind": "oauth", "access_token": "sdk-antigravity", "provider_account_id": "proj-sdk"}},
         ):
-            api("/api/accounts", account)
+            accounts[account["name"]] = api("/api/accounts", account)["id"]
         key = api("/api/me/keys", {"name": "sdk"})["secret"]
         secrets.append(key)
-        yield types.SimpleNamespace(base=base, key=key, mock=mock_url, script=_scripter(mock_url), admin=api)
+        yield types.SimpleNamespace(base=base, key=key, mock=mock_url, script=_scripter(mock_url), admin=api, accounts=accounts)
     finally:
         for proc in (sublane, mock):
             proc.terminate()

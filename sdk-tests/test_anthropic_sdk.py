@@ -76,7 +76,7 @@ def test_a_pool_limited_for_minutes_raises_at_once_instead_of_sleeping(gateway):
             assert not worker.is_alive(), "the SDK is sleeping through the Retry-After"
     finally:
         gateway.script({}, ["sdk-claude"])
-        gateway.admin("/api/accounts/2/resume", {})
+        gateway.admin(f"/api/accounts/{gateway.accounts['claude-1']}/resume", {})
     assert [e.response.headers.get("x-should-retry") for e in errors] == ["false", "false"]
     assert int(errors[0].response.headers["retry-after"]) == 900
     assert errors[1].body["error"]["code"] in ("account_cooling", "upstream_quota_exhausted"), errors[1].body

@@ -379,7 +379,7 @@ async fn choose(
                 Err((e, outcome)) => {
                     // Every account refused for longer than a client waits out on its own: the
                     // tried ones (by their answers) and the others (by this refusal).
-                    let not_soon = tried_back_in.min(schedule::others_back_in(&e)) > LONGEST_CLIENT_WAIT;
+                    let not_soon = tried_back_in.min(e.back_in.unwrap_or(0)) > LONGEST_CLIENT_WAIT;
                     return Err(match (last_failure, last_token_error, untranslatable) {
                         (Some(f), _, _) => Stop::Answer(f.not_soon(not_soon)),
                         (None, Some(t), _) => Stop::Fail(t, Outcome::Error),

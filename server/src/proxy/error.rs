@@ -49,6 +49,10 @@ pub struct GatewayError {
     /// Says `x-should-retry: false`: nothing changes before a client's own backoff would try
     /// again (a BUD-2 window that ends far ahead; BUD-2 gives no Retry-After to wait out).
     pub not_soon: bool,
+    /// For a scheduling refusal, when an account the decision considered could serve, in
+    /// seconds (`u64::MAX`: never): a call that already tried other accounts reads it to tell
+    /// whether its client may retry soon ([`crate::scheduler::Refusal::back_in`]). Never sent.
+    pub back_in: Option<u64>,
 }
 
 impl GatewayError {
@@ -60,6 +64,7 @@ impl GatewayError {
             retry_after: None,
             fields: Vec::new(),
             not_soon: false,
+            back_in: None,
         }
     }
 

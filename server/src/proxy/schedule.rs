@@ -130,7 +130,9 @@ pub(super) async fn schedule(
             }
             Step::Refuse(r) => {
                 let not_soon = futile_to_retry(r, pin, avoid);
-                return Err((refusal(r, model).not_soon(not_soon), Outcome::Rejected));
+                let mut e = refusal(r, model).not_soon(not_soon);
+                e.back_in = r.back_in();
+                return Err((e, Outcome::Rejected));
             }
             Step::Wait(ticket) => ticket,
         };
@@ -230,22 +232,6 @@ fn futile_to_retry(r: Refusal, pin: Option<i64>, avoid: &[i64]) -> bool {
     pin.is_none() && avoid.is_empty() && r.wait_secs().is_some_and(|secs| secs > LONGEST_CLIENT_WAIT)
 }
 
-/// When an account could serve, in seconds from now, by the refusal of a decision that left out
-/// the accounts a request already tried: the Retry-After of a pool whose other accounts are all
-/// blocked, never (`u64::MAX`) when no other account serves the call, at once for anything else
-/// (a full queue may free any moment).
-pub(super) fn others_back_in(e: &GatewayError) -> u64 {
-    match e.code {
-        "no_available_account" | "model_not_found" => u64::MAX,
-        "account_cooling"
-        | "model_cooling"
-        | "model_rate_limited"
-        | "upstream_quota_exhausted"
-        | "account_refresh_failed" => e.retry_after.unwrap_or(0),
-        _ => 0,
-    }
-}
-
 /// The catalogue error for a local refusal (ERR).
 pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
     match r {
@@ -255,7 +241,7 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::ModelCooling(secs) => GatewayError::model_cooling(secs),
         Refusal::ModelRateLimited(secs) => GatewayError::model_rate_limited(secs),
         Refusal::UpstreamQuotaExhausted(secs) => GatewayError::upstream_quota_exhausted(secs),
-        Refusal::NoAccount => GatewayError::no_available_account(model),
+        Refusal::NoAccount | Refusal::CredentialsPausedPool(_) => GatewayError::no_available_account(model),
         Refusal::QuotaExhausted => GatewayError::quota_exhausted(),
         Refusal::ModelNotFound => GatewayError::model_not_found(model),
         Refusal::CredentialsPaused(401) => GatewayError::upstream_unauthorized(),

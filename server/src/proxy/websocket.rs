@@ -543,11 +543,13 @@ async fn route(
                         error = error.retry_after(secs);
                     }
                     // ACC-2, as an HTTP call: nothing reached the client yet, so a session not
-                    // bound to this account moves off one that cannot serve it now.
-                    moves = (super::failure::account_cannot_serve(verdict)
-                        || schedule::model_unsupported(status, &body))
-                        && !attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding)
-                        && tried.len() < call::MAX_SWITCHES;
+                    // bound to this account moves off one that cannot serve it now; a bound one
+                    // only off one that does not support its model, if the scheduler then lets
+                    // it (RT-3).
+                    let unsupported = schedule::model_unsupported(status, &body);
+                    let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
+                    moves = tried.len() < call::MAX_SWITCHES
+                        && (unsupported || (!bound && super::failure::account_cannot_serve(verdict)));
                 }
                 if !moves {
                     return Err((error, Outcome::Error));

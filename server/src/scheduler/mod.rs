@@ -146,6 +146,10 @@ pub enum Refusal {
     /// ID-4: no account of the pool lists the model (RT-8).
     ModelNotFound,
     NoAccount,
+    /// Most accounts able to serve the request are paused for their credentials (ERR-2), which
+    /// is no cooldown a client can wait out: answered as [`Refusal::NoAccount`]. Seconds until
+    /// the soonest block of any of them ends.
+    CredentialsPausedPool(u64),
     ShuttingDown,
 }
 
@@ -159,6 +163,17 @@ impl Refusal {
             | Refusal::UpstreamQuotaExhausted(s)
             | Refusal::RefreshFailed(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// Seconds until an account the decision considered could serve, `u64::MAX` for never (none
+    /// is there, or none takes the request), `None` when one may any moment (a full queue) or
+    /// it is not known.
+    pub fn back_in(&self) -> Option<u64> {
+        match *self {
+            Refusal::CredentialsPausedPool(s) => Some(s),
+            Refusal::NoAccount | Refusal::ModelNotFound => Some(u64::MAX),
+            r => r.wait_secs(),
         }
     }
 }

@@ -434,7 +434,7 @@ impl Blocked {
             // their refresh may be tried again.
             2 => match &self.kinds[2].1 {
                 Some(Block::Credentials { .. }) => Refusal::RefreshFailed(retry),
-                _ => Refusal::NoAccount,
+                _ => Refusal::CredentialsPausedPool(retry),
             },
             3 => Refusal::ModelCooling(retry),
             4 => Refusal::ModelRateLimited(retry),

@@ -521,6 +521,24 @@ async fn every_account_blocked_answers_with_the_dominant_reason() {
     assert!(matches!(b.refusal(&a), Refusal::UpstreamQuotaExhausted(_)), "all three rate limited: BUD-5");
 }
 
+/// A pool mostly paused for its credentials is answered `no_available_account` (no cooldown to
+/// wait out), yet says when the soonest of its blocks ends, for a call that already tried an
+/// account and must tell its client whether to retry.
+#[tokio::test]
+async fn a_pool_paused_for_its_credentials_says_when_its_soonest_block_ends() {
+    let b = bed(&[(1, 0, 5), (2, 0, 5), (3, 0, 5)], Settings::default());
+    let a = ask(None);
+    let mut leases: Vec<Lease> = (0..3).map(|_| b.go(&a)).collect();
+    leases[0].settle(Verdict::CredentialsRejected(403));
+    leases[1].settle(Verdict::CredentialsRejected(401));
+    leases[2].settle(Verdict::Overloaded(Some(Duration::from_secs(2))));
+    drop(leases);
+    let r = b.refusal(&a);
+    assert_eq!(r, Refusal::CredentialsPausedPool(2));
+    assert_eq!((r.back_in(), r.wait_secs()), (Some(2), None), "no Retry-After of its own to give");
+    assert_eq!(Refusal::NoAccount.back_in(), Some(u64::MAX));
+}
+
 /// Issue 9 item 13: one rotation position per set of providers: alternating Codex and Claude
 /// traffic still spreads over both Codex accounts.
 #[tokio::test]
