@@ -163,12 +163,20 @@ async fn upstream_faults_inside_a_stream_count_toward_the_model_cooldown() {
     assert_eq!(other.status, StatusCode::OK, "other models stay eligible");
 }
 
-async fn ws(
-    rig: &Rig,
-) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn ws(rig: &Rig) -> Socket {
+    ws_of(rig, None).await
+}
+
+/// A WebSocket to SubLane's Responses path, part of conversation `session` when given.
+async fn ws_of(rig: &Rig, session: Option<&str>) -> Socket {
     let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
     let mut req = url.into_client_request().unwrap();
     req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
+    if let Some(session) = session {
+        req.headers_mut().insert("session-id", session.parse().unwrap());
+    }
     tokio_tungstenite::connect_async(req).await.unwrap().0
 }
 
@@ -229,11 +237,7 @@ async fn a_refused_websocket_handshake_moves_an_unbound_session_to_another_accou
     // (bound over HTTP while the first account still serves)
     assert_eq!(rig.send(Some("ws-bound"), MODEL).await.status, StatusCode::OK);
     rig.script(tokens[0], json!({"refuse_websocket": 429})).await;
-    let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
-    req.headers_mut().insert("session-id", "ws-bound".parse().unwrap());
-    let mut socket = tokio_tungstenite::connect_async(req).await.unwrap().0;
+    let mut socket = ws_of(&rig, Some("ws-bound")).await;
     let e = turn(&mut socket).await;
     assert_eq!((e["type"].as_str(), e["status"].as_u64()), (Some("error"), Some(429)), "{e}");
     assert_eq!(counts(&rig, &tokens), vec![1, 0], "the bound session did not move");
@@ -308,11 +312,7 @@ async fn a_refused_first_websocket_turn_binds_nothing() {
     let tokens = ["wsfirst-a", "wsfirst-b"];
     let rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
     rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429}]})).await;
-    let url = format!("{}/v1/responses", rig.t.base.replace("http://", "ws://"));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {}", rig.key).parse().unwrap());
-    req.headers_mut().insert("session-id", "ws-fresh".parse().unwrap());
-    let mut socket = tokio_tungstenite::connect_async(req).await.unwrap().0;
+    let mut socket = ws_of(&rig, Some("ws-fresh")).await;
     let e = turn(&mut socket).await;
     assert_eq!(e["status"], 429, "{e}");
     // The same conversation over HTTP is not bound to the account that refused it.
