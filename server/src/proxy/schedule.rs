@@ -130,9 +130,7 @@ pub(super) async fn schedule(
             }
             Step::Refuse(r) => {
                 let not_soon = futile_to_retry(r, pin, avoid);
-                let mut e = refusal(r, model).not_soon(not_soon);
-                e.back_in = r.back_in();
-                return Err((e, Outcome::Rejected));
+                return Err((refusal(r, model).not_soon(not_soon), Outcome::Rejected));
             }
             Step::Wait(ticket) => ticket,
         };
@@ -232,9 +230,10 @@ fn futile_to_retry(r: Refusal, pin: Option<i64>, avoid: &[i64]) -> bool {
     pin.is_none() && avoid.is_empty() && r.wait_secs().is_some_and(|secs| secs > LONGEST_CLIENT_WAIT)
 }
 
-/// The catalogue error for a local refusal (ERR).
+/// The catalogue error for a local refusal (ERR), with when an account the decision considered
+/// could serve ([`Refusal::back_in`]).
 pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
-    match r {
+    let e = match r {
         Refusal::QueueFull => GatewayError::account_queue_full(),
         Refusal::WaitTimeout => GatewayError::account_wait_timeout(),
         Refusal::AccountCooling(secs) => GatewayError::account_cooling(secs),
@@ -248,7 +247,8 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
         Refusal::RefreshFailed(secs) => GatewayError::account_refresh_failed(secs),
         Refusal::CredentialsPaused(_) => GatewayError::upstream_forbidden(),
         Refusal::ShuttingDown => GatewayError::shutting_down(),
-    }
+    };
+    GatewayError { back_in: r.back_in(), ..e }
 }
 
 /// CD-3: statuses retried on the same account before any byte is accepted.
