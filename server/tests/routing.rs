@@ -310,11 +310,13 @@ async fn waiters_count_toward_the_workspace() {
 #[tokio::test]
 async fn a_refused_first_websocket_turn_binds_nothing() {
     let tokens = ["wsfirst-a", "wsfirst-b"];
-    let rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
+    let mut rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
     rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429}]})).await;
     let mut socket = ws_of(&rig, Some("ws-fresh")).await;
     let e = turn(&mut socket).await;
     assert_eq!(e["status"], 429, "{e}");
+    // (the turn is settled, and its 429 cools the account, just after its error event is sent)
+    rig.settled().await;
     // The same conversation over HTTP is not bound to the account that refused it.
     let before = counts(&rig, &tokens);
     assert_eq!(rig.send(Some("ws-fresh"), MODEL).await.status, StatusCode::OK);
