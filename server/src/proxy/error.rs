@@ -364,11 +364,16 @@ impl GatewayError {
         if let Some(secs) = self.retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if self.not_soon {
-            resp.headers_mut()
-                .insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
-        }
+        say_not_soon(resp.headers_mut(), self.not_soon);
         resp
+    }
+}
+
+/// Tells a client its own retries cannot outlast the refusal (`x-should-retry: false`, which the
+/// official SDKs obey over their own rules), when `not_soon`.
+pub fn say_not_soon(headers: &mut axum::http::HeaderMap, not_soon: bool) {
+    if not_soon {
+        headers.insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
     }
 }
 

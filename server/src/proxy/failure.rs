@@ -212,10 +212,7 @@ impl UpstreamFailure {
         if let Some(secs) = retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if not_soon {
-            resp.headers_mut()
-                .insert(&crate::header_names::X_SHOULD_RETRY, HeaderValue::from_static("false"));
-        }
+        super::error::say_not_soon(resp.headers_mut(), not_soon);
         attempt
             .finish(Ending {
                 outcome: Outcome::Error,

@@ -424,8 +424,8 @@ impl Blocked {
             (self.kinds[*k].0, std::cmp::Reverse(self.retry(*k, now)), std::cmp::Reverse(*k))
         });
         let Some(k) = dominant else { return Refusal::NoAccount };
-        let soonest = (0..self.kinds.len()).map(|k| self.retry(k, now)).min().unwrap_or(1);
-        let retry = self.retry(k, now).min(soonest);
+        // (the dominant kind's own soonest end is among them)
+        let retry = (0..self.kinds.len()).map(|k| self.retry(k, now)).min().unwrap_or(1);
         match k {
             // BUD-5: every account able to serve it is rate limited upstream.
             0 if self.kinds[0].0 == total => Refusal::UpstreamQuotaExhausted(retry),
