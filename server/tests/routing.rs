@@ -305,20 +305,100 @@ async fn waiters_count_toward_the_workspace() {
     assert_eq!(status, StatusCode::OK);
 }
 
-/// A WebSocket turn is accepted only by a first event that is not an error: a conversation whose
-/// first turn was refused with an error event is not bound to the refusing account.
+/// A WebSocket turn's frames until its end (an error event, or a completed / failed response).
+async fn turn_frames(socket: &mut Socket) -> Vec<Value> {
+    let frame = json!({"type": "response.create", "model": MODEL, "input": [], "store": false});
+    socket.send(tungstenite::Message::text(frame.to_string())).await.unwrap();
+    let mut frames = Vec::new();
+    loop {
+        let msg =
+            tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap().unwrap().unwrap();
+        if let tungstenite::Message::Text(t) = msg {
+            let e: Value = serde_json::from_str(t.as_str()).unwrap();
+            let end = matches!(e["type"].as_str(), Some("error" | "response.completed" | "response.failed"));
+            frames.push(e);
+            if end {
+                return frames;
+            }
+        }
+    }
+}
+
+/// ACC-2 on the WebSocket path, past the handshake: Codex's backend refuses a turn over its socket
+/// with a wrapped `error` event (its usage limit, after the turn's `codex.rate_limits` frame). A
+/// first turn so refused moves to another account before the client hears anything, and the
+/// session and its conversation stay there; a session bound to the refusing account stays and is
+/// told (RT-2); with no other account left, the last refusal is the answer as it came, and a
+/// conversation whose first turn was refused is bound to no account.
 #[tokio::test]
-async fn a_refused_first_websocket_turn_binds_nothing() {
+async fn a_first_websocket_turn_refused_by_an_error_event_moves_to_another_account() {
     let tokens = ["wsfirst-a", "wsfirst-b"];
     let mut rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
-    rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429}]})).await;
-    let mut socket = ws_of(&rig, Some("ws-fresh")).await;
-    let e = turn(&mut socket).await;
-    assert_eq!(e["status"], 429, "{e}");
-    // (the turn is settled, and its 429 cools the account, just after its error event is sent)
+    let limits = |plan: &str| {
+        json!({"type": "codex.rate_limits", "plan_type": plan, "rate_limits": {
+            "primary": {"used_percent": 20.0, "window_minutes": 300, "reset_at": 4_102_444_800_i64}}})
+    };
+    let limited = |plan: &str| json!({"rate_limits_frame": limits(plan), "steps": [{"kind": "status", "status": 429, "retry_after": "30"}]});
+    let kinds = |frames: &[Value]| -> Vec<String> {
+        frames.iter().filter_map(|f| f["type"].as_str().map(str::to_owned)).collect()
+    };
+
+    // A conversation bound to a (over HTTP) stays on it, and hears its refusal as it came.
+    assert_eq!(rig.send(Some("ws-bound"), MODEL).await.status, StatusCode::OK);
+    rig.script(tokens[0], limited("plus")).await;
+    let mut socket = ws_of(&rig, Some("ws-bound")).await;
+    let frames = turn_frames(&mut socket).await;
+    assert_eq!(kinds(&frames), ["codex.rate_limits", "error"], "{frames:?}");
+    assert_eq!(frames[1]["status"], 429, "{frames:?}");
+    assert_eq!(counts(&rig, &tokens), vec![2, 0], "the bound session did not move");
+    // The event's wrapped Retry-After (30 s) is the account's cooldown, which the conversation
+    // waits for (RT-2).
     rig.settled().await;
-    // The same conversation over HTTP is not bound to the account that refused it.
+    let waits = rig.send(Some("ws-bound"), MODEL).await;
+    assert_eq!(waits.status, StatusCode::TOO_MANY_REQUESTS, "{waits:?}");
+    assert!(waits.retry_after.is_some_and(|s| (25..=30).contains(&s)), "{waits:?}");
+
+    // Both refuse: the session tries each once, and hears the last refusal; the conversation is
+    // bound to neither.
+    rig.action(rig.ids[0], "clear-cooldown").await;
+    rig.script(tokens[0], limited("plus")).await;
+    rig.script(tokens[1], limited("pro")).await;
+    let mut socket = ws_of(&rig, Some("ws-none")).await;
+    let frames = turn_frames(&mut socket).await;
+    assert_eq!(kinds(&frames), ["codex.rate_limits", "error"], "{frames:?}");
+    assert_eq!(frames[0]["plan_type"], "pro", "b's frames, the last refusal: {frames:?}");
+    assert_eq!(counts(&rig, &tokens), vec![3, 1]);
+    rig.settled().await;
+    for (token, id) in tokens.iter().zip(rig.ids.clone()) {
+        rig.action(id, "clear-cooldown").await;
+        rig.script(token, json!({})).await;
+    }
     let before = counts(&rig, &tokens);
+    assert_eq!(rig.send(Some("ws-none"), MODEL).await.status, StatusCode::OK);
+    assert_eq!(served(&rig, &tokens, &before), 0, "the higher-priority account, as for a new conversation");
+
+    // Codex's usage limit: the first turn of a new conversation moves to b before the client
+    // hears anything of a's, and the socket and the conversation stay with b.
+    rig.script(
+        tokens[0],
+        json!({"rate_limits_frame": limits("plus"), "steps": [{"kind": "usage_limit_reached", "resets_in_secs": 600}]}),
+    )
+    .await;
+    let before = counts(&rig, &tokens);
+    let mut socket = ws_of(&rig, Some("ws-fresh")).await;
+    let frames = turn_frames(&mut socket).await;
+    let seen = kinds(&frames);
+    assert_eq!(seen.last().map(String::as_str), Some("response.completed"), "{seen:?}");
+    assert!(!seen.iter().any(|k| k == "error" || k == "codex.rate_limits"), "nothing of a's: {seen:?}");
+    assert_eq!(counts(&rig, &tokens), vec![before[0] + 1, before[1] + 1], "refused by a, served by b");
+    let runtime = rig.account_runtime(rig.ids[0]).await;
+    assert!(runtime["rate_limit_reset_at"].is_i64(), "the usage limit cooled a: {runtime}");
+    // (three HTTP calls and two refused turns before it)
+    let recs = rig.t.records(6).await;
+    let last = recs.last().unwrap();
+    assert_eq!((last["outcome"].as_str(), last["account_id"].as_i64()), (Some("success"), Some(rig.ids[1])));
+    assert_eq!((recs.len(), last["operation"].as_str()), (6, Some("responses_ws")), "one turn, one record");
+    assert_eq!(turn(&mut socket).await["type"], "response.completed");
     assert_eq!(rig.send(Some("ws-fresh"), MODEL).await.status, StatusCode::OK);
-    assert_eq!(served(&rig, &tokens, &before), 1);
+    assert_eq!(counts(&rig, &tokens), vec![before[0] + 1, before[1] + 3], "the conversation is bound to b");
 }

@@ -126,7 +126,7 @@ fn coded_error(status: u16, retry_after: Option<&str>, scripted: &str) -> Respon
 }
 
 /// HTTP-level failures a script can ask for; `None` when the call gets a 200.
-fn scripted_error(turn: &Turn) -> Option<Response> {
+pub(super) fn scripted_error(turn: &Turn) -> Option<Response> {
     let mut resp = scripted_error_body(turn)?;
     super::quota::add_scripted_headers(&mut resp, &turn.script);
     Some(resp)

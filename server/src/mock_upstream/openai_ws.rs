@@ -11,12 +11,12 @@ use axum::{
         State,
         ws::{Message, WebSocket, WebSocketUpgrade},
     },
-    http::{HeaderMap, Method, Uri},
+    http::{HeaderMap, Method, Uri, header},
     response::Response,
 };
 use serde_json::{Value, json};
 
-use super::{MockState, Step, call, credential, openai::events, play::Action};
+use super::{MockState, call, credential, openai::events, play::Action};
 
 pub async fn upgrade(
     State(s): State<MockState>,
@@ -67,15 +67,24 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
             }
             continue;
         }
-        if let Step::Status { status, .. } = &turn.step {
-            let err = json!({"type": "error", "status": status, "error": {"type": "server_error", "code": "scripted", "message": "scripted"}});
+        let warmup = req["generate"].as_bool() == Some(false);
+        if !warmup
+            && let Some(frame) = &turn.script.rate_limits_frame
+            && socket.send(Message::Text(frame.to_string().into())).await.is_err()
+        {
+            return;
+        }
+        // A scripted refusal is the HTTP API's, wrapped as Codex's socket sends it (protocols.md
+        // §1c): after the turn's `codex.rate_limits` frame, as an answer's events would be.
+        if let Some(resp) = super::openai::scripted_error(&turn) {
+            let err = wrapped(resp).await;
             if socket.send(Message::Text(err.to_string().into())).await.is_err() {
                 return;
             }
             continue;
         }
         let resp_id = format!("resp_{}", turn.id);
-        if req["generate"].as_bool() == Some(false) {
+        if warmup {
             for (kind, status) in [("response.created", "in_progress"), ("response.completed", "completed")] {
                 let ev = json!({"type": kind, "response": {"id": resp_id, "object": "response", "model": model,
                     "status": status, "output": [], "usage": if status == "completed" {
@@ -87,11 +96,6 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
             }
             known.insert(resp_id);
             continue;
-        }
-        if let Some(frame) = &turn.script.rate_limits_frame
-            && socket.send(Message::Text(frame.to_string().into())).await.is_err()
-        {
-            return;
         }
         let (actions, _) = events(&turn, &model, true);
         for action in actions {
@@ -134,4 +138,18 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
         }
         known.insert(resp_id);
     }
+}
+
+/// An HTTP error answer as a WebSocket `error` event: `{"type":"error","status","error","headers"}`.
+async fn wrapped(resp: Response) -> Value {
+    let status = resp.status().as_u16();
+    let headers: serde_json::Map<String, Value> = resp
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != header::CONTENT_TYPE && *name != header::CONTENT_LENGTH)
+        .map(|(name, value)| (name.to_string(), json!(value.to_str().unwrap_or_default())))
+        .collect();
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    json!({"type": "error", "status": status, "error": body["error"], "headers": headers})
 }

@@ -272,7 +272,12 @@ pub(crate) fn retry_after_header(
     headers: &reqwest::header::HeaderMap,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    retry_after_value(headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?, now)
+}
+
+/// A `Retry-After` value (seconds, or an HTTP date), capped at [`RETRY_AFTER_MAX`].
+pub(crate) fn retry_after_value(v: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let v = v.trim();
     let max = RETRY_AFTER_MAX.as_secs_f64();
     if let Ok(secs) = v.parse::<f64>() {
         return secs.is_finite().then(|| Duration::from_secs_f64(secs.clamp(0.0, max)));

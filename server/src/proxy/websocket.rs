@@ -215,86 +215,8 @@ async fn session(
         // Policy is checked every turn; the account is chosen once per connection, and every
         // turn takes one of its slots (ADM-4).
         let fields = RoutingFields::of_members(&frame).unwrap_or_default();
-        let routing = route(&s, &mut attempt, only, &headers, &fields, &mut bound).instrument(span.clone());
-        let routed = watch(routing, &limits, &mut client, &request_id).await;
-        let upstream_model = match routed {
-            Ok(Ok(m)) => m,
-            Err(cut) => {
-                // Queued or connecting when the client left or the hard stop came: no slot is
-                // kept for it, and the turn is recorded as cut.
-                end_turn(&s, attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
-                break;
-            }
-            Ok(Err((e, outcome))) => {
-                if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, outcome).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        let Some(binding) = bound.as_mut() else {
-            let e = GatewayError::upstream_unavailable();
-            if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
-                break;
-            }
-            continue;
-        };
-        attempt.account = Some((binding.account.id, binding.account.provider));
-        // The frame as it came, or with the upstream's name for the model and, for an upstream
-        // that refuses stored responses, `"store": false` (nothing else edited).
-        let no_store = binding.no_store && fields.store != Some(false);
-        let text = if upstream_model == model && !no_store {
-            text
-        } else {
-            let renamed = (upstream_model != model).then_some(upstream_model.as_str());
-            let edits = body_edit::Edits { model: renamed, no_store, ..body_edit::Edits::default() };
-            match body_edit::edit(Bytes::from(text), edits).map(|b| String::from_utf8(Vec::from(b))) {
-                Ok(Ok(text)) => text,
-                _ => {
-                    let e = GatewayError::bad_request("frames must be JSON");
-                    if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Rejected).await {
-                        break;
-                    }
-                    continue;
-                }
-            }
-        };
-        // An upstream that stops reading gets the same write deadline as a client.
-        let forward = tokio::time::timeout(
-            limits.write_timeout,
-            binding.upstream.send(tungstenite::Message::text(text)),
-        );
-        let forwarded = match watch(forward, &limits, &mut client, &request_id).await {
-            Ok(sent) => matches!(sent, Ok(Ok(()))),
-            Err(cut) => {
-                end_turn(&s, attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
-                break;
-            }
-        };
-        if !forwarded {
-            bound = None;
-            let e = GatewayError::upstream_unavailable();
-            if !fail_turn(&s, &limits, &mut client, attempt, warmup, &e, Outcome::Error).await {
-                break;
-            }
-            continue;
-        }
-        let answering = Answering {
-            account: &binding.account,
-            model: &model,
-            request_id: &request_id,
-            started: start.at,
-            lease: attempt.lease.as_mut(),
-        };
-        // The answer is the upstream's time; the relay's own work is small beside it.
-        let meter = std::sync::Arc::clone(&attempt.stopwatch);
-        let relaying = relay_turn(&s, &limits, &mut client, &mut binding.upstream, answering);
-        let turn = meter.on_upstream(relaying.instrument(span.clone())).await;
-        if turn.upstream_gone {
-            bound = None;
-        }
-        end_turn(&s, attempt, warmup, turn.ending).await;
-        if turn.client_gone {
+        let asked = Asked { text, model: &model, fields, warmup, only, headers: &headers, span: &span };
+        if !serve_turn(&s, &limits, &mut client, attempt, asked, &mut bound).await {
             break;
         }
         if s.lifecycle.shutdown.is_cancelled() {
@@ -305,6 +227,162 @@ async fn session(
     if let Some(mut b) = bound {
         let _ = tokio::time::timeout(Duration::from_secs(1), b.upstream.close(None)).await;
     }
+}
+
+/// A turn the client asked for, as `serve_turn` needs it.
+struct Asked<'a> {
+    /// The `response.create` frame as it came.
+    text: String,
+    /// The model it names.
+    model: &'a str,
+    fields: RoutingFields,
+    /// `generate: false`: a warm-up, recorded by nothing.
+    warmup: bool,
+    only: Option<Provider>,
+    /// The upgrade request's headers.
+    headers: &'a HeaderMap,
+    span: &'a tracing::Span,
+}
+
+/// Routes one turn, forwards its frame and relays the answer; returns whether the session goes
+/// on. A first turn refused before its upstream took it, at the handshake (`route`) or by an
+/// `error` event with an HTTP status (Codex sends its usage limit so), moves to another account
+/// as an HTTP call does (ACC-2): nothing of the refusal has reached the client, and the frame is
+/// sent again on the new account's socket. When no other account takes it, the last refusal is
+/// the answer, as it came (BUD-5).
+async fn serve_turn(
+    s: &AppState,
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    mut attempt: Attempt,
+    asked: Asked<'_>,
+    bound: &mut Option<Binding>,
+) -> bool {
+    let Asked { text, model, fields, warmup, only, headers, span } = asked;
+    let request_id = attempt.request_id.clone();
+    let mut tried: Vec<i64> = Vec::new();
+    // An `error` event that refused this turn on an account it then left, with the frames held
+    // back before it: the answer if no other account takes the turn.
+    let mut held: Option<Held> = None;
+    loop {
+        let fresh = bound.is_none();
+        let routing =
+            route(s, &mut attempt, only, headers, &fields, bound, &mut tried).instrument(span.clone());
+        let upstream_model = match watch(routing, limits, client, &request_id).await {
+            Ok(Ok(m)) => m,
+            Err(cut) => {
+                // Queued or connecting when the client left or the hard stop came: no slot is
+                // kept for it, and the turn is recorded as cut.
+                end_turn(s, attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
+                return false;
+            }
+            Ok(Err(unrouted)) => {
+                // (an account that refused the handshake since answered later than the held event)
+                if let Some(held) = held.filter(|_| !unrouted.answered) {
+                    return answer_held(s, limits, client, attempt, warmup, held).await;
+                }
+                return fail_turn(s, limits, client, attempt, warmup, &unrouted.error, unrouted.outcome)
+                    .await;
+            }
+        };
+        let Some(binding) = bound.as_mut() else {
+            let e = GatewayError::upstream_unavailable();
+            return fail_turn(s, limits, client, attempt, warmup, &e, Outcome::Error).await;
+        };
+        // The frame as it came, or with the upstream's name for the model and, for an upstream
+        // that refuses stored responses, `"store": false` (nothing else edited).
+        let no_store = binding.no_store && fields.store != Some(false);
+        let out = if upstream_model == model && !no_store {
+            text.clone()
+        } else {
+            let renamed = (upstream_model != model).then_some(upstream_model.as_str());
+            let edits = body_edit::Edits { model: renamed, no_store, ..body_edit::Edits::default() };
+            match body_edit::edit(Bytes::from(text.clone()), edits).map(|b| String::from_utf8(Vec::from(b))) {
+                Ok(Ok(text)) => text,
+                _ => {
+                    let e = GatewayError::bad_request("frames must be JSON");
+                    return fail_turn(s, limits, client, attempt, warmup, &e, Outcome::Rejected).await;
+                }
+            }
+        };
+        // An upstream that stops reading gets the same write deadline as a client.
+        let forward = tokio::time::timeout(
+            limits.write_timeout,
+            binding.upstream.send(tungstenite::Message::text(out)),
+        );
+        let forwarded = match watch(forward, limits, client, &request_id).await {
+            Ok(sent) => matches!(sent, Ok(Ok(()))),
+            Err(cut) => {
+                end_turn(s, attempt, warmup, Ending::failed(cut.code(), Outcome::Cancelled)).await;
+                return false;
+            }
+        };
+        if !forwarded {
+            *bound = None;
+            let e = GatewayError::upstream_unavailable();
+            return fail_turn(s, limits, client, attempt, warmup, &e, Outcome::Error).await;
+        }
+        // Only a socket opened for this turn may be left: a later turn continues a conversation
+        // that lives on it.
+        let movable = (fresh && tried.len() < call::MAX_SWITCHES)
+            .then(|| attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding));
+        let answering = Answering {
+            account: &binding.account,
+            model,
+            request_id: &request_id,
+            started: attempt.started,
+            lease: attempt.lease.as_mut(),
+            movable,
+        };
+        // The answer is the upstream's time; the relay's own work is small beside it.
+        let meter = std::sync::Arc::clone(&attempt.stopwatch);
+        let relaying = relay_turn(s, limits, client, &mut binding.upstream, answering);
+        let turn = meter.on_upstream(relaying.instrument(span.clone())).await;
+        if let Some(frames) = turn.held {
+            // The account learns the verdict and its slot goes back; the next decision skips it.
+            if let Some(mut lease) = attempt.lease.take() {
+                lease.settle(turn.ending.verdict);
+            }
+            if let Some(left) = bound.take() {
+                tried.push(left.account.id);
+                tokio::spawn(close_upstream(left));
+            }
+            held = Some(Held { frames, ending: turn.ending });
+            continue;
+        }
+        if turn.upstream_gone {
+            *bound = None;
+        }
+        end_turn(s, attempt, warmup, turn.ending).await;
+        return !turn.client_gone;
+    }
+}
+
+/// A first turn's refusal by an account it left: the frames the client would have heard.
+struct Held {
+    frames: Vec<String>,
+    ending: Ending,
+}
+
+/// Answers a turn with an account's refusal held back while another was tried (BUD-5: as it came).
+async fn answer_held(
+    s: &AppState,
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    attempt: Attempt,
+    warmup: bool,
+    held: Held,
+) -> bool {
+    let deadline = attempt.started + s.config.request_deadline;
+    let sent = send_frames(limits, client, held.frames, deadline).await.is_ok();
+    end_turn(s, attempt, warmup, held.ending).await;
+    sent
+}
+
+/// Closes an upstream socket the session leaves, without holding the session for its close
+/// handshake.
+async fn close_upstream(mut left: Binding) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), left.upstream.close(None)).await;
 }
 
 /// Ends a turn with a gateway error: the client hears it (an error event with the request id)
@@ -488,7 +566,8 @@ fn turn_model(frame: &body_edit::Members<'_>) -> Result<String, GatewayError> {
 }
 
 /// Schedules this turn: the first turn chooses the account (and opens its upstream socket),
-/// later ones are pinned to it. Every turn re-checks policy and takes a lease.
+/// later ones are pinned to it. Every turn re-checks policy and takes a lease. Accounts in
+/// `tried` are left out; those that refuse here are added.
 async fn route(
     s: &AppState,
     attempt: &mut Attempt,
@@ -496,44 +575,49 @@ async fn route(
     headers: &HeaderMap,
     fields: &RoutingFields,
     bound: &mut Option<Binding>,
-) -> Result<String, (GatewayError, Outcome)> {
+    tried: &mut Vec<i64>,
+) -> Result<String, Unrouted> {
     let spec = Spec { protocol: Protocol::OpenAi, op: Operation::Responses, only };
     let pin = bound.as_ref().map(|b| b.account.id);
     let conversation = Conversation::of(headers, fields);
     // The first turn moves off an account without a usable token (CRED-3), or one whose refusal
     // of the handshake says it cannot serve now (ACC-2), like an HTTP request does: a
     // conversation bound to it stays and is told; anything else tries another.
-    let mut tried: Vec<i64> = Vec::new();
     // The last account's refusal, answered when no other account takes the turn (BUD-5).
-    let mut last_refusal: Option<GatewayError> = None;
+    let mut last_refusal: Option<Unrouted> = None;
     loop {
         let (lease, upstream_model) =
-            match schedule::schedule(s, spec, attempt, headers, conversation, pin, &tried).await {
+            match schedule::schedule(s, spec, attempt, headers, conversation, pin, tried).await {
                 Ok(chosen) => chosen,
-                Err(refused) => return Err(last_refusal.map_or(refused, |e| (e, Outcome::Error))),
+                Err((error, outcome)) => {
+                    return Err(last_refusal.unwrap_or(Unrouted { error, outcome, answered: false }));
+                }
             };
         let account = Arc::clone(lease.account());
         attempt.lease = Some(lease);
+        // (recorded with the turn, which this account answers or refuses)
+        attempt.account = Some((account.id, account.provider));
         if bound.is_some() {
             return Ok(upstream_model);
         }
+        let bound_here = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
         match connect(s, &account, headers, attempt.started + s.config.request_deadline).await {
             Ok((upstream, no_store)) => {
                 *bound = Some(Binding { account, upstream, no_store });
                 return Ok(upstream_model);
             }
             Err(Refused { error, verdict: None, token: true })
-                if !attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding)
-                    && tried.len() < call::MAX_SWITCHES =>
+                if !bound_here && tried.len() < call::MAX_SWITCHES =>
             {
                 tried.push(account.id);
                 attempt.lease.take();
-                last_refusal = Some(error);
+                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, answered: false });
             }
             Err(Refused { mut error, verdict, .. }) => {
                 // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
                 // told the wait that is enforced.
                 let mut moves = false;
+                let answered = verdict.is_some();
                 if let (Some(lease), Some((status, body, hint))) = (attempt.lease.as_mut(), verdict) {
                     let verdict = schedule::verdict(account.provider, status, hint, &body, &upstream_model);
                     lease.settle(verdict);
@@ -542,24 +626,32 @@ async fn route(
                     {
                         error = error.retry_after(secs);
                     }
-                    // ACC-2, as an HTTP call: nothing reached the client yet, so a session not
-                    // bound to this account moves off one that cannot serve it now; a bound one
-                    // only off one that does not support its model, if the scheduler then lets
-                    // it (RT-3).
-                    let unsupported = schedule::model_unsupported(status, &body);
-                    let bound = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
-                    moves = tried.len() < call::MAX_SWITCHES
-                        && (unsupported || (!bound && super::failure::account_cannot_serve(verdict)));
+                    moves = tried.len() < call::MAX_SWITCHES && moves_off(bound_here, status, &body, verdict);
                 }
                 if !moves {
-                    return Err((error, Outcome::Error));
+                    return Err(Unrouted { error, outcome: Outcome::Error, answered });
                 }
                 tried.push(account.id);
                 attempt.lease.take();
-                last_refusal = Some(error);
+                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, answered });
             }
         }
     }
+}
+
+/// ACC-2, as for an HTTP call: nothing reached the client yet, so a session not bound to this
+/// account moves off one that cannot serve it now; a bound one only off one that does not
+/// support its model, if the scheduler then lets it (RT-3).
+fn moves_off(bound: bool, status: StatusCode, body: &Value, verdict: Verdict) -> bool {
+    schedule::model_unsupported(status, body) || (!bound && super::failure::account_cannot_serve(verdict))
+}
+
+/// A turn no account took: the error for the client, and whether it is an upstream's answer
+/// (a refused handshake) rather than the scheduler's or a missing token's.
+struct Unrouted {
+    error: GatewayError,
+    outcome: Outcome,
+    answered: bool,
 }
 
 /// A handshake the upstream refused: the error for the client and, when the upstream answered,
@@ -751,15 +843,22 @@ struct Answering<'a> {
     model: &'a str,
     request_id: &'a str,
     started: Instant,
-    /// Told when the upstream takes the turn (its first event that is not an error): a new
-    /// conversation is bound then, a probe settled.
+    /// Told when the upstream takes the turn (its first event that is not an error, a
+    /// `codex.rate_limits` frame or a keep-alive): a new conversation is bound then, a probe
+    /// settled.
     lease: Option<&'a mut crate::scheduler::Lease>,
+    /// The session may leave this account if it refuses the turn before taking it (a first
+    /// turn on a socket opened for it), and whether its conversation is bound here (RT-2).
+    movable: Option<bool>,
 }
 
 struct Turn {
     ending: Ending,
     client_gone: bool,
     upstream_gone: bool,
+    /// The upstream refused the turn with an `error` event that moves the session (`moves_off`)
+    /// before taking it: the frames it sent, none of them passed on.
+    held: Option<Vec<String>>,
 }
 
 /// Relays the upstream's event frames for one turn, adding the request id where REC-9 asks.
@@ -770,7 +869,7 @@ async fn relay_turn(
     upstream: &mut Upstream,
     turn: Answering<'_>,
 ) -> Turn {
-    let Answering { account, model, request_id, started, mut lease } = turn;
+    let Answering { account, model, request_id, started, mut lease, movable } = turn;
     let provider = account.provider;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + s.config.request_deadline;
@@ -789,6 +888,11 @@ async fn relay_turn(
     // What an `error` event with an HTTP status says about the account (Codex wraps a refused
     // turn's 429 `usage_limit_reached` this way): the same verdicts as an HTTP answer.
     let mut error_verdict: Option<Verdict> = None;
+    // Until the upstream takes a turn the session may move (`movable`), its frames are held back
+    // here, so that a refusal reaches the client only if the session stays.
+    let mut holding = movable.is_some();
+    let mut waiting: Vec<String> = Vec::new();
+    let mut held: Option<Vec<String>> = None;
     // One timer for the total deadline, the idle timeout and the first frame's header timeout,
     // and one wait for the hard stop, for the whole turn: made afresh on every pass, they were
     // registered and dropped once per frame.
@@ -819,13 +923,13 @@ async fn relay_turn(
                     _ => { upstream_gone = true; break; }
                 };
                 let kind = event_type(&text);
-                if !crate::providers::sse::keep_alive(Some(&kind)) {
+                let keep_alive = crate::providers::sse::keep_alive(Some(&kind));
+                if !keep_alive {
                     // (OpenAI's heartbeat on long Responses streams is not an event either)
                     last_upstream = Instant::now();
                 }
-                if kind != "error"
-                    && let Some(lease) = lease.take()
-                {
+                let takes = !keep_alive && kind != "error" && kind != "codex.rate_limits";
+                if takes && let Some(lease) = lease.take() {
                     lease.accepted();
                 }
                 observer.event(Some(&kind), &text, started.elapsed());
@@ -843,6 +947,7 @@ async fn relay_turn(
                 if kind == "codex.rate_limits" && let Some(event) = &event {
                     s.quota.observe(account, quota::parse::codex_frame(event, s.clock.unix_ms()));
                 }
+                let mut moves = false;
                 if kind == "error" {
                     let code = event
                         .as_ref()
@@ -854,10 +959,13 @@ async fn relay_turn(
                             .and_then(|c| u16::try_from(c).ok())
                             .and_then(|c| axum::http::StatusCode::from_u16(c).ok())
                     {
-                        error_verdict = Some(schedule::verdict(provider, status, None, event, model));
+                        let hint = wrapped_retry_after(event, s.clock.now());
+                        let verdict = schedule::verdict(provider, status, hint, event, model);
+                        error_verdict = Some(verdict);
                         let at = s.clock.unix_ms();
                         let observed = quota::parse::error_body(provider, status.as_u16(), event, at);
                         s.quota.observe(account, observed);
+                        moves = holding && movable.is_some_and(|bound| moves_off(bound, status, event, verdict));
                     }
                 }
                 let out = match event {
@@ -868,7 +976,22 @@ async fn relay_turn(
                     }
                     _ => text.as_str().to_owned(),
                 };
-                match limits.send(client, Message::Text(out.into()), Some(deadline)).await {
+                let sent = if !holding {
+                    limits.send(client, Message::Text(out.into()), Some(deadline)).await
+                } else if moves {
+                    waiting.push(out);
+                    held = Some(std::mem::take(&mut waiting));
+                    break;
+                } else if !takes && kind != "error" {
+                    waiting.push(out);
+                    continue;
+                } else {
+                    // Taken, or refused where the session stays: what was held goes first.
+                    holding = false;
+                    waiting.push(out);
+                    send_frames(limits, client, std::mem::take(&mut waiting), deadline).await
+                };
+                match sent {
                     Ok(()) => {}
                     Err(Unsent::Gone) => { client_gone = true; break; }
                     Err(Unsent::Stalled) => { client_gone = true; ended = Some("client_stalled"); break; }
@@ -916,6 +1039,10 @@ async fn relay_turn(
             }
         }
     }
+    if !waiting.is_empty() && !client_gone {
+        // (the turn ended before the upstream took it: the frames held back still reach the client)
+        client_gone = send_frames(limits, client, waiting, deadline).await == Err(Unsent::Gone);
+    }
     let seen = observer.seen;
     let (outcome, code) = match (ended, seen.outcome) {
         (Some("client_stalled"), _) => (Outcome::Cancelled, Some("client_stalled".to_owned())),
@@ -953,6 +1080,32 @@ async fn relay_turn(
         },
         client_gone,
         upstream_gone,
+        held,
+    }
+}
+
+/// Sends `frames` in order, stopping at the first that cannot be sent.
+async fn send_frames(
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    frames: Vec<String>,
+    deadline: Instant,
+) -> Result<(), Unsent> {
+    for frame in frames {
+        limits.send(client, Message::Text(frame.into()), Some(deadline)).await?;
+    }
+    Ok(())
+}
+
+/// The `Retry-After` of a wrapped error event's `headers` (protocols.md §1c), where Codex reads
+/// it as an HTTP answer's.
+fn wrapped_retry_after(event: &Value, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let headers = event.get("headers")?.as_object()?;
+    let (_, value) = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("retry-after"))?;
+    match value {
+        Value::String(v) => schedule::retry_after_value(v, now),
+        Value::Number(n) => schedule::retry_after_value(&n.to_string(), now),
+        _ => None,
     }
 }
 
