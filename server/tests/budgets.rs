@@ -317,6 +317,20 @@ async fn member_workspace_and_credit_budgets_and_calls_in_flight() {
     // the next 15-minute window (from the zone's midnight) starts afresh
     bed.advance(15 * 60);
     assert_eq!(call(&bed).await.0, StatusCode::OK);
+    // and a WebSocket turn the upstream answers uses a request of it, as an HTTP call does
+    socket.send(tokio_tungstenite::tungstenite::Message::text(create.to_string())).await.unwrap();
+    let end = loop {
+        let msg = socket.next().await.unwrap().unwrap();
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
+            let event = serde_json::from_str::<Value>(t.as_str()).unwrap();
+            if matches!(event["type"].as_str(), Some("response.completed" | "error")) {
+                break event;
+            }
+        }
+    };
+    assert_eq!(end["type"], "response.completed", "{end}");
+    bed.usage(ws, 2.0).await;
+    assert_eq!(call(&bed).await.0, StatusCode::TOO_MANY_REQUESTS);
 }
 
 /// Who may set what (API): a member sets their own key's budget only and sees the policies

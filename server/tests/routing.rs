@@ -200,7 +200,7 @@ async fn turn(
 }
 
 /// The WebSocket path applies verdicts like HTTP: a handshake refused with 429 cools the account,
-/// and so does a Codex `error` event with status 429 inside a turn.
+/// and so does a Codex `error` event with status 429 inside a turn; both are recorded with it.
 #[tokio::test]
 async fn websocket_refusals_cool_the_account() {
     let token = "ws-cool";
@@ -225,6 +225,10 @@ async fn websocket_refusals_cool_the_account() {
     turn(&mut socket).await;
     let rt = rig.account_runtime(id).await;
     assert_eq!(rt["temp_unschedulable_reason"], "upstream_403", "a deactivated account pauses: {rt}");
+    // Each turn is recorded with the upstream's status, as an HTTP call would be.
+    let recs = rig.t.records(3).await;
+    let statuses: Vec<Option<u64>> = recs.iter().map(|r| r["upstream_status"].as_u64()).collect();
+    assert_eq!(statuses, [Some(429), Some(429), Some(403)], "{recs:?}");
 }
 
 /// ACC-2 on the WebSocket path: a first turn whose account refuses the upstream handshake moves

@@ -278,11 +278,12 @@ async fn serve_turn(
             }
             Ok(Err(unrouted)) => {
                 // (an account that refused the handshake since answered later than the held event)
-                if let Some(held) = held.filter(|_| !unrouted.answered) {
+                if let Some(held) = held.filter(|_| unrouted.status.is_none()) {
                     return answer_held(s, limits, client, attempt, warmup, held).await;
                 }
-                return fail_turn(s, limits, client, attempt, warmup, &unrouted.error, unrouted.outcome)
-                    .await;
+                let Unrouted { error, outcome, status } = unrouted;
+                let ending = Ending { upstream_status: status, ..Ending::failed(error.code, outcome) };
+                return refuse_turn(s, limits, client, attempt, warmup, &error, ending).await;
             }
         };
         let Some(binding) = bound.as_mut() else {
@@ -396,12 +397,24 @@ async fn fail_turn(
     e: &GatewayError,
     outcome: Outcome,
 ) -> bool {
-    let mut attempt = attempt;
-    if outcome == Outcome::Rejected {
+    refuse_turn(s, limits, client, attempt, warmup, e, Ending::failed(e.code, outcome)).await
+}
+
+/// `fail_turn`, recorded as `ending` (an upstream's refusal of the handshake carries its status).
+async fn refuse_turn(
+    s: &AppState,
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    mut attempt: Attempt,
+    warmup: bool,
+    e: &GatewayError,
+    ending: Ending,
+) -> bool {
+    if ending.outcome == Outcome::Rejected {
         attempt.refused = Some(e.code);
     }
     let sent = send_error(limits, client, e, &attempt.request_id).await;
-    end_turn(s, attempt, warmup, Ending::failed(e.code, outcome)).await;
+    end_turn(s, attempt, warmup, ending).await;
     sent.is_ok()
 }
 
@@ -590,7 +603,7 @@ async fn route(
             match schedule::schedule(s, spec, attempt, headers, conversation, pin, tried).await {
                 Ok(chosen) => chosen,
                 Err((error, outcome)) => {
-                    return Err(last_refusal.unwrap_or(Unrouted { error, outcome, answered: false }));
+                    return Err(last_refusal.unwrap_or(Unrouted { error, outcome, status: None }));
                 }
             };
         let account = Arc::clone(lease.account());
@@ -611,13 +624,13 @@ async fn route(
             {
                 tried.push(account.id);
                 attempt.lease.take();
-                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, answered: false });
+                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status: None });
             }
             Err(Refused { mut error, verdict, .. }) => {
                 // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
                 // told the wait that is enforced.
                 let mut moves = false;
-                let answered = verdict.is_some();
+                let status = verdict.as_ref().map(|v| v.0.as_u16());
                 if let (Some(lease), Some((status, body, hint))) = (attempt.lease.as_mut(), verdict) {
                     let verdict = schedule::verdict(account.provider, status, hint, &body, &upstream_model);
                     lease.settle(verdict);
@@ -629,11 +642,11 @@ async fn route(
                     moves = tried.len() < call::MAX_SWITCHES && moves_off(bound_here, status, &body, verdict);
                 }
                 if !moves {
-                    return Err(Unrouted { error, outcome: Outcome::Error, answered });
+                    return Err(Unrouted { error, outcome: Outcome::Error, status });
                 }
                 tried.push(account.id);
                 attempt.lease.take();
-                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, answered });
+                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status });
             }
         }
     }
@@ -646,12 +659,12 @@ fn moves_off(bound: bool, status: StatusCode, body: &Value, verdict: Verdict) ->
     schedule::model_unsupported(status, body) || (!bound && super::failure::account_cannot_serve(verdict))
 }
 
-/// A turn no account took: the error for the client, and whether it is an upstream's answer
-/// (a refused handshake) rather than the scheduler's or a missing token's.
+/// A turn no account took: the error for the client and, when it is an upstream's answer (a
+/// refused handshake) rather than the scheduler's or a missing token's, the upstream's status.
 struct Unrouted {
     error: GatewayError,
     outcome: Outcome,
-    answered: bool,
+    status: Option<u16>,
 }
 
 /// A handshake the upstream refused: the error for the client and, when the upstream answered,
@@ -893,6 +906,9 @@ async fn relay_turn(
     let mut holding = movable.is_some();
     let mut waiting: Vec<String> = Vec::new();
     let mut held: Option<Vec<String>> = None;
+    // The turn's answer as an HTTP call's status: 200 once taken, else an error event's own. A
+    // turn the upstream answered is recorded with it and uses a request of a budget (BUD-1).
+    let mut answered: Option<u16> = None;
     // One timer for the total deadline, the idle timeout and the first frame's header timeout,
     // and one wait for the hard stop, for the whole turn: made afresh on every pass, they were
     // registered and dropped once per frame.
@@ -929,8 +945,11 @@ async fn relay_turn(
                     last_upstream = Instant::now();
                 }
                 let takes = !keep_alive && kind != "error" && kind != "codex.rate_limits";
-                if takes && let Some(lease) = lease.take() {
-                    lease.accepted();
+                if takes {
+                    answered.get_or_insert(200);
+                    if let Some(lease) = lease.take() {
+                        lease.accepted();
+                    }
                 }
                 observer.event(Some(&kind), &text, started.elapsed());
                 let terminal = matches!(
@@ -959,6 +978,7 @@ async fn relay_turn(
                             .and_then(|c| u16::try_from(c).ok())
                             .and_then(|c| axum::http::StatusCode::from_u16(c).ok())
                     {
+                        answered.get_or_insert(status.as_u16());
                         let hint = wrapped_retry_after(event, s.clock.now());
                         let verdict = schedule::verdict(provider, status, hint, event, model);
                         error_verdict = Some(verdict);
@@ -1073,7 +1093,7 @@ async fn relay_turn(
         ending: Ending {
             outcome,
             error_code: code,
-            upstream_status: None,
+            upstream_status: answered,
             usage: seen.usage,
             first_output: seen.first_output,
             verdict,
