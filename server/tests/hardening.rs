@@ -731,6 +731,46 @@ async fn the_upstream_s_keep_alives_do_not_reset_the_idle_timeout() {
     r.all_cut_by_the_idle_timeout(2).await;
 }
 
+/// Between turns the upstream's socket is still read: its pings are answered while the client
+/// thinks (an upstream that pings an idle connection would otherwise drop it), and when it ends
+/// the connection, as OpenAI's does at its 60-minute limit after an error event saying so, the
+/// client hears the event and its own connection ends the same way at once, instead of finding
+/// the state gone at its next turn.
+#[tokio::test]
+async fn the_upstream_socket_is_heard_between_turns() {
+    let r = Rig::start(&[]).await;
+    let turn = json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [], "store": false});
+    let until_completed = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| {
+        while next_event(ws).await["type"] != "response.completed" {}
+    };
+    r.script(CODEX, json!({"after_websocket_turn": "ping"})).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    until_completed(&mut ws).await;
+    let answered = async {
+        while r.mock.state.pongs(CODEX) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), answered)
+        .await
+        .expect("the ping between turns was answered");
+
+    r.script(CODEX, json!({"after_websocket_turn": "close"})).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(r.ws_request("codex")).await.unwrap();
+    ws.send(tungstenite::Message::text(turn.to_string())).await.unwrap();
+    until_completed(&mut ws).await;
+    let event = next_event(&mut ws).await;
+    assert_eq!(event["error"]["code"], "websocket_connection_limit_reached", "{event}");
+    let closed = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.expect("closed at once");
+    match closed {
+        Some(Ok(tungstenite::Message::Close(Some(frame)))) => {
+            assert_eq!(u16::from(frame.code), 1000, "the upstream's own close: {frame:?}");
+        }
+        other => panic!("expected the upstream's close, got {other:?}"),
+    }
+}
+
 /// The idle timeout runs from the upstream's headers (CD-6): a stream that answers and then sends
 /// nothing gets a 504 when the 1 s timeout runs out (not the 5 min the first byte may otherwise
 /// take), recorded as `stream_idle_timeout`; one that sends only keep-alives after its headers is

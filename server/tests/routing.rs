@@ -231,6 +231,25 @@ async fn websocket_refusals_cool_the_account() {
     assert_eq!(statuses, [Some(429), Some(429), Some(403)], "{recs:?}");
 }
 
+/// ERR-3 on the WebSocket path: an upstream's refusal of a turn reaches the client rebuilt as the
+/// HTTP answer would be, never in the upstream's words; Codex's usage limit keeps what Codex tells
+/// its user from (the type, the plan and the reset time).
+#[tokio::test]
+async fn a_refused_websocket_turn_is_rebuilt_and_keeps_what_codex_reads() {
+    let token = "ws-usage";
+    let rig = Rig::start(&[(token, 0)], &[]).await;
+    rig.script(token, json!({"steps": [{"kind": "usage_limit_reached", "resets_in_secs": 600}]})).await;
+    let mut socket = ws(&rig).await;
+    let e = turn(&mut socket).await;
+    assert_eq!(
+        (e["status"].as_u64(), e["error"]["type"].as_str()),
+        (Some(429), Some("usage_limit_reached")),
+        "{e}"
+    );
+    assert!(e["error"]["resets_at"].is_u64() && e["error"]["plan_type"] == "plus", "{e}");
+    assert!(!e.to_string().contains("The usage limit has been reached"), "not the upstream's words: {e}");
+}
+
 /// ACC-2 on the WebSocket path: a first turn whose account refuses the upstream handshake moves
 /// to another account before anything reaches the client, as an HTTP call does; a session bound
 /// to the refusing account stays and is told (RT-2).
@@ -353,7 +372,15 @@ async fn a_first_websocket_turn_refused_by_an_error_event_moves_to_another_accou
     let mut socket = ws_of(&rig, Some("ws-bound")).await;
     let frames = turn_frames(&mut socket).await;
     assert_eq!(kinds(&frames), ["codex.rate_limits", "error"], "{frames:?}");
-    assert_eq!(frames[1]["status"], 429, "{frames:?}");
+    // (rebuilt as the HTTP answer would be, ERR-3: its type, code and Retry-After, not its words)
+    let refusal = &frames[1];
+    assert_eq!(
+        (refusal["status"].as_u64(), refusal["error"]["code"].as_str()),
+        (Some(429), Some("rate_limit_exceeded"))
+    );
+    assert_eq!(refusal["headers"]["retry-after"], "30", "{refusal}");
+    assert!(!refusal.to_string().contains("scripted"), "no upstream message: {refusal}");
+    assert!(refusal["request_id"].as_str().is_some_and(|id| id.starts_with("req_")), "{refusal}");
     assert_eq!(counts(&rig, &tokens), vec![2, 0], "the bound session did not move");
     // The event's wrapped Retry-After (30 s) is the account's cooldown, which the conversation
     // waits for (RT-2).

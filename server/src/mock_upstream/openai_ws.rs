@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use axum::{
     extract::{
         State,
-        ws::{Message, WebSocket, WebSocketUpgrade},
+        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
     http::{HeaderMap, Method, Uri, header},
     response::Response,
@@ -43,7 +43,14 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
     let cred = credential(&headers);
     let mut known: HashSet<String> = HashSet::new();
     while let Some(Ok(msg)) = socket.recv().await {
-        let Message::Text(text) = msg else { continue };
+        let text = match msg {
+            Message::Text(text) => text,
+            Message::Pong(_) => {
+                s.pong(&cred);
+                continue;
+            }
+            _ => continue,
+        };
         let turn = s.begin(&cred, call(&Method::GET, &uri, &headers, text.as_bytes()));
         let req: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
         let model = req["model"].as_str().unwrap_or("gpt-5.1-codex").to_owned();
@@ -137,6 +144,20 @@ async fn session(s: MockState, uri: Uri, headers: HeaderMap, mut socket: WebSock
             }
         }
         known.insert(resp_id);
+        match turn.script.after_websocket_turn.as_deref() {
+            Some("ping") if socket.send(Message::Ping(Default::default())).await.is_err() => return,
+            Some("close") => {
+                let err = json!({"type": "error", "status": 400, "error": {"type": "invalid_request_error",
+                    "code": "websocket_connection_limit_reached",
+                    "message": "Responses websocket connection limit reached (60 minutes). Create a new websocket connection to continue."}});
+                let _ = socket.send(Message::Text(err.to_string().into())).await;
+                let close =
+                    CloseFrame { code: close_code::NORMAL, reason: "connection limit reached".into() };
+                let _ = socket.send(Message::Close(Some(close))).await;
+                return;
+            }
+            _ => {}
+        }
     }
 }
 

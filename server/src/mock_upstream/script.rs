@@ -37,6 +37,10 @@ pub struct Script {
     pub rate_limits_frame: Option<serde_json::Value>,
     /// Refuse WebSocket upgrades with this HTTP status (and the OpenAI error shape).
     pub refuse_websocket: Option<u16>,
+    /// After each answered WebSocket turn: `ping` sends a Ping frame (its Pong is counted),
+    /// `close` ends the connection as OpenAI's does at its lifetime limit (an `error` event
+    /// `websocket_connection_limit_reached`, then a Close frame).
+    pub after_websocket_turn: Option<String>,
     /// Token endpoints (`token:<family>`): lifetime of the access tokens they issue, in seconds.
     pub token_expires_in: Option<u64>,
     /// Model answers (Responses, Messages, Gemini): function calls after the text, in order
@@ -68,6 +72,7 @@ impl Default for Script {
             quota_headers: None,
             rate_limits_frame: None,
             refuse_websocket: None,
+            after_websocket_turn: None,
             token_expires_in: None,
             function_calls: Vec::new(),
         }

@@ -75,15 +75,7 @@ impl UpstreamFailure {
         policy: &FailurePolicy,
     ) -> Self {
         let status = upstream.status();
-        let hint = schedule::retry_after_header(upstream.headers(), now);
-        let mut hints = HeaderMap::new();
-        for (name, value) in upstream.headers() {
-            // (the answer's own type and Retry-After are SubLane's)
-            let own = name == header::CONTENT_TYPE || name == header::RETRY_AFTER;
-            if !own && crate::providers::response_header_passes(name.as_str()) {
-                hints.append(name.clone(), value.clone());
-            }
-        }
+        let headers = upstream.headers().clone();
         let mut bytes = Vec::new();
         let mut stream = upstream.bytes_stream();
         let read = async {
@@ -95,11 +87,31 @@ impl UpstreamFailure {
             }
         };
         let complete = tokio::time::timeout(ERROR_BODY_DEADLINE, read).await.is_ok();
-        let body = if complete {
-            error_object(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-        } else {
-            Value::Null
-        };
+        let body = if complete { serde_json::from_slice(&bytes).unwrap_or(Value::Null) } else { Value::Null };
+        let answer = Refusal { status, headers: &headers, body };
+        Self::classify(answer, provider, upstream_model, now, policy)
+    }
+
+    /// Classifies an upstream's refusal, read: over HTTP an error answer, over a WebSocket a
+    /// wrapped `error` event (its `headers` taken as the answer's, the event as its body).
+    pub(super) fn classify(
+        answer: Refusal<'_>,
+        provider: Provider,
+        upstream_model: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        policy: &FailurePolicy,
+    ) -> Self {
+        let Refusal { status, headers, body } = answer;
+        let hint = schedule::retry_after_header(headers, now);
+        let mut hints = HeaderMap::new();
+        for (name, value) in headers {
+            // (the answer's own type and Retry-After are SubLane's)
+            let own = name == header::CONTENT_TYPE || name == header::RETRY_AFTER;
+            if !own && crate::providers::response_header_passes(name.as_str()) {
+                hints.append(name.clone(), value.clone());
+            }
+        }
+        let body = error_object(body);
         let verdict = schedule::verdict(provider, status, hint, &body, upstream_model);
         let blocks_for = enforced_retry(verdict, policy);
         let retry_after = blocks_for.or(hint.map(retry_secs));
@@ -146,6 +158,30 @@ impl UpstreamFailure {
     }
 
     async fn answer(self, attempt: Attempt) -> Response {
+        let (status, verdict) = (self.status, self.verdict);
+        let (code, body, headers) = match self.render(attempt.protocol, &attempt.request_id) {
+            Rendered::Local(e) => {
+                return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+            }
+            Rendered::Upstream { code, body, headers } => (code, body, headers),
+        };
+        let mut resp = (status, axum::Json(body)).into_response();
+        resp.headers_mut().extend(headers);
+        attempt
+            .finish(Ending {
+                outcome: Outcome::Error,
+                error_code: Some(code),
+                upstream_status: Some(status.as_u16()),
+                usage: Usage::default(),
+                first_output: None,
+                verdict,
+            })
+            .await;
+        resp
+    }
+
+    /// The client's answer in `protocol`'s shape (see [`UpstreamFailure::respond`]).
+    pub(super) fn render(self, protocol: Protocol, request_id: &str) -> Rendered {
         let UpstreamFailure { status, retry_after, body: v, hints, verdict, not_soon, .. } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
@@ -158,8 +194,7 @@ impl UpstreamFailure {
             _ => None,
         };
         if let Some(e) = local {
-            let e = e.not_soon(not_soon);
-            return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
+            return Rendered::Local(e.not_soon(not_soon));
         }
         let err = &v["error"];
         // A prompt too long for the model: the one refusal whose words clients act on.
@@ -180,9 +215,8 @@ impl UpstreamFailure {
                 (code, message)
             }
         };
-        let mut body =
-            super::error::body(attempt.protocol, status, &code, &message, Some(&attempt.request_id));
-        if attempt.protocol == Protocol::OpenAi {
+        let mut body = super::error::body(protocol, status, &code, &message, Some(request_id));
+        if protocol == Protocol::OpenAi {
             // The upstream's type and code, each as it gave them (sanitized): Codex reads the
             // type of some answers (`usage_limit_reached`) and the code of others (a 503's
             // `server_is_overloaded` or `slow_down`, protocols.md §1b).
@@ -207,24 +241,29 @@ impl UpstreamFailure {
                 }
             }
         }
-        let mut resp = (status, axum::Json(body)).into_response();
-        resp.headers_mut().extend(hints);
+        let mut headers = hints;
         if let Some(secs) = retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        super::error::say_not_soon(resp.headers_mut(), not_soon);
-        attempt
-            .finish(Ending {
-                outcome: Outcome::Error,
-                error_code: Some(code),
-                upstream_status: Some(status.as_u16()),
-                usage: Usage::default(),
-                first_output: None,
-                verdict,
-            })
-            .await;
-        resp
+        super::error::say_not_soon(&mut headers, not_soon);
+        Rendered::Upstream { code, body, headers }
     }
+}
+
+/// An upstream's refusal as read: its status, headers and body.
+pub(super) struct Refusal<'a> {
+    pub status: StatusCode,
+    pub headers: &'a HeaderMap,
+    pub body: Value,
+}
+
+/// An upstream failure as the client gets it.
+pub(super) enum Rendered {
+    /// Said in SubLane's own words (a credential refusal, a model-scoped limit).
+    Local(GatewayError),
+    /// The upstream's refusal rebuilt: the recorded error code, the body and the headers
+    /// (Retry-After, the quota hints, `x-should-retry`).
+    Upstream { code: String, body: Value, headers: HeaderMap },
 }
 
 /// Whether `verdict` says the account cannot serve the request now, whoever asks (another

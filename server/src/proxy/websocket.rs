@@ -42,6 +42,7 @@ use super::{
     auth::authenticate_request,
     body_edit, call,
     error::{GatewayError, Protocol},
+    failure::{self, Rendered, UpstreamFailure},
     request::{RoutingFields, check_model},
     schedule::{self, Conversation},
 };
@@ -126,7 +127,24 @@ async fn session(
                 let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
                 break;
             }
-            msg = client.recv() => msg,
+            idle = between_turns(&mut bound) => Err(idle),
+            msg = client.recv() => Ok(msg),
+        };
+        let msg = match msg {
+            Ok(msg) => msg,
+            Err(Idle::Event(text)) => {
+                if limits.send(&mut client, Message::Text(text.as_str().into()), None).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Err(Idle::Closed(frame)) => {
+                // The conversation state the upstream held is gone with its connection: the
+                // client's ends as the upstream's did, and the client reconnects as it would have.
+                bound = None;
+                let _ = limits.send(&mut client, Message::Close(Some(frame)), None).await;
+                break;
+            }
         };
         let text = match msg {
             Some(Ok(Message::Text(t))) => t.to_string(),
@@ -229,6 +247,38 @@ async fn session(
     }
 }
 
+/// What the upstream socket did between turns.
+enum Idle {
+    /// An event outside any turn (OpenAI's says so before it ends a connection at its lifetime
+    /// limit): passed on as it came.
+    Event(tungstenite::Utf8Bytes),
+    /// The upstream ended the connection: the close the client gets.
+    Closed(CloseFrame),
+}
+
+/// Reads the bound upstream socket while the client thinks, so that its pings are answered
+/// (reading a Ping queues the Pong, and the next read sends it) and its end is seen at once
+/// rather than at the next turn; pending without a socket.
+async fn between_turns(bound: &mut Option<Binding>) -> Idle {
+    let Some(binding) = bound.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        return match binding.upstream.next().await {
+            Some(Ok(tungstenite::Message::Text(text))) => Idle::Event(text),
+            Some(Ok(tungstenite::Message::Close(frame))) => Idle::Closed(match frame {
+                Some(f) => CloseFrame { code: u16::from(f.code), reason: f.reason.as_str().into() },
+                None => CloseFrame { code: close_code::NORMAL, reason: "".into() },
+            }),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => Idle::Closed(CloseFrame {
+                code: close_code::AWAY,
+                reason: "upstream connection closed".into(),
+            }),
+        };
+    }
+}
+
 /// A turn the client asked for, as `serve_turn` needs it.
 struct Asked<'a> {
     /// The `response.create` frame as it came.
@@ -277,11 +327,11 @@ async fn serve_turn(
                 return false;
             }
             Ok(Err(unrouted)) => {
-                // (an account that refused the handshake since answered later than the held event)
-                if let Some(held) = held.filter(|_| unrouted.status.is_none()) {
+                // (an account tried since that failed otherwise is the answer, as over HTTP)
+                if let Some(held) = held.filter(|_| unrouted.yields) {
                     return answer_held(s, limits, client, attempt, warmup, held).await;
                 }
-                let Unrouted { error, outcome, status } = unrouted;
+                let Unrouted { error, outcome, status, .. } = unrouted;
                 let ending = Ending { upstream_status: status, ..Ending::failed(error.code, outcome) };
                 return refuse_turn(s, limits, client, attempt, warmup, &error, ending).await;
             }
@@ -344,11 +394,16 @@ async fn serve_turn(
             if let Some(mut lease) = attempt.lease.take() {
                 lease.settle(turn.ending.verdict);
             }
-            if let Some(left) = bound.take() {
-                tried.push(left.account.id);
-                tokio::spawn(close_upstream(left));
-            }
-            held = Some(Held { frames, ending: turn.ending });
+            let Some(left) = bound.take() else { continue };
+            tried.push(left.account.id);
+            held =
+                Some(Held { frames, ending: turn.ending, account: (left.account.id, left.account.provider) });
+            let tracked = s.lifecycle.tasks.token();
+            tokio::spawn(async move {
+                let mut left = left;
+                let _ = tokio::time::timeout(Duration::from_secs(1), left.upstream.close(None)).await;
+                drop(tracked);
+            });
             continue;
         }
         if turn.upstream_gone {
@@ -363,6 +418,8 @@ async fn serve_turn(
 struct Held {
     frames: Vec<String>,
     ending: Ending,
+    /// The account that refused.
+    account: (i64, Provider),
 }
 
 /// Answers a turn with an account's refusal held back while another was tried (BUD-5: as it came).
@@ -374,16 +431,15 @@ async fn answer_held(
     warmup: bool,
     held: Held,
 ) -> bool {
+    let mut attempt = attempt;
+    // The turn is recorded as the refusing account's; a later account's slot (one whose token
+    // it could not use) goes back unjudged.
+    attempt.account = Some(held.account);
+    drop(attempt.lease.take());
     let deadline = attempt.started + s.config.request_deadline;
     let sent = send_frames(limits, client, held.frames, deadline).await.is_ok();
     end_turn(s, attempt, warmup, held.ending).await;
     sent
-}
-
-/// Closes an upstream socket the session leaves, without holding the session for its close
-/// handshake.
-async fn close_upstream(mut left: Binding) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), left.upstream.close(None)).await;
 }
 
 /// Ends a turn with a gateway error: the client hears it (an error event with the request id)
@@ -603,7 +659,8 @@ async fn route(
             match schedule::schedule(s, spec, attempt, headers, conversation, pin, tried).await {
                 Ok(chosen) => chosen,
                 Err((error, outcome)) => {
-                    return Err(last_refusal.unwrap_or(Unrouted { error, outcome, status: None }));
+                    let refused = Unrouted { error, outcome, status: None, yields: true };
+                    return Err(last_refusal.unwrap_or(refused));
                 }
             };
         let account = Arc::clone(lease.account());
@@ -624,7 +681,7 @@ async fn route(
             {
                 tried.push(account.id);
                 attempt.lease.take();
-                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status: None });
+                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status: None, yields: true });
             }
             Err(Refused { mut error, verdict, .. }) => {
                 // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
@@ -642,11 +699,11 @@ async fn route(
                     moves = tried.len() < call::MAX_SWITCHES && moves_off(bound_here, status, &body, verdict);
                 }
                 if !moves {
-                    return Err(Unrouted { error, outcome: Outcome::Error, status });
+                    return Err(Unrouted { error, outcome: Outcome::Error, status, yields: false });
                 }
                 tried.push(account.id);
                 attempt.lease.take();
-                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status });
+                last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status, yields: false });
             }
         }
     }
@@ -665,6 +722,9 @@ struct Unrouted {
     error: GatewayError,
     outcome: Outcome,
     status: Option<u16>,
+    /// The scheduler's refusal, or a missing token of an account the turn then left: an
+    /// upstream's refusal held from an earlier account goes before it (BUD-5), as over HTTP.
+    yields: bool,
 }
 
 /// A handshake the upstream refused: the error for the client and, when the upstream answered,
@@ -927,7 +987,7 @@ async fn relay_turn(
         tokio::select! {
             biased;
             frame = upstream.next() => {
-                if matches!(frame, Some(Ok(_))) {
+                if matches!(frame, Some(Ok(_))) && !holding {
                     first_until = None;
                 }
                 let text = match frame {
@@ -945,6 +1005,11 @@ async fn relay_turn(
                     last_upstream = Instant::now();
                 }
                 let takes = !keep_alive && kind != "error" && kind != "codex.rate_limits";
+                if takes || kind == "error" {
+                    // (while frames are held, only an answer ends the header timeout: a turn
+                    // held silent behind a rate-limits frame or keep-alives is still cut)
+                    first_until = None;
+                }
                 if takes {
                     answered.get_or_insert(200);
                     if let Some(lease) = lease.take() {
@@ -967,25 +1032,35 @@ async fn relay_turn(
                     s.quota.observe(account, quota::parse::codex_frame(event, s.clock.unix_ms()));
                 }
                 let mut moves = false;
+                let mut event = event;
                 if kind == "error" {
                     let code = event
                         .as_ref()
                         .and_then(|e| e["error"]["code"].as_str().or(e["error"]["type"].as_str()));
                     error_code = providers::observe::sanitize(code.unwrap_or("upstream_error"));
-                    if let Some(event) = &event
-                        && let Some(status) = event["status"]
-                            .as_u64()
-                            .and_then(|c| u16::try_from(c).ok())
-                            .and_then(|c| axum::http::StatusCode::from_u16(c).ok())
-                    {
+                    if let Some(status) = event.as_ref().and_then(wrapped_status) {
+                        // A wrapped HTTP answer (protocols.md §1c): its headers and body are read
+                        // as an HTTP refusal's (CD-1..CD-5, QT-2).
                         answered.get_or_insert(status.as_u16());
-                        let hint = wrapped_retry_after(event, s.clock.now());
-                        let verdict = schedule::verdict(provider, status, hint, event, model);
-                        error_verdict = Some(verdict);
+                        let headers = wrapped_headers(event.as_ref());
+                        let body = event.take().unwrap_or_default();
+                        let refusal = failure::Refusal { status, headers: &headers, body };
+                        let policy = &s.scheduler.settings().failure;
+                        let failure = UpstreamFailure::classify(refusal, provider, model, s.clock.now(), policy);
+                        error_verdict = Some(failure.verdict);
                         let at = s.clock.unix_ms();
-                        let observed = quota::parse::error_body(provider, status.as_u16(), event, at);
-                        s.quota.observe(account, observed);
-                        moves = holding && movable.is_some_and(|bound| moves_off(bound, status, event, verdict));
+                        let code = status.as_u16();
+                        s.quota.observe(account, quota::parse::headers(provider, code, &headers, at));
+                        s.quota.observe(account, failure.quota_observation(provider, at));
+                        moves = holding
+                            && movable.is_some_and(|bound| {
+                                failure.model_unsupported() || (!bound && failure.account_cannot_serve())
+                            });
+                        // ERR-3: the client hears it rebuilt as the HTTP answer would be, never
+                        // in the upstream's own words.
+                        let (code, frame) = refusal_frame(failure, status, request_id);
+                        error_code = Some(code);
+                        event = Some(frame);
                     }
                 }
                 let out = match event {
@@ -1117,15 +1192,52 @@ async fn send_frames(
     Ok(())
 }
 
-/// The `Retry-After` of a wrapped error event's `headers` (protocols.md §1c), where Codex reads
-/// it as an HTTP answer's.
-fn wrapped_retry_after(event: &Value, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
-    let headers = event.get("headers")?.as_object()?;
-    let (_, value) = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("retry-after"))?;
-    match value {
-        Value::String(v) => schedule::retry_after_value(v, now),
-        Value::Number(n) => schedule::retry_after_value(&n.to_string(), now),
-        _ => None,
+/// The HTTP status of a wrapped error event (protocols.md §1c), if it names a valid one.
+fn wrapped_status(event: &Value) -> Option<StatusCode> {
+    let code = u16::try_from(event.get("status")?.as_u64()?).ok()?;
+    StatusCode::from_u16(code).ok()
+}
+
+/// A wrapped error event's `headers`, which Codex reads as an HTTP answer's: those with a text
+/// value that is a valid header.
+fn wrapped_headers(event: Option<&Value>) -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let names = event.and_then(|e| e.get("headers")).and_then(Value::as_object);
+    for (name, value) in names.into_iter().flatten() {
+        let value = match value {
+            Value::String(v) => v.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => continue,
+        };
+        if let (Ok(name), Ok(value)) = (
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+            reqwest::header::HeaderValue::from_str(&value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    headers
+}
+
+/// An upstream's refusal of a turn as the client hears it (ERR-3): the HTTP answer SubLane would
+/// give, wrapped as an error event with its headers in `headers`; with the recorded error code.
+fn refusal_frame(failure: UpstreamFailure, status: StatusCode, request_id: &str) -> (String, Value) {
+    match failure.render(Protocol::OpenAi, request_id) {
+        Rendered::Local(e) => (e.code.to_owned(), error_frame(&e, request_id)),
+        Rendered::Upstream { code, body, headers } => {
+            let mut frame = body;
+            frame["type"] = json!("error");
+            frame["status"] = json!(status.as_u16());
+            frame["request_id"] = json!(request_id);
+            let headers: serde_json::Map<String, Value> = headers
+                .iter()
+                .filter_map(|(name, value)| Some((name.as_str().to_owned(), json!(value.to_str().ok()?))))
+                .collect();
+            if !headers.is_empty() {
+                frame["headers"] = Value::Object(headers);
+            }
+            (code, frame)
+        }
     }
 }
 
