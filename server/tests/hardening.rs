@@ -762,6 +762,7 @@ async fn the_upstream_socket_is_heard_between_turns() {
     until_completed(&mut ws).await;
     let event = next_event(&mut ws).await;
     assert_eq!(event["error"]["code"], "websocket_connection_limit_reached", "{event}");
+    assert!(!event.to_string().contains("60 minutes"), "rebuilt, not the upstream's words (ERR-3): {event}");
     let closed = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.expect("closed at once");
     match closed {
         Some(Ok(tungstenite::Message::Close(Some(frame)))) => {

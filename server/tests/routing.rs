@@ -248,6 +248,9 @@ async fn a_refused_websocket_turn_is_rebuilt_and_keeps_what_codex_reads() {
     );
     assert!(e["error"]["resets_at"].is_u64() && e["error"]["plan_type"] == "plus", "{e}");
     assert!(!e.to_string().contains("The usage limit has been reached"), "not the upstream's words: {e}");
+    let recs = rig.t.records(1).await;
+    let recorded = (recs[0]["error_code"].as_str(), recs[0]["upstream_status"].as_u64());
+    assert_eq!(recorded, (Some("usage_limit_reached"), Some(429)), "as an HTTP call's record: {recs:?}");
 }
 
 /// ACC-2 on the WebSocket path: a first turn whose account refuses the upstream handshake moves

@@ -159,7 +159,7 @@ impl UpstreamFailure {
 
     async fn answer(self, attempt: Attempt) -> Response {
         let (status, verdict) = (self.status, self.verdict);
-        let (code, body, headers) = match self.render(attempt.protocol, &attempt.request_id) {
+        let (code, body, headers) = match self.render(attempt.protocol, Some(&attempt.request_id)) {
             Rendered::Local(e) => {
                 return attempt.fail_with(e, Outcome::Error, Some(status.as_u16()), verdict).await;
             }
@@ -181,7 +181,7 @@ impl UpstreamFailure {
     }
 
     /// The client's answer in `protocol`'s shape (see [`UpstreamFailure::respond`]).
-    pub(super) fn render(self, protocol: Protocol, request_id: &str) -> Rendered {
+    pub(super) fn render(self, protocol: Protocol, request_id: Option<&str>) -> Rendered {
         let UpstreamFailure { status, retry_after, body: v, hints, verdict, not_soon, .. } = self;
         let local = match verdict {
             Verdict::ModelLimited(d) => {
@@ -215,7 +215,7 @@ impl UpstreamFailure {
                 (code, message)
             }
         };
-        let mut body = super::error::body(protocol, status, &code, &message, Some(request_id));
+        let mut body = super::error::body(protocol, status, &code, &message, request_id);
         if protocol == Protocol::OpenAi {
             // The upstream's type and code, each as it gave them (sanitized): Codex reads the
             // type of some answers (`usage_limit_reached`) and the code of others (a 503's

@@ -127,22 +127,28 @@ async fn session(
                 let _ = limits.send(&mut client, close(close_code::AWAY, "server shutting down"), None).await;
                 break;
             }
-            idle = between_turns(&mut bound) => Err(idle),
+            // (the client first: an upstream that keeps sending does not hold its next turn)
             msg = client.recv() => Ok(msg),
+            idle = between_turns(&mut bound) => Err(idle),
         };
         let msg = match msg {
             Ok(msg) => msg,
             Err(Idle::Event(text)) => {
-                if limits.send(&mut client, Message::Text(text.as_str().into()), None).await.is_err() {
+                let out = match bound.as_ref() {
+                    Some(b) => idle_event(&s, &b.account, &text),
+                    None => text.as_str().to_owned(),
+                };
+                if limits.send(&mut client, Message::Text(out.into()), None).await.is_err() {
                     break;
                 }
                 continue;
             }
-            Err(Idle::Closed(frame)) => {
+            Err(Idle::Closed(code)) => {
                 // The conversation state the upstream held is gone with its connection: the
-                // client's ends as the upstream's did, and the client reconnects as it would have.
-                bound = None;
-                let _ = limits.send(&mut client, Message::Close(Some(frame)), None).await;
+                // client's ends as the upstream's did (its code, SubLane's words), and the client
+                // reconnects as it would have. (The upstream's socket is closed below.)
+                let _ =
+                    limits.send(&mut client, close(code, "the upstream ended the connection"), None).await;
                 break;
             }
         };
@@ -252,8 +258,8 @@ enum Idle {
     /// An event outside any turn (OpenAI's says so before it ends a connection at its lifetime
     /// limit): passed on as it came.
     Event(tungstenite::Utf8Bytes),
-    /// The upstream ended the connection: the close the client gets.
-    Closed(CloseFrame),
+    /// The upstream ended the connection: the close code the client gets.
+    Closed(u16),
 }
 
 /// Reads the bound upstream socket while the client thinks, so that its pings are answered
@@ -266,17 +272,36 @@ async fn between_turns(bound: &mut Option<Binding>) -> Idle {
     loop {
         return match binding.upstream.next().await {
             Some(Ok(tungstenite::Message::Text(text))) => Idle::Event(text),
-            Some(Ok(tungstenite::Message::Close(frame))) => Idle::Closed(match frame {
-                Some(f) => CloseFrame { code: u16::from(f.code), reason: f.reason.as_str().into() },
-                None => CloseFrame { code: close_code::NORMAL, reason: "".into() },
-            }),
+            // (tungstenite gives no code the client may not be sent: a reserved one is 1002)
+            Some(Ok(tungstenite::Message::Close(frame))) => {
+                Idle::Closed(frame.map_or(close_code::NORMAL, |f| u16::from(f.code)))
+            }
             Some(Ok(_)) => continue,
-            Some(Err(_)) | None => Idle::Closed(CloseFrame {
-                code: close_code::AWAY,
-                reason: "upstream connection closed".into(),
-            }),
+            Some(Err(_)) | None => Idle::Closed(close_code::AWAY),
         };
     }
+}
+
+/// An upstream event between turns as the client gets it: a `codex.rate_limits` frame observed
+/// (QT-2), a wrapped refusal rebuilt as in a turn (ERR-3, with no request id: no turn is
+/// running), anything else as it came.
+fn idle_event(s: &AppState, account: &Arc<Account>, text: &str) -> String {
+    let kind = event_type(text);
+    if kind != "codex.rate_limits" && kind != "error" {
+        return text.to_owned();
+    }
+    let Ok(event) = serde_json::from_str::<Value>(text) else { return text.to_owned() };
+    if kind == "codex.rate_limits" {
+        s.quota.observe(account, quota::parse::codex_frame(&event, s.clock.unix_ms()));
+        return text.to_owned();
+    }
+    let Some(status) = wrapped_status(&event) else { return text.to_owned() };
+    let headers = wrapped_headers(Some(&event));
+    let refusal = failure::Refusal { status, headers: &headers, body: event };
+    let policy = &s.scheduler.settings().failure;
+    // (no turn, no model: nothing is settled on the account)
+    let failure = UpstreamFailure::classify(refusal, account.provider, "", s.clock.now(), policy);
+    refusal_frame(failure, status, None).1.to_string()
 }
 
 /// A turn the client asked for, as `serve_turn` needs it.
@@ -969,6 +994,9 @@ async fn relay_turn(
     // The turn's answer as an HTTP call's status: 200 once taken, else an error event's own. A
     // turn the upstream answered is recorded with it and uses a request of a budget (BUD-1).
     let mut answered: Option<u16> = None;
+    // The recorded code of an error event rebuilt as an HTTP answer (`usage_limit_reached`,
+    // `upstream_unauthorized`), as an HTTP call's record has it.
+    let mut rebuilt_code: Option<String> = None;
     // One timer for the total deadline, the idle timeout and the first frame's header timeout,
     // and one wait for the hard stop, for the whole turn: made afresh on every pass, they were
     // registered and dropped once per frame.
@@ -987,9 +1015,6 @@ async fn relay_turn(
         tokio::select! {
             biased;
             frame = upstream.next() => {
-                if matches!(frame, Some(Ok(_))) && !holding {
-                    first_until = None;
-                }
                 let text = match frame {
                     Some(Ok(tungstenite::Message::Text(t))) => t,
                     // Not events: the idle timeout counts upstream events only (CD-6), so a
@@ -1006,8 +1031,8 @@ async fn relay_turn(
                 }
                 let takes = !keep_alive && kind != "error" && kind != "codex.rate_limits";
                 if takes || kind == "error" {
-                    // (while frames are held, only an answer ends the header timeout: a turn
-                    // held silent behind a rate-limits frame or keep-alives is still cut)
+                    // Only an answer ends the header timeout: a turn held silent behind a
+                    // rate-limits frame, pings or keep-alives is still cut.
                     first_until = None;
                 }
                 if takes {
@@ -1038,10 +1063,12 @@ async fn relay_turn(
                         .as_ref()
                         .and_then(|e| e["error"]["code"].as_str().or(e["error"]["type"].as_str()));
                     error_code = providers::observe::sanitize(code.unwrap_or("upstream_error"));
-                    if let Some(status) = event.as_ref().and_then(wrapped_status) {
+                    let status = event.as_ref().and_then(wrapped_status);
+                    // (without a status, an answer as an SSE stream's in-stream error is: a 200)
+                    answered.get_or_insert(status.map_or(200, |s| s.as_u16()));
+                    if let Some(status) = status {
                         // A wrapped HTTP answer (protocols.md §1c): its headers and body are read
                         // as an HTTP refusal's (CD-1..CD-5, QT-2).
-                        answered.get_or_insert(status.as_u16());
                         let headers = wrapped_headers(event.as_ref());
                         let body = event.take().unwrap_or_default();
                         let refusal = failure::Refusal { status, headers: &headers, body };
@@ -1058,8 +1085,8 @@ async fn relay_turn(
                             });
                         // ERR-3: the client hears it rebuilt as the HTTP answer would be, never
                         // in the upstream's own words.
-                        let (code, frame) = refusal_frame(failure, status, request_id);
-                        error_code = Some(code);
+                        let (code, frame) = refusal_frame(failure, status, Some(request_id));
+                        rebuilt_code = Some(code);
                         event = Some(frame);
                     }
                 }
@@ -1142,12 +1169,12 @@ async fn relay_turn(
     let (outcome, code) = match (ended, seen.outcome) {
         (Some("client_stalled"), _) => (Outcome::Cancelled, Some("client_stalled".to_owned())),
         (_, Some(o)) if client_gone && o == Outcome::Success => (o, None),
-        (_, Some(o)) => (o, seen.error_code.or(error_code)),
+        (_, Some(o)) => (o, rebuilt_code.or(seen.error_code).or(error_code)),
         (Some("server_shutdown"), None) => (Outcome::Cancelled, Some("server_shutdown".into())),
         (Some(why), None) => (Outcome::Error, Some(why.to_owned())),
         (None, None) if client_gone => (Outcome::Cancelled, Some("client_cancelled".into())),
         (None, None) if upstream_gone => (Outcome::Error, Some("upstream_stream_broken".into())),
-        (None, None) => (Outcome::Error, error_code),
+        (None, None) => (Outcome::Error, rebuilt_code.or(error_code)),
     };
     if ended.is_some() && ended != Some("client_stalled") {
         // The turn was cut by the gateway: the upstream socket is mid-answer and cannot be reused.
@@ -1221,14 +1248,18 @@ fn wrapped_headers(event: Option<&Value>) -> reqwest::header::HeaderMap {
 
 /// An upstream's refusal of a turn as the client hears it (ERR-3): the HTTP answer SubLane would
 /// give, wrapped as an error event with its headers in `headers`; with the recorded error code.
-fn refusal_frame(failure: UpstreamFailure, status: StatusCode, request_id: &str) -> (String, Value) {
+fn refusal_frame(failure: UpstreamFailure, status: StatusCode, request_id: Option<&str>) -> (String, Value) {
     match failure.render(Protocol::OpenAi, request_id) {
         Rendered::Local(e) => (e.code.to_owned(), error_frame(&e, request_id)),
         Rendered::Upstream { code, body, headers } => {
+            // (recorded as the code the client is given: the upstream's code, else its type)
+            let code = body["error"]["code"].as_str().map_or(code, str::to_owned);
             let mut frame = body;
             frame["type"] = json!("error");
             frame["status"] = json!(status.as_u16());
-            frame["request_id"] = json!(request_id);
+            if let Some(id) = request_id {
+                frame["request_id"] = json!(id);
+            }
             let headers: serde_json::Map<String, Value> = headers
                 .iter()
                 .filter_map(|(name, value)| Some((name.as_str().to_owned(), json!(value.to_str().ok()?))))
@@ -1248,18 +1279,20 @@ async fn send_error(
     e: &GatewayError,
     request_id: &str,
 ) -> Result<(), Unsent> {
-    limits.send(client, Message::Text(error_frame(e, request_id).to_string().into()), None).await
+    limits.send(client, Message::Text(error_frame(e, Some(request_id)).to_string().into()), None).await
 }
 
 /// A gateway error as the Responses WebSocket wraps one (protocols.md §1b): `{"type":"error",
 /// "status", "error": {...}, "headers": {...}}`. The `error` object is the HTTP answer's (its
 /// `type` from the status, as over HTTP), and the retry time goes where the HTTP answer's
 /// `Retry-After` header would be: Codex reads the wrapped error's headers as a response's.
-fn error_frame(e: &GatewayError, request_id: &str) -> Value {
+fn error_frame(e: &GatewayError, request_id: Option<&str>) -> Value {
     let mut frame = e.body(Protocol::OpenAi, None);
     frame["type"] = json!("error");
     frame["status"] = json!(e.status.as_u16());
-    frame["request_id"] = json!(request_id);
+    if let Some(id) = request_id {
+        frame["request_id"] = json!(id);
+    }
     if let Some(secs) = e.retry_after {
         frame["headers"]["retry-after"] = json!(secs.to_string());
     }
@@ -1275,7 +1308,7 @@ mod tests {
 
     #[test]
     fn a_gateway_error_frame_has_the_http_answer_s_error_and_its_retry_time_in_headers() {
-        let cooling = error_frame(&GatewayError::account_cooling(30), "req_1");
+        let cooling = error_frame(&GatewayError::account_cooling(30), Some("req_1"));
         assert_eq!(
             (cooling["type"].as_str(), cooling["status"].as_u64(), cooling["request_id"].as_str()),
             (Some("error"), Some(429), Some("req_1"))
@@ -1283,10 +1316,10 @@ mod tests {
         assert_eq!(cooling["error"]["type"], "rate_limit_error", "{cooling}");
         assert_eq!(cooling["error"]["code"], "account_cooling");
         assert_eq!(cooling["headers"], json!({"retry-after": "30"}));
-        let budget = error_frame(&GatewayError::budget_exceeded("m".into()).not_soon(true), "req_2");
+        let budget = error_frame(&GatewayError::budget_exceeded("m".into()).not_soon(true), Some("req_2"));
         assert_eq!(budget["headers"], json!({"x-should-retry": "false"}), "as over HTTP");
         let refused = GatewayError::bad_request("no").with_field("param", json!("model"));
-        let refused = error_frame(&refused, "req_2");
+        let refused = error_frame(&refused, Some("req_2"));
         assert_eq!(
             (refused["error"]["type"].as_str(), refused["status"].as_u64()),
             (Some("invalid_request_error"), Some(400))
