@@ -134,11 +134,7 @@ async fn session(
         let msg = match msg {
             Ok(msg) => msg,
             Err(Idle::Event(text)) => {
-                let out = match bound.as_ref() {
-                    Some(b) => idle_event(&s, &b.account, &text),
-                    None => text.as_str().to_owned(),
-                };
-                if limits.send(&mut client, Message::Text(out.into()), None).await.is_err() {
+                if !pass_on(&s, &limits, &mut client, &bound, &text).await {
                     break;
                 }
                 continue;
@@ -157,6 +153,27 @@ async fn session(
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
             Some(Ok(_)) => continue,
         };
+        // What the upstream sent as the turn came in was before it: its events go first, and a
+        // connection it ended is left (the turn opens another; a continuation then hears the
+        // upstream say that its response is not found, and Codex sends the whole request again).
+        let mut gone = false;
+        while let Some(idle) = between_turns(&mut bound).now_or_never() {
+            match idle {
+                Idle::Event(text) => {
+                    if !pass_on(&s, &limits, &mut client, &bound, &text).await {
+                        gone = true;
+                        break;
+                    }
+                }
+                Idle::Closed(_) => {
+                    bound = None;
+                    break;
+                }
+            }
+        }
+        if gone {
+            break;
+        }
         let start = Start::now(&*s.clock);
         let request_id = new_request_id(start.unix_ms);
         // Each turn is a call: its log lines and trace carry its request id (BEY-5).
@@ -282,9 +299,26 @@ async fn between_turns(bound: &mut Option<Binding>) -> Idle {
     }
 }
 
+/// Passes on an event the upstream sent between turns ([`idle_event`]); false when the client is
+/// gone.
+async fn pass_on(
+    s: &AppState,
+    limits: &SendLimits,
+    client: &mut WebSocket,
+    bound: &Option<Binding>,
+    text: &str,
+) -> bool {
+    let out = match bound {
+        Some(b) => idle_event(s, &b.account, text),
+        None => text.to_owned(),
+    };
+    limits.send(client, Message::Text(out.into()), None).await.is_ok()
+}
+
 /// An upstream event between turns as the client gets it: a `codex.rate_limits` frame observed
-/// (QT-2), a wrapped refusal rebuilt as in a turn (ERR-3, with no request id: no turn is
-/// running), anything else as it came.
+/// (QT-2), a wrapped refusal observed and rebuilt as in a turn (ERR-3, with no request id: no
+/// turn is running; nothing is settled on the account, no turn having been refused), anything
+/// else as it came.
 fn idle_event(s: &AppState, account: &Arc<Account>, text: &str) -> String {
     let kind = event_type(text);
     if kind != "codex.rate_limits" && kind != "error" {
@@ -299,8 +333,10 @@ fn idle_event(s: &AppState, account: &Arc<Account>, text: &str) -> String {
     let headers = wrapped_headers(Some(&event));
     let refusal = failure::Refusal { status, headers: &headers, body: event };
     let policy = &s.scheduler.settings().failure;
-    // (no turn, no model: nothing is settled on the account)
     let failure = UpstreamFailure::classify(refusal, account.provider, "", s.clock.now(), policy);
+    let at = s.clock.unix_ms();
+    s.quota.observe(account, quota::parse::headers(account.provider, status.as_u16(), &headers, at));
+    s.quota.observe(account, failure.quota_observation(account.provider, at));
     refusal_frame(failure, status, None).1.to_string()
 }
 
@@ -994,8 +1030,8 @@ async fn relay_turn(
     // The turn's answer as an HTTP call's status: 200 once taken, else an error event's own. A
     // turn the upstream answered is recorded with it and uses a request of a budget (BUD-1).
     let mut answered: Option<u16> = None;
-    // The recorded code of an error event rebuilt as an HTTP answer (`usage_limit_reached`,
-    // `upstream_unauthorized`), as an HTTP call's record has it.
+    // The recorded code of an error event rebuilt as an HTTP answer: the code the client is given
+    // (`usage_limit_reached`, `previous_response_not_found`, `upstream_unauthorized`).
     let mut rebuilt_code: Option<String> = None;
     // One timer for the total deadline, the idle timeout and the first frame's header timeout,
     // and one wait for the hard stop, for the whole turn: made afresh on every pass, they were
