@@ -457,13 +457,7 @@ async fn choose(
             let at = s.clock.unix_ms();
             s.quota.observe(&account, failure.quota_observation(account.provider, at));
         }
-        let may_move = if bound {
-            // RT-3: only off an account that does not support the (new) model; the scheduler
-            // decides whether this conversation may move (a model switch, no continuation).
-            failure.model_unsupported()
-        } else {
-            failure.account_cannot_serve() || failure.model_unsupported()
-        };
+        let may_move = failure.moves(bound);
         if !may_move || tried.len() >= MAX_SWITCHES {
             // A bound conversation waits for its account (RT-2): as its next request would be
             // told (`schedule`), a block longer than a client waits out says so.

@@ -146,6 +146,12 @@ impl UpstreamFailure {
         schedule::model_unsupported(self.status, &self.body)
     }
 
+    /// Whether a request refused so before anything reached its client moves to another account
+    /// ([`moves_off`]).
+    pub(super) fn moves(&self, bound: bool) -> bool {
+        moves_off(bound, self.model_unsupported(), self.account_cannot_serve())
+    }
+
     /// Re-rendered for the client: status and Retry-After kept, the body rebuilt in the client's
     /// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). 403
     /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
@@ -264,6 +270,14 @@ pub(super) enum Rendered {
     /// The upstream's refusal rebuilt: the recorded error code, the body and the headers
     /// (Retry-After, the quota hints, `x-should-retry`).
     Upstream { code: String, body: Value, headers: HeaderMap },
+}
+
+/// ACC-2: a request refused before any byte reached its client moves to another account when the
+/// account cannot serve it now, or does not serve its model; a conversation bound to the account
+/// (RT-2) only in the second case, and only if the scheduler then lets it (RT-3: a model switch,
+/// no continuation).
+pub(super) fn moves_off(bound: bool, model_unsupported: bool, cannot_serve: bool) -> bool {
+    model_unsupported || (!bound && cannot_serve)
 }
 
 /// Whether `verdict` says the account cannot serve the request now, whoever asks (another

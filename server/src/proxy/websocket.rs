@@ -757,7 +757,10 @@ async fn route(
                     {
                         error = error.retry_after(secs);
                     }
-                    moves = tried.len() < call::MAX_SWITCHES && moves_off(bound_here, status, &body, verdict);
+                    let unsupported = schedule::model_unsupported(status, &body);
+                    let cannot_serve = failure::account_cannot_serve(verdict);
+                    moves = tried.len() < call::MAX_SWITCHES
+                        && failure::moves_off(bound_here, unsupported, cannot_serve);
                 }
                 if !moves {
                     return Err(Unrouted { error, outcome: Outcome::Error, status, yields: false });
@@ -768,13 +771,6 @@ async fn route(
             }
         }
     }
-}
-
-/// ACC-2, as for an HTTP call: nothing reached the client yet, so a session not bound to this
-/// account moves off one that cannot serve it now; a bound one only off one that does not
-/// support its model, if the scheduler then lets it (RT-3).
-fn moves_off(bound: bool, status: StatusCode, body: &Value, verdict: Verdict) -> bool {
-    schedule::model_unsupported(status, body) || (!bound && super::failure::account_cannot_serve(verdict))
 }
 
 /// A turn no account took: the error for the client and, when it is an upstream's answer (a
@@ -990,7 +986,7 @@ struct Turn {
     ending: Ending,
     client_gone: bool,
     upstream_gone: bool,
-    /// The upstream refused the turn with an `error` event that moves the session (`moves_off`)
+    /// The upstream refused the turn with an `error` event that moves the session (ACC-2)
     /// before taking it: the frames it sent, none of them passed on.
     held: Option<Vec<String>>,
 }
@@ -1115,10 +1111,7 @@ async fn relay_turn(
                         let code = status.as_u16();
                         s.quota.observe(account, quota::parse::headers(provider, code, &headers, at));
                         s.quota.observe(account, failure.quota_observation(provider, at));
-                        moves = holding
-                            && movable.is_some_and(|bound| {
-                                failure.model_unsupported() || (!bound && failure.account_cannot_serve())
-                            });
+                        moves = holding && movable.is_some_and(|bound| failure.moves(bound));
                         // ERR-3: the client hears it rebuilt as the HTTP answer would be, never
                         // in the upstream's own words.
                         let (code, frame) = refusal_frame(failure, status, Some(request_id));
