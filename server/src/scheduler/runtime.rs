@@ -82,11 +82,14 @@ impl Runtime {
         if self.blocked_until <= now && !self.has_models {
             return None;
         }
+        // The first block by priority names it, and it lasts as long as any account-wide block:
+        // an account both quota-spent and rate limited serves again only when both are over.
+        // (`blocked_until` is the latest of them; a re-authorization's `i64::MAX` stays.)
         if self.credentials_until > now {
-            return Some(Block::Credentials { until: self.credentials_until });
+            return Some(Block::Credentials { until: self.blocked_until });
         }
         if self.cold.quota_until > now {
-            return Some(Block::QuotaExhausted { until: self.cold.quota_until });
+            return Some(Block::QuotaExhausted { until: self.blocked_until });
         }
         if let Some(b) = self.cold.state.account_block(now) {
             return Some(b);

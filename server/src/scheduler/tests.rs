@@ -539,6 +539,23 @@ async fn a_pool_paused_for_its_credentials_says_when_its_soonest_block_ends() {
     assert_eq!(Refusal::NoAccount.back_in(), Some(u64::MAX));
 }
 
+/// An account both quota-spent (for 10 s) and rate limited (for 600 s) serves again only when
+/// both are over: the pool's refusal says 600 s, not the quota's 10 (its code still follows the
+/// quota, which comes first).
+#[tokio::test]
+async fn a_block_lasts_until_the_account_s_latest_account_wide_block_ends() {
+    let b = bed(&[(1, 0, 5)], Settings::default());
+    let a = ask(None);
+    b.go(&a).settle(Verdict::RateLimited(Some(Duration::from_secs(600))));
+    let now = b.scheduler.now();
+    let mut spent = quota(now, Some(100.0), &[]);
+    spent.account_until = now + 10_000;
+    b.scheduler.set_quota(1, 0, Some(spent));
+    let r = b.refusal(&a);
+    assert_eq!(r.back_in(), Some(600), "{r:?}");
+    assert_eq!(b.refusal(&ask(Some("c"))).wait_secs(), Some(600), "a conversation waits as long");
+}
+
 /// Issue 9 item 13: one rotation position per set of providers: alternating Codex and Claude
 /// traffic still spreads over both Codex accounts.
 #[tokio::test]
