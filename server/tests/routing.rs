@@ -231,6 +231,34 @@ async fn websocket_refusals_cool_the_account() {
     assert_eq!(statuses, [Some(429), Some(429), Some(403)], "{recs:?}");
 }
 
+/// A first turn refused by one account's error event, whose next account then fails its
+/// handshake without an answer (a timeout): that failure is the answer, as over HTTP, recorded
+/// under the account that failed, which learns nothing from the first account's refusal.
+#[tokio::test]
+async fn a_held_refusal_gives_way_to_the_next_account_s_own_failure() {
+    let tokens = ["wshold-a", "wshold-b"];
+    let mut rig =
+        Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[("SUBLANE_UPSTREAM_HEADER_TIMEOUT", "500ms")]).await;
+    rig.script(tokens[0], json!({"steps": [{"kind": "status", "status": 429, "retry_after": "30"}]})).await;
+    rig.script(tokens[1], json!({"websocket_delay_ms": 3000})).await;
+    let mut socket = ws(&rig).await;
+    let frames = turn_frames(&mut socket).await;
+    let last = frames.last().unwrap();
+    assert_eq!(
+        (last["status"].as_u64(), last["error"]["code"].as_str()),
+        (Some(504), Some("upstream_timeout")),
+        "{frames:?}"
+    );
+    assert_eq!(frames.len(), 1, "nothing of the first account's: {frames:?}");
+    rig.settled().await;
+    assert!(rig.account_runtime(rig.ids[0]).await["rate_limit_reset_at"].is_i64(), "its own 429 cooled a");
+    let b = rig.account_runtime(rig.ids[1]).await;
+    assert!(b["rate_limit_reset_at"].is_null(), "b did not take a's verdict: {b}");
+    let recs = rig.t.records(1).await;
+    let recorded = (recs[0]["account_id"].as_i64(), recs[0]["error_code"].as_str());
+    assert_eq!(recorded, (Some(rig.ids[1]), Some("upstream_timeout")), "{recs:?}");
+}
+
 /// ERR-3 on the WebSocket path: an upstream's refusal of a turn reaches the client rebuilt as the
 /// HTTP answer would be, never in the upstream's words; Codex's usage limit keeps what Codex tells
 /// its user from (the type, the plan and the reset time).

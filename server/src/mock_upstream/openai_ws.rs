@@ -24,7 +24,11 @@ pub async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    if let Some(status) = s.script(&credential(&headers)).refuse_websocket {
+    let script = s.script(&credential(&headers));
+    if script.websocket_delay_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(script.websocket_delay_ms)).await;
+    }
+    if let Some(status) = script.refuse_websocket {
         let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::FORBIDDEN);
         let (kind, code) = match status.as_u16() {
             429 => ("rate_limit_exceeded", "rate_limit_exceeded"),
