@@ -265,9 +265,14 @@ async fn session(
             break;
         }
     }
-    if let Some(mut b) = bound {
-        let _ = tokio::time::timeout(Duration::from_secs(1), b.upstream.close(None)).await;
+    if let Some(b) = bound {
+        close_upstream(b).await;
     }
+}
+
+/// Closes an upstream socket the session leaves, giving its close handshake at most a second.
+async fn close_upstream(mut left: Binding) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), left.upstream.close(None)).await;
 }
 
 /// What the upstream socket did between turns.
@@ -330,14 +335,28 @@ fn idle_event(s: &AppState, account: &Arc<Account>, text: &str) -> String {
         return text.to_owned();
     }
     let Some(status) = wrapped_status(&event) else { return text.to_owned() };
-    let headers = wrapped_headers(Some(&event));
+    let failure = read_refusal(s, account, "", status, event);
+    refusal_frame(failure, status, None).1.to_string()
+}
+
+/// A wrapped HTTP answer (protocols.md §1c) read as an HTTP refusal is (CD-1..CD-5): its headers
+/// as the answer's, the event as its body; what they say of the account's quota is observed
+/// (QT-2). `model` is the turn's (none between turns).
+fn read_refusal(
+    s: &AppState,
+    account: &Arc<Account>,
+    model: &str,
+    status: StatusCode,
+    event: Value,
+) -> UpstreamFailure {
+    let headers = wrapped_headers(&event);
     let refusal = failure::Refusal { status, headers: &headers, body: event };
     let policy = &s.scheduler.settings().failure;
-    let failure = UpstreamFailure::classify(refusal, account.provider, "", s.clock.now(), policy);
+    let failure = UpstreamFailure::classify(refusal, account.provider, model, s.clock.now(), policy);
     let at = s.clock.unix_ms();
     s.quota.observe(account, quota::parse::headers(account.provider, status.as_u16(), &headers, at));
     s.quota.observe(account, failure.quota_observation(account.provider, at));
-    refusal_frame(failure, status, None).1.to_string()
+    failure
 }
 
 /// A turn the client asked for, as `serve_turn` needs it.
@@ -455,16 +474,17 @@ async fn serve_turn(
             if let Some(mut lease) = attempt.lease.take() {
                 lease.settle(turn.ending.verdict);
             }
-            let Some(left) = bound.take() else { continue };
-            tried.push(left.account.id);
-            held =
-                Some(Held { frames, ending: turn.ending, account: (left.account.id, left.account.provider) });
-            let tracked = s.lifecycle.tasks.token();
-            tokio::spawn(async move {
-                let mut left = left;
-                let _ = tokio::time::timeout(Duration::from_secs(1), left.upstream.close(None)).await;
-                drop(tracked);
-            });
+            let account = (binding.account.id, binding.account.provider);
+            tried.push(account.0);
+            held = Some(Held { frames, ending: turn.ending, account });
+            if let Some(left) = bound.take() {
+                // (closed aside: the turn goes on to another account meanwhile)
+                let tracked = s.lifecycle.tasks.token();
+                tokio::spawn(async move {
+                    close_upstream(left).await;
+                    drop(tracked);
+                });
+            }
             continue;
         }
         if turn.upstream_gone {
@@ -1000,7 +1020,6 @@ async fn relay_turn(
     turn: Answering<'_>,
 ) -> Turn {
     let Answering { account, model, request_id, started, mut lease, movable } = turn;
-    let provider = account.provider;
     let mut observer = Observer::new(Grammar::Responses);
     let deadline = started + s.config.request_deadline;
     // The workspace's stream idle timeout (off unless set): that long without an upstream event
@@ -1099,18 +1118,8 @@ async fn relay_turn(
                     // (without a status, an answer as an SSE stream's in-stream error is: a 200)
                     answered.get_or_insert(status.map_or(200, |s| s.as_u16()));
                     if let Some(status) = status {
-                        // A wrapped HTTP answer (protocols.md §1c): its headers and body are read
-                        // as an HTTP refusal's (CD-1..CD-5, QT-2).
-                        let headers = wrapped_headers(event.as_ref());
-                        let body = event.take().unwrap_or_default();
-                        let refusal = failure::Refusal { status, headers: &headers, body };
-                        let policy = &s.scheduler.settings().failure;
-                        let failure = UpstreamFailure::classify(refusal, provider, model, s.clock.now(), policy);
+                        let failure = read_refusal(s, account, model, status, event.take().unwrap_or_default());
                         error_verdict = Some(failure.verdict);
-                        let at = s.clock.unix_ms();
-                        let code = status.as_u16();
-                        s.quota.observe(account, quota::parse::headers(provider, code, &headers, at));
-                        s.quota.observe(account, failure.quota_observation(provider, at));
                         moves = holding && movable.is_some_and(|bound| failure.moves(bound));
                         // ERR-3: the client hears it rebuilt as the HTTP answer would be, never
                         // in the upstream's own words.
@@ -1256,9 +1265,9 @@ fn wrapped_status(event: &Value) -> Option<StatusCode> {
 
 /// A wrapped error event's `headers`, which Codex reads as an HTTP answer's: those with a text
 /// value that is a valid header.
-fn wrapped_headers(event: Option<&Value>) -> reqwest::header::HeaderMap {
+fn wrapped_headers(event: &Value) -> reqwest::header::HeaderMap {
     let mut headers = reqwest::header::HeaderMap::new();
-    let names = event.and_then(|e| e.get("headers")).and_then(Value::as_object);
+    let names = event.get("headers").and_then(Value::as_object);
     for (name, value) in names.into_iter().flatten() {
         let value = match value {
             Value::String(v) => v.clone(),
