@@ -9,7 +9,7 @@ CARGO ?= cargo
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/^version = "\(.*\)"/\1/p;}' Cargo.lock)
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo run build site setup setup-test test test-rust test-e2e test-sdk test-clients lint lint-fmt fmt bench clean-data
+.PHONY: demo run build site setup setup-test setup-bench test test-rust test-e2e test-sdk test-clients lint lint-fmt fmt bench clean-data
 
 run: build
 	./target/release/sublane
@@ -47,6 +47,12 @@ setup-test: setup end2end/node_modules/.stamp client-tests/node_modules/.stamp
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@command -v cargo-nextest >/dev/null || $(CARGO) install cargo-nextest --locked
+
+setup-bench:
+	@command -v wrk >/dev/null && { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } || { \
+	  echo "installing Debian nginx-light and wrk for the benchmarks' bare-proxy baseline"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk >/dev/null; }
 
 end2end/node_modules/.stamp: end2end/package.json end2end/package-lock.json
 	cd end2end && npm ci --no-audit --no-fund
@@ -94,7 +100,8 @@ lint: lint-fmt
 fmt:
 	$(CARGO) fmt --all
 
-bench:
+# The bare-nginx baseline of goals 1, 2 and 5, and ../shared/bench/side-by-side.sh's load generator.
+bench: setup-bench
 	$(CARGO) bench -p server --bench proxy
 	$(CARGO) bench -p server --bench scheduler
 	$(CARGO) bench -p server --bench memory
