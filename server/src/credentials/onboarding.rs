@@ -30,6 +30,7 @@ use super::{
 use crate::{
     clock::SharedClock,
     config::{OAuthClient, OAuthClients, UpstreamUrls},
+    providers::identity,
 };
 
 /// How long a started sign-in can be finished.
@@ -211,7 +212,7 @@ impl Onboarding {
                 ])
             }
         };
-        let fresh = match refresh::send(request, now).await {
+        let fresh = match refresh::send(identity::named(request, flow.provider), now).await {
             Answer::Fresh(f) => f,
             Answer::Terminal(reason) => {
                 return Err(invalid(format!(
@@ -309,8 +310,12 @@ impl Onboarding {
         let mut url = self.urls.antigravity_base_url.clone();
         url.set_path(&format!("{}/v1internal:loadCodeAssist", url.path().trim_end_matches('/')));
         let body = json!({"metadata": {"ideType": "ANTIGRAVITY", "platform": "PLATFORM_UNSPECIFIED", "pluginType": "GEMINI"}});
-        let sent =
-            self.http.post(url).bearer_auth(access_token).json(&body).timeout(PROJECT_TIMEOUT).send().await;
+        let sent = identity::named(self.http.post(url), Provider::Antigravity)
+            .bearer_auth(access_token)
+            .json(&body)
+            .timeout(PROJECT_TIMEOUT)
+            .send()
+            .await;
         let resp = sent
             .map_err(|_| OnboardError::Upstream("Cloud Code (loadCodeAssist) could not be reached".into()))?;
         let status = resp.status();

@@ -19,7 +19,10 @@ use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
-use crate::config::{OAuthClients, UpstreamUrls};
+use crate::{
+    config::{OAuthClients, UpstreamUrls},
+    providers::identity,
+};
 
 /// Scopes Claude Code asks for when it refreshes (protocols.md §4); its sign-in asks for these
 /// and `org:create_api_key`, so a refresh never asks for more than was granted.
@@ -94,7 +97,7 @@ pub async fn refresh(
             return Answer::Transient { reason: "not_an_oauth_account".into(), retry_after: None };
         }
     };
-    send(request, now).await
+    send(identity::named(request, provider), now).await
 }
 
 /// Sends a token request and reads its answer (also for code exchanges).

@@ -61,13 +61,7 @@ pub async fn fetch_available_models(
     if let Some(refused) = unauthenticated(&headers) {
         return refused;
     }
-    let agent = headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !agent.starts_with("antigravity/") {
-        return json(
-            StatusCode::FORBIDDEN,
-            json!({"error": {"code": 403, "message": "unsupported client", "status": "PERMISSION_DENIED"}}),
-        );
-    }
+    // (its client, the Antigravity hub, is checked by `strict`)
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !request["project"].is_string() {
         return json(

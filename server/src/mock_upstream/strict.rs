@@ -6,6 +6,11 @@
 //! hyper (which the mock is built on) accepts a repeated `Content-Type` and hands handlers the
 //! first; a strict upstream refuses the request. A lenient mock hid exactly that bug once, so
 //! every test, benchmark and demo call goes through this check.
+//!
+//! The calls made around model calls are held to their client's form too, as the providers'
+//! front ends hold them: a token or usage call that does not name Codex or Claude Code is
+//! refused as Cloudflare refuses it (403), and a Cloud Code call that does not come from the
+//! Antigravity hub is refused as Cloud Code refuses an unsupported client.
 
 use axum::{
     extract::Request,
@@ -53,6 +58,9 @@ pub async fn check(req: Request, next: Next) -> Response {
     if let Err(message) = headers_ok(req.method(), req.headers()) {
         return refuse(&path, &message);
     }
+    if let Some(refused) = unnamed_client(&path, req.headers()) {
+        return refused;
+    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -90,6 +98,28 @@ pub fn headers_ok(method: &Method, headers: &HeaderMap) -> Result<(), String> {
         return Err("a POST needs a Content-Length".into());
     }
     Ok(())
+}
+
+/// 403 for a call that does not name the client its endpoint serves (see the module doc).
+fn unnamed_client(path: &str, headers: &HeaderMap) -> Option<Response> {
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let named = match path {
+        // Codex's token and usage endpoints (OpenAI's auth and ChatGPT backend)
+        "/oauth/token" | "/backend-api/wham/usage" => headers.contains_key("originator") && !agent.is_empty(),
+        "/v1/oauth/token" => agent.starts_with("claude-cli/"),
+        _ if path.starts_with("/v1internal") => agent.starts_with("antigravity/hub/"),
+        _ => return None,
+    };
+    if named {
+        return None;
+    }
+    let body = if path.starts_with("/v1internal") {
+        json!({"error": {"code": 403, "message": "This version of Antigravity is no longer supported.",
+            "status": "PERMISSION_DENIED"}})
+    } else {
+        json!({"error": {"message": "Sorry, you have been blocked", "type": "forbidden"}})
+    };
+    Some(json(StatusCode::FORBIDDEN, body))
 }
 
 fn title_case(name: &str) -> String {
@@ -155,5 +185,26 @@ mod tests {
         assert!(headers_ok(&Method::POST, &h(&[("transfer-encoding", "chunked")])).is_ok());
         assert!(headers_ok(&Method::POST, &HeaderMap::new()).is_err(), "a POST body of unknown length");
         assert!(headers_ok(&Method::GET, &HeaderMap::new()).is_ok());
+    }
+
+    #[test]
+    fn calls_around_model_calls_must_name_their_client() {
+        let refused = |path: &str, pairs: &[(&str, &str)]| unnamed_client(path, &h(pairs)).is_some();
+        assert!(refused("/oauth/token", &[]));
+        assert!(refused("/oauth/token", &[("user-agent", "reqwest")]), "no originator");
+        assert!(!refused(
+            "/oauth/token",
+            &[("originator", "codex_cli_rs"), ("user-agent", "codex_cli_rs/1")]
+        ));
+        assert!(refused("/backend-api/wham/usage", &[("user-agent", "codex_cli_rs/1")]));
+        assert!(refused("/v1/oauth/token", &[("user-agent", "python-requests/2")]));
+        assert!(!refused("/v1/oauth/token", &[("user-agent", "claude-cli/2.1.197 (external, cli)")]));
+        assert!(refused("/v1internal:streamGenerateContent", &[("user-agent", "antigravity/1.0 sublane")]));
+        assert!(!refused(
+            "/v1internal:loadCodeAssist",
+            &[("user-agent", "antigravity/hub/2.8.1 linux/amd64")]
+        ));
+        assert!(!refused("/v1/responses", &[]), "a model call's client is its own business");
+        assert!(!refused("/token", &[]), "Google's token endpoint");
     }
 }

@@ -13,6 +13,7 @@
 //! defines them (`beta` on Anthropic's Messages).
 
 mod envelope;
+pub mod identity;
 pub(crate) mod lenient;
 pub mod observe;
 pub mod sse;
@@ -186,7 +187,10 @@ pub fn target(
             bearer(&mut headers, access_token)?;
             // The Cloud Code project the account works in; without it there is no envelope.
             let project = provider_account_id.clone().ok_or(TargetError::WrongCredential)?;
-            headers.insert(axum::http::header::USER_AGENT, HeaderValue::from_static(ANTIGRAVITY_USER_AGENT));
+            headers.insert(
+                axum::http::header::USER_AGENT,
+                HeaderValue::from_static(identity::ANTIGRAVITY_USER_AGENT),
+            );
             let url = match op {
                 Operation::GeminiGenerate => at.antigravity_generate.clone(),
                 Operation::GeminiStream => at.antigravity_stream.clone(),
@@ -204,9 +208,6 @@ pub fn target(
     };
     Ok(Target { url, headers, force_stream, force_no_store, envelope: None })
 }
-
-/// User agent sent to Cloud Code Assist for Antigravity accounts.
-pub const ANTIGRAVITY_USER_AGENT: &str = "antigravity/1.0 sublane";
 
 /// The client's query parameters that the upstream route defines (`allowed`), in their order.
 fn defined_query(query: Option<&str>, allowed: &[&str]) -> Option<String> {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use app::model::{CredentialInput, Provider};
 use axum::body::Bytes;
-use axum::http::HeaderMap;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
@@ -58,11 +57,12 @@ pub async fn run(s: &AppState, provider: Provider, credentials: &CredentialInput
         error: Some(error.to_owned()),
     };
     let (op, model, body) = probe(provider);
-    let target =
-        match providers::target(provider, credentials, &s.config.upstream, op, &HeaderMap::new(), None) {
-            Ok(t) => t,
-            Err(_) => return failed("credentials_do_not_fit_provider", None),
-        };
+    // (as the provider's own client: no client of SubLane's made this call)
+    let client = providers::identity::as_client(provider);
+    let target = match providers::target(provider, credentials, &s.config.upstream, op, &client, None) {
+        Ok(t) => t,
+        Err(_) => return failed("credentials_do_not_fit_provider", None),
+    };
     let body = match &target.envelope {
         Some(project) => match providers::envelope(body, project, model, "test") {
             Ok(b) => Bytes::from(b),

@@ -25,7 +25,7 @@ use crate::{
     config::UpstreamUrls,
     credentials::Tokens,
     directory::{Account, PoolRoutes},
-    providers::ANTIGRAVITY_USER_AGENT,
+    providers::identity,
     scheduler::admission::Admission,
 };
 
@@ -142,7 +142,9 @@ impl Reads {
         };
         let request = match account.provider {
             Provider::Codex => {
-                let mut r = self.http.get(self.urls.codex_usage_url.clone()).bearer_auth(access_token);
+                let mut r =
+                    identity::named(self.http.get(self.urls.codex_usage_url.clone()), Provider::Codex)
+                        .bearer_auth(access_token);
                 if let Some(id) = provider_account_id {
                     r = r.header("chatgpt-account-id", id);
                 }
@@ -151,11 +153,12 @@ impl Reads {
             Provider::Antigravity => {
                 let project = provider_account_id.as_deref().ok_or(ReadError::NoToken)?;
                 let base = self.urls.antigravity_base_url.as_str().trim_end_matches('/');
-                self.http
-                    .post(format!("{base}/v1internal:fetchAvailableModels"))
-                    .bearer_auth(access_token)
-                    .header(reqwest::header::USER_AGENT, ANTIGRAVITY_USER_AGENT)
-                    .json(&json!({ "project": project }))
+                identity::named(
+                    self.http.post(format!("{base}/v1internal:fetchAvailableModels")),
+                    Provider::Antigravity,
+                )
+                .bearer_auth(access_token)
+                .json(&json!({ "project": project }))
             }
             _ => return Err(ReadError::Upstream("no quota read for this provider".into())),
         };
