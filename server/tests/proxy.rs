@@ -644,6 +644,16 @@ async fn gemini_generate_and_stream_through_antigravity() {
     assert!(chunks.iter().all(|c| c.get("response").is_none() && c["candidates"].is_array()));
     assert_eq!(chunks[2]["candidates"][0]["finishReason"], "STOP");
 
+    // Google's other stream, a JSON array (no `alt=sse`), is refused in words, not answered
+    // with events the client cannot parse; nothing goes upstream
+    let resp = gemini("gemini-3.1-pro-low:streamGenerateContent").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["status"], "INVALID_ARGUMENT");
+    assert!(v["error"]["message"].as_str().unwrap().contains("alt=sse"), "{v}");
+    let resp = gemini("gemini-3.1-pro-low:streamGenerateContent?alt=json").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
     let calls = r.calls("ya29.ag");
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].path, "/v1internal:streamGenerateContent");

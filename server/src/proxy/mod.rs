@@ -238,6 +238,17 @@ async fn gemini(
             return e.render(Protocol::Gemini, None);
         }
     };
+    // Without `alt=sse`, Google streams a JSON array, which SubLane does not write: such a client
+    // would be handed server-sent events it cannot parse. It is told what to ask for instead.
+    let sse = req.uri().query().is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"));
+    if op == Operation::GeminiStream && !sse {
+        let e = error::GatewayError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "SubLane streams Gemini answers as server-sent events only: add ?alt=sse to :streamGenerateContent",
+        );
+        return e.render(Protocol::Gemini, None);
+    }
     let model = model_action.rsplit_once(':').map(|(m, _)| m.to_owned());
     let spec = Spec { protocol: Protocol::Gemini, op, only: Some(Provider::Antigravity) };
     call::handle(s, spec, req, model).await
