@@ -387,6 +387,16 @@ pub struct UpstreamSettings {
     /// Anthropic API base for API-key accounts [env: SUBLANE_ANTHROPIC_BASE_URL]
     #[arg(long, value_name = "URL")]
     pub anthropic_base_url: Option<url::Url>,
+    /// User agent of Antigravity calls, for when Cloud Code stops taking the built-in version
+    /// [env: SUBLANE_ANTIGRAVITY_USER_AGENT]
+    #[arg(long, value_name = "AGENT")]
+    pub antigravity_user_agent: Option<String>,
+    /// User agent of Claude token calls [env: SUBLANE_CLAUDE_USER_AGENT]
+    #[arg(long, value_name = "AGENT")]
+    pub claude_user_agent: Option<String>,
+    /// User agent of Codex token and usage calls [env: SUBLANE_CODEX_USER_AGENT]
+    #[arg(long, value_name = "AGENT")]
+    pub codex_user_agent: Option<String>,
 }
 
 fn parse_secret(s: &str) -> Result<SecretString, String> {
@@ -484,6 +494,8 @@ pub struct UpstreamUrls {
     pub google_token_url: url::Url,
     pub openai_base_url: url::Url,
     pub anthropic_base_url: url::Url,
+    /// Who SubLane says it is where no client of its own speaks (`providers::identity`).
+    pub agents: crate::providers::identity::Agents,
     /// The model-call URLs, joined from the bases above once, when the settings are resolved
     /// (the only place this struct is made). A base changed afterwards would leave them stale:
     /// make a new `UpstreamUrls` instead.
@@ -620,6 +632,9 @@ impl Settings {
                 google_token_url: parse("SUBLANE_GOOGLE_TOKEN_URL")?,
                 openai_base_url: parse("SUBLANE_OPENAI_BASE_URL")?,
                 anthropic_base_url: parse("SUBLANE_ANTHROPIC_BASE_URL")?,
+                antigravity_user_agent: var("SUBLANE_ANTIGRAVITY_USER_AGENT"),
+                claude_user_agent: var("SUBLANE_CLAUDE_USER_AGENT"),
+                codex_user_agent: var("SUBLANE_CODEX_USER_AGENT"),
             },
             models: ModelSettings {
                 codex_models: list("SUBLANE_CODEX_MODELS"),
@@ -709,6 +724,9 @@ impl Settings {
                 google_token_url: o.google_token_url.or(u.google_token_url),
                 openai_base_url: o.openai_base_url.or(u.openai_base_url),
                 anthropic_base_url: o.anthropic_base_url.or(u.anthropic_base_url),
+                antigravity_user_agent: o.antigravity_user_agent.or(u.antigravity_user_agent),
+                claude_user_agent: o.claude_user_agent.or(u.claude_user_agent),
+                codex_user_agent: o.codex_user_agent.or(u.codex_user_agent),
             },
             oauth: OAuthSettings {
                 codex_authorize_url: b.codex_authorize_url.or(a.codex_authorize_url),
@@ -889,6 +907,12 @@ impl Settings {
                     google_token_url: url(u.google_token_url, DEFAULT_GOOGLE_TOKEN_URL)?,
                     openai_base_url,
                     anthropic_base_url,
+                    agents: crate::providers::identity::Agents::new(
+                        u.antigravity_user_agent,
+                        u.claude_user_agent,
+                        u.codex_user_agent,
+                    )
+                    .map_err(ConfigError::Invalid)?,
                 }
             },
             oauth: OAuthClients {
@@ -1195,6 +1219,21 @@ mod tests {
         assert_eq!(c.scheduler.failure.fallback_429, Duration::from_secs(9));
         assert_eq!(c.scheduler.failure.overload, Duration::from_secs(60));
         assert_eq!(c.scheduler.binding_ttl, Duration::from_secs(7200));
+    }
+
+    #[test]
+    fn client_user_agents_come_from_the_settings_and_are_checked_at_start() {
+        let c = Config::load(cli(&[]), env(&[])).unwrap();
+        assert_eq!(c.upstream.agents.antigravity, crate::providers::identity::ANTIGRAVITY_USER_AGENT);
+        let c = Config::load(
+            cli(&["--claude-user-agent", "claude-cli/9.0.0 (external, cli)"]),
+            env(&[("SUBLANE_ANTIGRAVITY_USER_AGENT", "antigravity/hub/3.0.0 linux/amd64")]),
+        )
+        .unwrap();
+        assert_eq!(c.upstream.agents.antigravity, "antigravity/hub/3.0.0 linux/amd64");
+        assert_eq!(c.upstream.agents.claude, "claude-cli/9.0.0 (external, cli)");
+        let err = Config::load(cli(&[]), env(&[("SUBLANE_CODEX_USER_AGENT", "codex\u{7f}")])).unwrap_err();
+        assert!(err.to_string().contains("SUBLANE_CODEX_USER_AGENT"), "{err}");
     }
 
     #[test]

@@ -603,8 +603,12 @@ async fn gemini_generate_and_stream_through_antigravity() {
     let m = r.mock.url();
     // point Antigravity at the mock: a second server would do, but the URL is per process, so
     // this test starts its own SubLane with the Antigravity base set
-    let env =
-        [("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD), ("SUBLANE_ANTIGRAVITY_BASE_URL", m.as_str())];
+    // (with the operator's Antigravity version: the built-in one is what the other tests send)
+    let env = [
+        ("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD),
+        ("SUBLANE_ANTIGRAVITY_BASE_URL", m.as_str()),
+        ("SUBLANE_ANTIGRAVITY_USER_AGENT", "antigravity/hub/3.1.0 linux/amd64"),
+    ];
     let t = TestServer::start_with(&env).await;
     let mut admin = t.admin().await;
     let (status, body) = admin
@@ -659,6 +663,7 @@ async fn gemini_generate_and_stream_through_antigravity() {
     assert_eq!(calls[1].path, "/v1internal:streamGenerateContent");
     assert_eq!(calls[1].query.as_deref(), Some("alt=sse"));
     assert_eq!(calls[0].headers["authorization"], "Bearer ya29.ag");
+    assert!(calls.iter().all(|c| c.headers["user-agent"] == "antigravity/hub/3.1.0 linux/amd64"));
     assert!(!calls[0].headers.contains_key("x-goog-api-key"));
 
     // a model the pool cannot serve through this protocol, in Gemini's error shape

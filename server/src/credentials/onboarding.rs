@@ -30,7 +30,6 @@ use super::{
 use crate::{
     clock::SharedClock,
     config::{OAuthClient, OAuthClients, UpstreamUrls},
-    providers::identity,
 };
 
 /// How long a started sign-in can be finished.
@@ -212,7 +211,7 @@ impl Onboarding {
                 ])
             }
         };
-        let fresh = match refresh::send(identity::named(request, flow.provider), now).await {
+        let fresh = match refresh::send(self.urls.agents.named(request, flow.provider), now).await {
             Answer::Fresh(f) => f,
             Answer::Terminal(reason) => {
                 return Err(invalid(format!(
@@ -310,7 +309,10 @@ impl Onboarding {
         let mut url = self.urls.antigravity_base_url.clone();
         url.set_path(&format!("{}/v1internal:loadCodeAssist", url.path().trim_end_matches('/')));
         let body = json!({"metadata": {"ideType": "ANTIGRAVITY", "platform": "PLATFORM_UNSPECIFIED", "pluginType": "GEMINI"}});
-        let sent = identity::named(self.http.post(url), Provider::Antigravity)
+        let sent = self
+            .urls
+            .agents
+            .named(self.http.post(url), Provider::Antigravity)
             .bearer_auth(access_token)
             .json(&body)
             .timeout(PROJECT_TIMEOUT)

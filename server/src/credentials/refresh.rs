@@ -19,10 +19,7 @@ use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
-use crate::{
-    config::{OAuthClients, UpstreamUrls},
-    providers::identity,
-};
+use crate::config::{OAuthClients, UpstreamUrls};
 
 /// Scopes Claude Code asks for when it refreshes (protocols.md §4); its sign-in asks for these
 /// and `org:create_api_key`, so a refresh never asks for more than was granted.
@@ -97,7 +94,7 @@ pub async fn refresh(
             return Answer::Transient { reason: "not_an_oauth_account".into(), retry_after: None };
         }
     };
-    send(identity::named(request, provider), now).await
+    send(urls.agents.named(request, provider), now).await
 }
 
 /// Sends a token request and reads its answer (also for code exchanges).

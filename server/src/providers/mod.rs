@@ -187,10 +187,7 @@ pub fn target(
             bearer(&mut headers, access_token)?;
             // The Cloud Code project the account works in; without it there is no envelope.
             let project = provider_account_id.clone().ok_or(TargetError::WrongCredential)?;
-            headers.insert(
-                axum::http::header::USER_AGENT,
-                HeaderValue::from_static(identity::ANTIGRAVITY_USER_AGENT),
-            );
+            headers.insert(axum::http::header::USER_AGENT, urls.agents.antigravity.clone());
             let url = match op {
                 Operation::GeminiGenerate => at.antigravity_generate.clone(),
                 Operation::GeminiStream => at.antigravity_stream.clone(),

@@ -58,7 +58,7 @@ pub async fn run(s: &AppState, provider: Provider, credentials: &CredentialInput
     };
     let (op, model, body) = probe(provider);
     // (as the provider's own client: no client of SubLane's made this call)
-    let client = providers::identity::as_client(provider);
+    let client = s.config.upstream.agents.as_client(provider);
     let target = match providers::target(provider, credentials, &s.config.upstream, op, &client, None) {
         Ok(t) => t,
         Err(_) => return failed("credentials_do_not_fit_provider", None),

@@ -25,7 +25,6 @@ use crate::{
     config::UpstreamUrls,
     credentials::Tokens,
     directory::{Account, PoolRoutes},
-    providers::identity,
     scheduler::admission::Admission,
 };
 
@@ -142,9 +141,11 @@ impl Reads {
         };
         let request = match account.provider {
             Provider::Codex => {
-                let mut r =
-                    identity::named(self.http.get(self.urls.codex_usage_url.clone()), Provider::Codex)
-                        .bearer_auth(access_token);
+                let mut r = self
+                    .urls
+                    .agents
+                    .named(self.http.get(self.urls.codex_usage_url.clone()), Provider::Codex)
+                    .bearer_auth(access_token);
                 if let Some(id) = provider_account_id {
                     r = r.header("chatgpt-account-id", id);
                 }
@@ -153,12 +154,14 @@ impl Reads {
             Provider::Antigravity => {
                 let project = provider_account_id.as_deref().ok_or(ReadError::NoToken)?;
                 let base = self.urls.antigravity_base_url.as_str().trim_end_matches('/');
-                identity::named(
-                    self.http.post(format!("{base}/v1internal:fetchAvailableModels")),
-                    Provider::Antigravity,
-                )
-                .bearer_auth(access_token)
-                .json(&json!({ "project": project }))
+                self.urls
+                    .agents
+                    .named(
+                        self.http.post(format!("{base}/v1internal:fetchAvailableModels")),
+                        Provider::Antigravity,
+                    )
+                    .bearer_auth(access_token)
+                    .json(&json!({ "project": project }))
             }
             _ => return Err(ReadError::Upstream("no quota read for this provider".into())),
         };
