@@ -391,10 +391,10 @@ pub struct UpstreamSettings {
     /// [env: SUBLANE_ANTIGRAVITY_USER_AGENT]
     #[arg(long, value_name = "AGENT")]
     pub antigravity_user_agent: Option<String>,
-    /// User agent of Claude token calls [env: SUBLANE_CLAUDE_USER_AGENT]
+    /// User agent of Claude token calls and test calls [env: SUBLANE_CLAUDE_USER_AGENT]
     #[arg(long, value_name = "AGENT")]
     pub claude_user_agent: Option<String>,
-    /// User agent of Codex token and usage calls [env: SUBLANE_CODEX_USER_AGENT]
+    /// User agent of Codex token, usage and test calls [env: SUBLANE_CODEX_USER_AGENT]
     #[arg(long, value_name = "AGENT")]
     pub codex_user_agent: Option<String>,
 }
@@ -1234,6 +1234,12 @@ mod tests {
         assert_eq!(c.upstream.agents.claude, "claude-cli/9.0.0 (external, cli)");
         let err = Config::load(cli(&[]), env(&[("SUBLANE_CODEX_USER_AGENT", "codex\u{7f}")])).unwrap_err();
         assert!(err.to_string().contains("SUBLANE_CODEX_USER_AGENT"), "{err}");
+        let file = Settings::from_toml(
+            std::path::Path::new("x.toml"),
+            "[upstream]\ncodex_user_agent = \"codex_cli_rs/9.9.9\"\n",
+        )
+        .unwrap();
+        assert_eq!(file.resolve().unwrap().upstream.agents.codex, "codex_cli_rs/9.9.9");
     }
 
     #[test]

@@ -61,7 +61,9 @@ impl Agents {
         let given = |setting: &str, value: Option<String>, default: HeaderValue| match value {
             None => Ok(default),
             Some(v) => HeaderValue::from_str(v.trim()).ok().filter(|h| !h.is_empty()).ok_or_else(|| {
-                format!("{setting} must be a non-empty User-Agent of visible ASCII characters")
+                format!(
+                    "{setting} (or its flag or TOML key) must be a non-empty User-Agent of printable ASCII"
+                )
             }),
         };
         let built_in = Agents::default();
