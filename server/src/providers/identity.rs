@@ -19,15 +19,22 @@ pub const CODEX_ORIGINATOR: &str = "codex_cli_rs";
 pub const CODEX_USER_AGENT: &str = "codex_cli_rs/0.171.0";
 /// Claude Code, as it names itself to Anthropic.
 pub const CLAUDE_USER_AGENT: &str = "claude-cli/2.1.197 (external, cli)";
+/// The Antigravity hub's version, on `$platform`.
+macro_rules! hub {
+    ($platform:literal) => {
+        concat!("antigravity/hub/2.8.1 ", $platform)
+    };
+}
+
 /// The Antigravity hub on this machine's platform, in Go's names for it.
 pub const ANTIGRAVITY_USER_AGENT: &str = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
-    "antigravity/hub/2.8.1 darwin/arm64"
+    hub!("darwin/arm64")
 } else if cfg!(target_os = "macos") {
-    "antigravity/hub/2.8.1 darwin/amd64"
+    hub!("darwin/amd64")
 } else if cfg!(target_arch = "aarch64") {
-    "antigravity/hub/2.8.1 linux/arm64"
+    hub!("linux/arm64")
 } else {
-    "antigravity/hub/2.8.1 linux/amd64"
+    hub!("linux/amd64")
 };
 
 /// The user agents sent: the built-in ones above, or the operator's (settings

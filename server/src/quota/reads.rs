@@ -141,11 +141,7 @@ impl Reads {
         };
         let request = match account.provider {
             Provider::Codex => {
-                let mut r = self
-                    .urls
-                    .agents
-                    .named(self.http.get(self.urls.codex_usage_url.clone()), Provider::Codex)
-                    .bearer_auth(access_token);
+                let mut r = self.http.get(self.urls.codex_usage_url.clone()).bearer_auth(access_token);
                 if let Some(id) = provider_account_id {
                     r = r.header("chatgpt-account-id", id);
                 }
@@ -154,17 +150,15 @@ impl Reads {
             Provider::Antigravity => {
                 let project = provider_account_id.as_deref().ok_or(ReadError::NoToken)?;
                 let base = self.urls.antigravity_base_url.as_str().trim_end_matches('/');
-                self.urls
-                    .agents
-                    .named(
-                        self.http.post(format!("{base}/v1internal:fetchAvailableModels")),
-                        Provider::Antigravity,
-                    )
+                self.http
+                    .post(format!("{base}/v1internal:fetchAvailableModels"))
                     .bearer_auth(access_token)
                     .json(&json!({ "project": project }))
             }
             _ => return Err(ReadError::Upstream("no quota read for this provider".into())),
         };
+        // (as the provider's own client, which its front end expects)
+        let request = self.urls.agents.named(request, account.provider);
         let body = async {
             let resp = request.send().await.map_err(|e| ReadError::Upstream(e.without_url().to_string()))?;
             if !resp.status().is_success() {
