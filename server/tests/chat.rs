@@ -9,10 +9,12 @@ use common::rig::{MODEL, Rig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+/// A Chat Completions call as openai-python makes it: `Accept: application/json`, streaming or not.
 async fn chat(rig: &Rig, body: Value) -> reqwest::Response {
     rig.http
         .post(format!("{}/v1/chat/completions", rig.t.base))
         .bearer_auth(&rig.key)
+        .header("accept", "application/json")
         .json(&body)
         .send()
         .await
@@ -84,6 +86,8 @@ async fn a_streamed_chat_completion_has_the_chunks_the_sdk_expects() {
         (Some("chat_completions"), Some("success"))
     );
     assert!(records[0]["first_output_ms"].is_number(), "first output is still observed");
+    let call = &rig.mock.state.calls("tok-chat-stream")[0];
+    assert_eq!(call.headers["accept"], "text/event-stream", "Codex is asked for what it sends");
 }
 
 #[tokio::test]
