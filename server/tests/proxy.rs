@@ -652,6 +652,7 @@ async fn gemini_generate_and_stream_through_antigravity() {
     // with events the client cannot parse; nothing goes upstream
     let resp = gemini("gemini-3.1-pro-low:streamGenerateContent").await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(resp.headers().contains_key("x-request-id"), "a refusal the log can be searched for");
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["status"], "INVALID_ARGUMENT");
     assert!(v["error"]["message"].as_str().unwrap().contains("alt=sse"), "{v}");
@@ -669,6 +670,7 @@ async fn gemini_generate_and_stream_through_antigravity() {
     // a model the pool cannot serve through this protocol, in Gemini's error shape
     let resp = gemini("x:countTokens").await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert!(resp.headers().contains_key("x-request-id"));
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["status"], "NOT_FOUND");
 
@@ -698,6 +700,11 @@ async fn gemini_generate_and_stream_through_antigravity() {
         (probe.path.as_str(), probe.model.as_deref()),
         ("/v1internal:generateContent", Some("gemini-3-flash"))
     );
+
+    // `$alt=sse`, the system parameter's other spelling, asks for the same stream
+    let resp = gemini("gemini-3.1-pro-low:streamGenerateContent?$alt=sse").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.text().await.unwrap().starts_with("data: "));
 }
 
 /// PX-1 WebSocket mode: warm-up, then a continuation on the same connection (REC-1, REC-9).

@@ -206,6 +206,12 @@ fn refuse_path(
     e: error::GatewayError,
 ) -> axum::response::Response {
     let protocol = models::protocol_of(headers).unwrap_or_else(|| Protocol::for_path(uri.path()));
+    refuse_as(s, protocol, e)
+}
+
+/// `e` in `protocol`'s shape, with a request id (in the body where the protocol has a place for
+/// it, and as `x-request-id`) that the operator's log can be searched for.
+fn refuse_as(s: &AppState, protocol: Protocol, e: error::GatewayError) -> axum::response::Response {
     let request_id = new_request_id(s.clock.unix_ms());
     let mut resp = e.render(protocol, Some(&request_id));
     if let Ok(v) = request_id.parse() {
@@ -235,19 +241,21 @@ async fn gemini(
                 "not_found",
                 "use models/{model}:generateContent or :streamGenerateContent",
             );
-            return e.render(Protocol::Gemini, None);
+            return refuse_as(&s, Protocol::Gemini, e);
         }
     };
     // Without `alt=sse`, Google streams a JSON array, which SubLane does not write: such a client
     // would be handed server-sent events it cannot parse. It is told what to ask for instead.
-    let sse = req.uri().query().is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"));
+    // (`$alt` is the system parameter's other spelling, which Google takes too.)
+    let sse =
+        req.uri().query().is_some_and(|q| q.split('&').any(|pair| matches!(pair, "alt=sse" | "$alt=sse")));
     if op == Operation::GeminiStream && !sse {
         let e = error::GatewayError::new(
             axum::http::StatusCode::BAD_REQUEST,
             "invalid_request",
             "SubLane streams Gemini answers as server-sent events only: add ?alt=sse to :streamGenerateContent",
         );
-        return e.render(Protocol::Gemini, None);
+        return refuse_as(&s, Protocol::Gemini, e);
     }
     let model = model_action.rsplit_once(':').map(|(m, _)| m.to_owned());
     let spec = Spec { protocol: Protocol::Gemini, op, only: Some(Provider::Antigravity) };
