@@ -187,6 +187,7 @@ async fn non_streaming_responses_are_collected_from_the_codex_stream() {
         .post("/v1/responses")
         .header("content-type", "application/json")
         .header("accept", "application/json")
+        .header("accept-encoding", "gzip, br")
         .body(body)
         .send()
         .await
@@ -203,6 +204,7 @@ async fn non_streaming_responses_are_collected_from_the_codex_stream() {
         "Codex only streams, so SubLane asks for a stream"
     );
     assert_eq!(r.calls(CODEX_TOKEN)[0].headers["accept"], "text/event-stream", "and accepts one");
+    assert_eq!(r.calls(CODEX_TOKEN)[0].headers["accept-encoding"], "identity", "uncompressed");
     let rec = &r.records(1).await[0];
     assert_eq!(rec["outcome"], "success");
     assert_eq!(rec["first_output_ms"], Value::Null, "no deltas reach a non-streaming client");

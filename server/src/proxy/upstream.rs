@@ -24,9 +24,14 @@ use crate::{app_state::AppState, directory::Account, providers, records::Outcome
 /// The upstream POST for `target`: its headers (the account's credential and the client headers
 /// that may pass, one value each) and exactly one `Content-Type: application/json`, since what
 /// SubLane sends upstream is always the JSON body it decoded.
+///
+/// `Accept-Encoding: identity` says outright that the answer must come uncompressed: SubLane
+/// reads every answer (usage, errors, translation) and passes no `Content-Encoding` on, and a
+/// request without the header leaves the coding to the upstream (RFC 9110 §12.5.3).
 pub async fn post(http: &Client, target: &providers::Target, body: Bytes) -> Result<Answer, SendError> {
     let mut headers = target.headers.clone();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     // what reqwest sent for a client that names no Accept (SubLane's own test calls among them)
     headers.entry(header::ACCEPT).or_insert(HeaderValue::from_static("*/*"));
     http.post(&target.url, headers, body).await
