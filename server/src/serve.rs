@@ -137,8 +137,15 @@ impl Server {
 /// The client for the upstream calls around the model calls (OAuth tokens, quota reads, sign-ins):
 /// pooled, TCP_NODELAY, and never following a redirect (a redirect would carry the account's
 /// credential and the body to another host). Model calls have their own, `proxy::client`.
+///
+/// Every answer it gets is JSON that SubLane reads, and reqwest here decodes no compression, so
+/// each request says `Accept-Encoding: identity` (without it, the coding is the upstream's choice).
 pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
+    let mut uncompressed = reqwest::header::HeaderMap::new();
+    uncompressed
+        .insert(reqwest::header::ACCEPT_ENCODING, reqwest::header::HeaderValue::from_static("identity"));
     reqwest::Client::builder()
+        .default_headers(uncompressed)
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
@@ -1111,6 +1118,31 @@ mod tests {
         assert!(!changes_configuration(&Method::POST, "/api/session"), "signing in changes nothing");
         assert!(!changes_configuration(&Method::DELETE, "/api/session"));
         assert!(!changes_configuration(&Method::POST, "/rpc/me"), "server functions bump for themselves");
+    }
+
+    /// What the client for token, quota and sign-in calls puts on the wire, read by a listener
+    /// of our own: every answer is JSON SubLane reads, so none may come compressed.
+    #[tokio::test]
+    async fn calls_around_model_calls_ask_for_uncompressed_answers() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/oauth/token", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                conn.read_exact(&mut byte).await.unwrap();
+                head.push(byte[0]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await.unwrap();
+            String::from_utf8(head).unwrap().to_ascii_lowercase()
+        });
+        let sent = upstream_client().unwrap().get(url).send().await.unwrap();
+        assert_eq!(sent.status(), StatusCode::OK);
+        let head = server.await.unwrap();
+        assert_eq!(head.matches("accept-encoding").count(), 1, "{head}");
+        assert!(head.contains("\r\naccept-encoding: identity\r\n"), "{head}");
     }
 
     fn door<S>(inner: S) -> (FrontDoor<S>, Arc<Lifecycle>) {

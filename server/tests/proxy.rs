@@ -784,6 +784,7 @@ async fn responses_websocket_turns_with_warmup_and_continuation() {
     assert_eq!(calls[0].path, "/backend-api/codex/responses");
     assert_eq!(calls[0].headers["chatgpt-account-id"], "acct-a");
     assert_eq!(calls[0].headers["session-id"], "ws-session");
+    assert_eq!(calls[0].headers["accept-encoding"], "identity");
     assert_eq!(calls[1].body_len, turn.len(), "the turn's frame went upstream as it came");
     let recs = r.records(2).await;
     assert_eq!(recs.len(), 2, "the warm-up is not recorded");

@@ -144,7 +144,13 @@ pub fn target(
                 headers.insert(CHATGPT_ACCOUNT_ID.clone(), id);
             }
             match op {
-                Operation::Responses | Operation::ChatCompletions => (at.codex_responses.clone(), true, true),
+                Operation::Responses | Operation::ChatCompletions => {
+                    // Asked for an event stream, as Codex CLI asks: the backend only streams, and
+                    // an SDK's `Accept: application/json` (openai-python sends it on streaming
+                    // calls too) would ask for what it never gives.
+                    headers.insert(axum::http::header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+                    (at.codex_responses.clone(), true, true)
+                }
                 Operation::ResponsesCompact => (at.codex_compact.clone(), false, false),
                 _ => return Err(TargetError::Unsupported),
             }
@@ -342,8 +348,11 @@ mod tests {
             expires_at: None,
             provider_account_id: Some("acct-1".into()),
         };
-        let t = target(Provider::Codex, &creds, &urls(), Operation::Responses, &client(), None).unwrap();
+        let mut sdk = client();
+        sdk.insert("accept", HeaderValue::from_static("application/json"));
+        let t = target(Provider::Codex, &creds, &urls(), Operation::Responses, &sdk, None).unwrap();
         assert_eq!(t.url.as_str(), "https://chatgpt.com/backend-api/codex/responses");
+        assert_eq!(t.headers["accept"], "text/event-stream", "what the backend sends, whoever asks");
         assert_eq!(t.headers["authorization"], "Bearer at");
         assert_eq!(t.headers["chatgpt-account-id"], "acct-1");
         assert_eq!(t.headers["session-id"], "s1");

@@ -819,12 +819,6 @@ fn prepare(
         target.headers.insert(SESSION_ID_DASHED.clone(), v);
     }
     let force_stream = target.force_stream && !r.client_streams;
-    if target.force_stream {
-        // A provider that only streams is asked for an event stream, as its own client asks
-        // (Codex CLI). An SDK's `Accept: application/json`, which openai-python sends on streaming
-        // calls too, would ask for what the upstream never gives.
-        target.headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
-    }
     // BEY-3: a Chat Completions body in the chosen account's protocol.
     let (model_edit, no_store) = (
         (upstream_model != model).then_some(upstream_model),

@@ -25,7 +25,7 @@ use axum::{
         State,
         ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use futures_util::{FutureExt as _, SinkExt, StreamExt};
@@ -897,6 +897,8 @@ async fn handshake(
             request.headers_mut().insert(name.clone(), value.clone());
         }
     }
+    // A refused handshake's body is read (the quota and reset in a 429), as an HTTP answer's is.
+    request.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
