@@ -85,7 +85,8 @@ pub async fn list(
             }
         }
     }
-    if let Some(c) = f.cursor {
+    // (ids start at 1: `cursor=0`, as the seed's API writes a first page, is the first page)
+    if let Some(c) = f.cursor.filter(|c| *c > 0) {
         q.push(" AND r.id < ").push_bind(c);
     }
     if let Some(o) = f.outcome.as_deref().filter(|o| !o.is_empty()) {
@@ -303,6 +304,9 @@ mod tests {
         let p1 = list(&db, &clock, scope, &all).await.unwrap();
         assert_eq!(p1.items.len(), 50);
         assert_eq!(p1.items[0].request_id, "req_0119");
+        let zero = list(&db, &clock, scope, &RequestFilter { cursor: Some(0), ..all.clone() }).await.unwrap();
+        assert_eq!(zero.items.len(), 50, "cursor=0 is the first page");
+        assert_eq!(zero.items[0].request_id, "req_0119");
         let p2 =
             list(&db, &clock, scope, &RequestFilter { cursor: p1.next_cursor, ..all.clone() }).await.unwrap();
         assert_eq!(p2.items[0].request_id, "req_0069");
