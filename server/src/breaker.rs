@@ -1,7 +1,10 @@
 //! The key circuit breaker (BUD-4): a key whose last 60 s hold at least 100 requests of which
-//! more than 90 % failed (any status >= 400, SubLane's own 402/403/429 included) is blocked for
+//! 90 % or more failed (any status >= 400, SubLane's own 402/403/429 included) is blocked for
 //! 30 s, then 2 min, 10 min and 12 h on later trips; the 5th trip bans it for good. Trips are kept
 //! on the key's row for its whole life, so a restart neither forgives nor forgets them.
+//!
+//! "90 % or more": the seed says "90% 以上", and in Chinese usage 以上 counts the number itself
+//! (the Civil Code, art. 1259, writes that down); where SPEC.md says "> 90 %", the seed wins.
 //!
 //! The window is 60 one-second buckets per key. A success touches one bucket; only a failure
 //! sums the window, since only a failure can trip it. Blocked requests are neither recorded nor
@@ -171,8 +174,8 @@ impl Breaker {
             return None;
         }
         let (total, bad) = k.window(second);
-        // > 90 %: bad / total > 9 / 10, in integers.
-        if total < MIN_REQUESTS || bad * 10 <= total * 9 {
+        // >= 90 %: bad / total >= 9 / 10, in integers.
+        if total < MIN_REQUESTS || bad * 10 < total * 9 {
             return None;
         }
         k.trips += 1;
@@ -232,11 +235,14 @@ mod tests {
         let trip = b.record(7, true, T0).expect("tripped");
         assert_eq!((trip.trips, trip.blocked_until), (1, Some(T0 + 30_000)));
 
-        // exactly 90 % does not trip; one more failure (91 of 101) does
+        // 89 % does not trip; exactly 90 % (90 of 100) does
+        let b = Breaker::default();
+        assert_eq!(feed(&b, 11, 0, T0), None);
+        assert_eq!(feed(&b, 89, 89, T0), None, "89 of 100 is under 90 %");
         let b = Breaker::default();
         assert_eq!(feed(&b, 10, 0, T0), None);
-        assert_eq!(feed(&b, 90, 90, T0), None, "90 of 100 is not more than 90 %");
-        assert!(b.record(7, true, T0).is_some(), "91 of 101 is");
+        assert_eq!(feed(&b, 89, 89, T0), None, "99 requests are too few");
+        assert!(b.record(7, true, T0).is_some(), "90 of 100 is 90 %");
     }
 
     #[test]
