@@ -249,14 +249,15 @@ async fn an_upstream_redirect_is_an_error_and_never_followed() {
 }
 
 /// Upstream numbers never crash a request: any Retry-After is clamped (1..=3600 s) and the client
-/// is told the wait SubLane enforces (an unreadable one means the 5 s fallback).
+/// is told the wait SubLane enforces (an invalid one, unreadable or negative, means the 5 s
+/// fallback: CD-1).
 #[tokio::test]
 async fn absurd_retry_after_values_are_clamped_never_a_crash() {
     let mut r = Rig::start(&[]).await;
     let id = r.accounts["openai_api"];
     for (sent, forwarded) in [
         ("1e20", Some("3600")),
-        ("-5", Some("1")),
+        ("-5", Some("5")),
         ("NaN", Some("5")),
         ("Fri, 31 Dec 9999 23:59:59 GMT", Some("3600")),
         ("Sun, 06 Nov 1994 08:49:37 GMT", Some("1")),

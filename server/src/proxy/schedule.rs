@@ -22,7 +22,10 @@ use crate::directory::{Account, Snapshot};
 use crate::{
     app_state::AppState,
     records::Outcome,
-    scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict, state::RETRY_AFTER_MAX},
+    scheduler::{
+        Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict,
+        state::{RETRY_AFTER_MAX, clamp_retry},
+    },
 };
 
 /// What a request tells the scheduler about its conversation (RT-1, RT-3, RT-4, RT-7).
@@ -266,8 +269,9 @@ pub(super) fn retry_backoff(retry: u32, hint: Option<Duration>) -> Duration {
 }
 
 /// A `Retry-After` header: delay seconds or an HTTP date (RFC 9110 §10.2.3), clamped to
-/// 0..=3600 s whatever the upstream wrote (`1e20`, a negative number, NaN, a date far ahead), so
-/// an upstream number never overflows a duration or a deadline. `None` when absent or unreadable.
+/// 0..=3600 s whatever the upstream wrote (`1e20`, a date far ahead), so an upstream number never
+/// overflows a duration or a deadline. `None` when absent or invalid (NaN, a negative number:
+/// delay-seconds has no sign), which the callers answer with their fallback (CD-1: 5 s).
 pub(crate) fn retry_after_header(
     headers: &reqwest::header::HeaderMap,
     now: chrono::DateTime<chrono::Utc>,
@@ -280,7 +284,7 @@ pub(crate) fn retry_after_value(v: &str, now: chrono::DateTime<chrono::Utc>) -> 
     let v = v.trim();
     let max = RETRY_AFTER_MAX.as_secs_f64();
     if let Ok(secs) = v.parse::<f64>() {
-        return secs.is_finite().then(|| Duration::from_secs_f64(secs.clamp(0.0, max)));
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(max)));
     }
     let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
     let secs = (at.timestamp_millis().saturating_sub(now.timestamp_millis())) as f64 / 1000.0;
@@ -430,6 +434,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::scheduler::state::clamp_retry;
 
     fn exhausted(domain: &str, reason: &str, model: &str) -> Value {
         json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
@@ -499,7 +504,13 @@ mod tests {
         assert_eq!(parse("0.5"), Some(Duration::from_millis(500)));
         assert_eq!(parse("1e20"), max);
         assert_eq!(parse("1e400"), None, "infinity is unreadable");
-        assert_eq!(parse("-5"), Some(Duration::ZERO));
+        assert_eq!(parse("-5"), None, "invalid: the fallback applies");
+        assert_eq!(clamp_retry(parse("-5"), Duration::from_secs(5)), Duration::from_secs(5));
+        assert_eq!(
+            clamp_retry(parse("0"), Duration::from_secs(5)),
+            Duration::from_secs(1),
+            "valid, raised to 1 s"
+        );
         assert_eq!(parse("NaN"), None);
         assert_eq!(parse("Mon, 30 Nov 2026 12:00:30 GMT"), Some(Duration::from_secs(30)));
         assert_eq!(parse("Fri, 31 Dec 9999 23:59:59 GMT"), max);
