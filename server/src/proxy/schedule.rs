@@ -24,7 +24,7 @@ use crate::{
     records::Outcome,
     scheduler::{
         Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict,
-        state::{RETRY_AFTER_MAX, clamp_retry},
+        state::RETRY_AFTER_MAX,
     },
 };
 
