@@ -273,6 +273,10 @@ pub struct AccountView {
     pub max_concurrency: u32,
     pub status: AccountStatus,
     pub schedulable: bool,
+    /// When the account itself stops serving (ACC-1, RT-8): a subscription's end, set by an admin.
+    /// Not its token's expiry (`credential.expires_at`), which a refresh moves.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
     pub credential: CredentialSummary,
     pub created_at: DateTime<Utc>,
 }
@@ -329,6 +333,12 @@ pub struct AccountRuntime {
     /// Quota windows as last observed, with pace (UI-3, PACE-1, PACE-2).
     #[serde(default)]
     pub quota: Vec<QuotaRow>,
+    /// The account's own expiry (ACC-1), past or future (unix s); `expired` once it has passed,
+    /// from when the account serves nothing (RT-8).
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+    #[serde(default)]
+    pub expired: bool,
 }
 
 /// One quota window of an account (QT-2) as the web app shows it: how much is used, when it
@@ -555,6 +565,9 @@ pub struct NewAccount {
     pub priority: Option<i32>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+    /// The account's own expiry ([`AccountView::expires_at`]).
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub credentials: Option<CredentialInput>,
 }
@@ -568,7 +581,18 @@ pub struct AccountPatch {
     pub pool_ids: Option<Vec<i64>>,
     pub priority: Option<i32>,
     pub max_concurrency: Option<u32>,
+    /// Absent: unchanged; `null`: the account never expires; a time: it expires then.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Option<DateTime<Utc>>>,
     pub credentials: Option<CredentialInput>,
+}
+
+/// A field that is there, `null` included (`Some(None)`); with `#[serde(default)]`, an absent
+/// one is `None`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// An account's settings besides its credentials, as onboarding and the web app's edit form
@@ -579,6 +603,9 @@ pub struct AccountSettings {
     pub pool_ids: Vec<i64>,
     pub priority: Option<i32>,
     pub max_concurrency: Option<u32>,
+    /// The account's own expiry ([`AccountView::expires_at`]); `None`: it never expires.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// `POST /api/accounts/oauth/start` (CRED-5): begin a provider sign-in.

@@ -264,7 +264,9 @@ pub async fn run_account_action(id: i64, action: AccountAction) -> Result<Accoun
     )
 }
 
-/// An account's name, pools (comma-separated pool ids), concurrency limit and priority (admins).
+/// An account's name, pools (comma-separated pool ids), concurrency limit, priority and expiry
+/// (`YYYY-MM-DDTHH:MM` in UTC, as [`crate::components::LocalDateTimeInput`] sends it; empty:
+/// never) (admins).
 #[server(prefix = "/rpc", endpoint = "account_settings")]
 pub async fn save_account_settings(
     id: i64,
@@ -272,6 +274,7 @@ pub async fn save_account_settings(
     pools: String,
     max_concurrency: u32,
     priority: i32,
+    expires_at: Option<String>,
 ) -> Result<AccountView, AppError> {
     ssr::finish(
         async {
@@ -281,6 +284,7 @@ pub async fn save_account_settings(
                 pool_ids: pool_list(&pools)?,
                 priority: Some(priority),
                 max_concurrency: Some(max_concurrency),
+                expires_at: form::utc_minute("expires_at", expires_at.as_deref().unwrap_or_default())?,
             };
             ssr::backend()?.account_settings(&me, id, settings).await
         }
@@ -322,6 +326,7 @@ pub async fn add_account(
                 pool_ids: pool_list(&pools)?,
                 priority: Some(priority),
                 max_concurrency: Some(max_concurrency),
+                expires_at: None,
             };
             let source = CredentialSource { flow_id, code, file, api_key };
             ssr::backend()?.add_account(&me, provider, settings, source).await

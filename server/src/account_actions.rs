@@ -157,6 +157,7 @@ pub async fn add_signed_in(s: &AppState, f: OAuthFinish) -> Result<AccountView> 
         pool_ids: f.pool_ids,
         priority: f.priority,
         max_concurrency: f.max_concurrency,
+        expires_at: None,
     };
     let source = CredentialSource { flow_id: Some(f.flow_id), code: Some(f.code), ..Default::default() };
     add(s, None, settings, source).await
@@ -169,6 +170,7 @@ pub async fn add_imported(s: &AppState, i: CredentialImport) -> Result<AccountVi
         pool_ids: i.pool_ids,
         priority: i.priority,
         max_concurrency: i.max_concurrency,
+        expires_at: None,
     };
     add(s, Some(i.provider), settings, CredentialSource { file: Some(i.file), ..Default::default() }).await
 }
@@ -190,6 +192,7 @@ pub async fn add(
         pool_ids: settings.pool_ids,
         priority: settings.priority,
         max_concurrency: settings.max_concurrency,
+        expires_at: settings.expires_at,
         credentials: Some(credentials),
     };
     accounts::create(&s.db, &*s.clock, &s.sealer, new).await
@@ -245,6 +248,7 @@ pub async fn edit(s: &AppState, id: i64, settings: AccountSettings) -> Result<Ac
         pool_ids: Some(settings.pool_ids),
         priority: settings.priority,
         max_concurrency: settings.max_concurrency,
+        expires_at: Some(settings.expires_at),
         ..Default::default()
     };
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;
@@ -335,6 +339,8 @@ pub async fn runtime(s: &AppState) -> Result<Vec<AccountRuntime>> {
             let limited_until = future(state.rate_limit_reset_at);
             let temp_until = future(state.temp_unschedulable_until);
             AccountRuntime {
+                expires_at: a.expires_at.map(|t| t.timestamp()),
+                expired: a.expires_at.is_some_and(|t| t.timestamp_millis() <= now),
                 id: a.id,
                 name: a.name,
                 provider: a.provider,

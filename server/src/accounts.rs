@@ -33,6 +33,7 @@ struct AccountRow {
     max_concurrency: i64,
     status: String,
     schedulable: bool,
+    expires_at: Option<i64>,
     credential_kind: Option<String>,
     token_expires_at: Option<i64>,
     provider_account_id: Option<String>,
@@ -57,6 +58,7 @@ impl AccountRow {
                 _ => AccountStatus::Active,
             },
             schedulable: self.schedulable,
+            expires_at: self.expires_at.map(from_unix),
             credential: CredentialSummary {
                 kind: self.credential_kind.unwrap_or_else(|| "none".into()),
                 expires_at: self.token_expires_at.map(from_unix),
@@ -68,7 +70,7 @@ impl AccountRow {
 }
 
 const SELECT: &str =
-    "SELECT a.id, a.provider, a.name, a.priority, a.max_concurrency, a.status, a.schedulable,
+    "SELECT a.id, a.provider, a.name, a.priority, a.max_concurrency, a.status, a.schedulable, a.expires_at,
     a.credential_kind, a.token_expires_at, a.provider_account_id, a.created_at,
     (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids
     FROM accounts a WHERE a.deleted_at IS NULL";
@@ -189,14 +191,15 @@ pub async fn create(
     let now = to_unix(clock.now());
     let mut tx = db.begin().await?;
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO accounts (provider, name, priority, max_concurrency, credential_kind, sealed_credential,
-                               token_expires_at, provider_account_id, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "INSERT INTO accounts (provider, name, priority, max_concurrency, expires_at, credential_kind,
+                               sealed_credential, token_expires_at, provider_account_id, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
     )
     .bind(new.provider.as_str())
     .bind(&name)
     .bind(new.priority.unwrap_or(0))
     .bind(max)
+    .bind(new.expires_at.map(to_unix))
     .bind(sealed.as_ref().map(|s| s.kind))
     .bind(sealed.as_ref().map(|s| s.blob.as_slice()))
     .bind(sealed.as_ref().and_then(|s| s.expires_at))
@@ -231,14 +234,17 @@ pub async fn update(
     let max =
         validate::range("max_concurrency", patch.max_concurrency.unwrap_or(current.max_concurrency), lo, hi)?;
     let sealed = patch.credentials.as_ref().map(|c| seal(sealer, provider, c)).transpose()?;
+    let expires_at = patch.expires_at.unwrap_or(current.expires_at);
     let mut tx = db.begin().await?;
     sqlx::query(
-        "UPDATE accounts SET provider = ?, name = ?, priority = ?, max_concurrency = ?, updated_at = ? WHERE id = ?",
+        "UPDATE accounts SET provider = ?, name = ?, priority = ?, max_concurrency = ?, expires_at = ?, updated_at = ?
+         WHERE id = ?",
     )
     .bind(provider.as_str())
     .bind(&name)
     .bind(patch.priority.unwrap_or(current.priority))
     .bind(max)
+    .bind(expires_at.map(to_unix))
     .bind(to_unix(clock.now()))
     .bind(id)
     .execute(&mut *tx)

@@ -1,6 +1,7 @@
 //! The accounts and pools the proxy routes over, held in memory so that a request never waits on
 //! SQLite. A snapshot is rebuilt when the configuration [`Generation`] moves (a real change
-//! through the JSON API or the web app) and otherwise reused.
+//! through the JSON API or the web app), or when the soonest account expiry it waits for passes
+//! (ACC-1, RT-8: an expired account routes nothing), and otherwise reused.
 //!
 //! A rebuild is cheap: an account whose row is unchanged keeps its `Arc<Account>` from the last
 //! snapshot (its credentials are not opened again), and each pool keeps its rotation position, so
@@ -23,6 +24,7 @@ use sqlx::SqlitePool;
 use tokio::sync::Mutex;
 
 use crate::{
+    clock::SharedClock,
     credentials::{Flags, TokenCell, Tokens, open_sealed},
     crypto::Sealer,
     error::Result,
@@ -191,6 +193,8 @@ impl PoolRoutes {
 /// Everything routable at one configuration generation.
 pub struct Snapshot {
     generation: u64,
+    /// The soonest expiry of an account in it (unix ms): from then on the snapshot is stale.
+    expires: Option<i64>,
     pools: HashMap<i64, PoolRoutes>,
     /// Each account with the sealed credential it was opened from, for the next rebuild.
     accounts: HashMap<i64, (Vec<u8>, Arc<Account>)>,
@@ -214,6 +218,8 @@ impl Snapshot {
 
 pub struct Directory {
     generation: Generation,
+    /// For account expiries (read only when a snapshot holds an account that expires).
+    clock: SharedClock,
     scheduler: Arc<Scheduler>,
     tokens: Arc<Tokens>,
     /// The snapshot every call reads. A plain lock, held only to clone the `Arc`: a tokio
@@ -239,12 +245,19 @@ struct AccountRow {
     reauth_reason: Option<String>,
     reauth_required_at: Option<i64>,
     credential_version: i64,
+    expires_at: Option<i64>,
 }
 
 impl Directory {
-    pub fn new(generation: Generation, scheduler: Arc<Scheduler>, tokens: Arc<Tokens>) -> Self {
+    pub fn new(
+        generation: Generation,
+        clock: SharedClock,
+        scheduler: Arc<Scheduler>,
+        tokens: Arc<Tokens>,
+    ) -> Self {
         Directory {
             generation,
+            clock,
             scheduler,
             tokens,
             current: std::sync::RwLock::new(None),
@@ -264,8 +277,10 @@ impl Directory {
         }
         let generation = self.generation.current();
         let previous = self.stored().clone();
-        let snapshot =
-            Arc::new(load(db, sealer, &self.scheduler, &self.tokens, generation, previous.as_deref()).await?);
+        let now = self.clock.unix_ms();
+        let snapshot = Arc::new(
+            load(db, sealer, &self.scheduler, &self.tokens, generation, now, previous.as_deref()).await?,
+        );
         // Membership, limits and lifecycle reach the live state at once, not only where a
         // decision happens to look; accounts left out serve no pool any more.
         self.scheduler.sync_directory(snapshot.accounts.values().map(|(_, a)| a));
@@ -274,10 +289,13 @@ impl Directory {
         Ok(snapshot)
     }
 
-    /// The stored snapshot, if it is of the current generation.
+    /// The stored snapshot, if it is of the current generation and no account in it has expired.
     fn fresh(&self) -> Option<Arc<Snapshot>> {
         let generation = self.generation.current();
-        self.stored().as_ref().filter(|s| s.generation == generation).cloned()
+        self.stored()
+            .as_ref()
+            .filter(|s| s.generation == generation && s.expires.is_none_or(|at| self.clock.unix_ms() < at))
+            .cloned()
     }
 
     /// The stored snapshot, read under the lock (never held across an await). A panic while it
@@ -293,8 +311,11 @@ async fn load(
     scheduler: &Scheduler,
     tokens: &Tokens,
     generation: u64,
+    now_ms: i64,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot> {
+    // Expiries are whole unix seconds: an account expiring at `t` serves until `t * 1000` ms.
+    let now_s = now_ms.div_euclid(1000);
     let policies: Vec<(i64, String, String, String)> = sqlx::query_as(
         "SELECT id, policy_mode, policy_models, model_aliases FROM pools WHERE deleted_at IS NULL",
     )
@@ -309,13 +330,17 @@ async fn load(
     let rows: Vec<AccountRow> = sqlx::query_as(
         "SELECT a.id, a.provider, a.priority, a.max_concurrency, a.lifecycle_revision, a.quota_revision, a.sealed_credential,
                 (SELECT group_concat(pool_id) FROM account_pools WHERE account_id = a.id) AS pool_ids,
-                a.token_rejected_at, a.token_refreshed_at, a.reauth_reason, a.reauth_required_at, a.credential_version
+                a.token_rejected_at, a.token_refreshed_at, a.reauth_reason, a.reauth_required_at, a.credential_version,
+                a.expires_at
          FROM accounts a
          WHERE a.deleted_at IS NULL AND a.status = 'active' AND a.schedulable = 1 AND a.sealed_credential IS NOT NULL
+               AND (a.expires_at IS NULL OR a.expires_at > ?)
          ORDER BY a.id",
     )
+    .bind(now_s)
     .fetch_all(db)
     .await?;
+    let expires = rows.iter().filter_map(|r| r.expires_at).min().map(|s| s.saturating_mul(1000));
     let mut opened = HashMap::new();
     for row in rows {
         let Some(provider) = Provider::parse(&row.provider) else { continue };
@@ -381,7 +406,7 @@ async fn load(
             (id, routes)
         })
         .collect();
-    Ok(Snapshot { generation, pools, accounts: opened })
+    Ok(Snapshot { generation, expires, pools, accounts: opened })
 }
 
 #[cfg(test)]

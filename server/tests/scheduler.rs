@@ -747,3 +747,76 @@ async fn unbound_requests_move_past_refusing_accounts_at_most_twice_then_get_the
     assert_eq!(rig.send(None, MODEL).await.status, StatusCode::OK);
     assert_eq!(counts(&rig, &tokens), vec![3, 2, 1, 1]);
 }
+
+/// ACC-1, RT-8: an account's own expiry (a subscription's end) takes it out of scheduling when it
+/// passes, on the injected clock, with no configuration change in between; moving or clearing it
+/// brings the account back. A bound conversation does not keep an expired account.
+#[tokio::test]
+async fn an_account_stops_serving_when_it_expires() {
+    use common::bed::{Bed, T0};
+    let mut b = Bed::start(&[]).await;
+    let (first, second) = ("exp-a", "exp-b");
+    let a = b.rig.add_account("codex", first, 1).await;
+    let until = DateTimeText::at(T0 + 60);
+    let path = format!("/api/accounts/{a}");
+    let (status, view) = b.rig.admin.call(Method::PATCH, &path, Some(json!({"expires_at": until.0}))).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["expires_at"], until.0);
+    assert_eq!(b.rig.send(Some("conv-exp"), MODEL).await.status, StatusCode::OK);
+    assert_eq!(b.rig.calls(first), 1);
+    let rt = b.rig.account_runtime(a).await;
+    assert_eq!((&rt["expires_at"], &rt["expired"]), (&json!(T0 + 60), &json!(false)));
+
+    // a second account, created with an expiry already past: never chosen
+    let (status, past) = b
+        .rig
+        .admin
+        .call(
+            Method::POST,
+            "/api/accounts",
+            Some(json!({"provider": "codex", "name": second, "pool_ids": [1], "priority": 2,
+                "expires_at": DateTimeText::at(T0 - 1).0,
+                "credentials": {"kind": "oauth", "access_token": second, "provider_account_id": "p"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{past}");
+    assert_eq!(b.rig.send(None, MODEL).await.status, StatusCode::OK);
+    assert_eq!((b.rig.calls(first), b.rig.calls(second)), (2, 0), "the higher priority has expired");
+
+    // a second before its end it serves; at its end nothing does, bound or not
+    b.advance(59);
+    assert_eq!(b.rig.send(Some("conv-exp"), MODEL).await.status, StatusCode::OK);
+    b.advance(1);
+    for session in [Some("conv-exp"), None] {
+        let answer = b.rig.send(session, MODEL).await;
+        assert_eq!(answer.code(), "no_available_account", "{session:?}");
+    }
+    assert_eq!(b.rig.calls(first), 3);
+    assert_eq!(b.rig.account_runtime(a).await["expired"], true);
+
+    // cleared, it serves again; the other account moved a day ahead, it takes its turn too
+    let (status, view) = b.rig.admin.call(Method::PATCH, &path, Some(json!({"expires_at": null}))).await;
+    assert_eq!((status, &view["expires_at"]), (StatusCode::OK, &Value::Null), "{view}");
+    let later = DateTimeText::at(T0 + 86_400).0;
+    let other = format!("/api/accounts/{}", past["id"]);
+    let (status, _) = b.rig.admin.call(Method::PATCH, &other, Some(json!({"expires_at": later}))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, view) = b.rig.admin.call(Method::PATCH, &path, Some(json!({"name": "renamed"}))).await;
+    assert_eq!(view["expires_at"], Value::Null, "a patch without it leaves it");
+    assert_eq!(b.rig.send(None, MODEL).await.status, StatusCode::OK);
+    assert_eq!(b.rig.calls(second), 1, "the highest priority again");
+    assert_eq!(b.rig.send(Some("conv-exp"), MODEL).await.status, StatusCode::OK);
+}
+
+/// An RFC 3339 time in UTC, as the API writes `expires_at`.
+struct DateTimeText(String);
+
+impl DateTimeText {
+    fn at(unix: i64) -> Self {
+        DateTimeText(
+            chrono::DateTime::from_timestamp(unix, 0)
+                .unwrap()
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
+    }
+}

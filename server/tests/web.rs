@@ -178,6 +178,25 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
             .await
             .unwrap();
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "a pool id that is no number");
+    // the expiry field: a `datetime-local` value read as UTC, empty for never, nonsense refused
+    let expiring =
+        format!("id={id}&name=n&pools=&max_concurrency=5&priority=3&expires_at=2031-01-02T03%3A04");
+    let view: serde_json::Value =
+        form(&admin, "account_settings", expiring).send().await.unwrap().json().await.unwrap();
+    assert_eq!(view["expires_at"], "2031-01-02T03:04:00Z", "{view}");
+    let resp = form(&admin, "account_runtime", String::new()).send().await.unwrap();
+    let list: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        (&list[0]["expires_at"], &list[0]["expired"]),
+        (&serde_json::json!(1_925_089_440), &serde_json::json!(false))
+    );
+    let never = format!("id={id}&name=n&pools=&max_concurrency=5&priority=3&expires_at=");
+    let view: serde_json::Value =
+        form(&admin, "account_settings", never).send().await.unwrap().json().await.unwrap();
+    assert_eq!(view["expires_at"], serde_json::Value::Null);
+    let bad = format!("id={id}&name=n&pools=&max_concurrency=5&priority=3&expires_at=tomorrow");
+    let resp = form(&admin, "account_settings", bad).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "a time that is no time");
     // an API key account added and deleted through the web app's functions
     let add = "provider=anthropic_api&name=web-key&pools=1&max_concurrency=4&priority=0&api_key=sk-ant-api-1";
     let resp = form(&admin, "add_account", add.to_owned()).send().await.unwrap();

@@ -10,7 +10,7 @@
 use leptos::{either::EitherOf3, prelude::*};
 
 use crate::{
-    components::{ErrorNote, Timestamp},
+    components::{ErrorNote, LocalDateTimeInput, Timestamp},
     model::{AccountRuntime, PoolChoice, Provider},
     rpc::{AddAccount, DeleteAccount, ReauthorizeAccount, SaveAccountSettings, StartAccountSignIn},
 };
@@ -293,6 +293,9 @@ pub fn SettingsForm(
     save: ServerAction<SaveAccountSettings>,
 ) -> impl IntoView {
     let a = account;
+    let expires = a.expires_at.and_then(|t| chrono::DateTime::from_timestamp(t, 0));
+    let zone = RwSignal::new("UTC");
+    let expires_id = format!("account-{}-expires", a.id);
     view! {
         <section class="mt-4 border-t border-slate-100 pt-3" aria-label="Settings">
             <h3 class="text-sm font-medium">"Settings"</h3>
@@ -308,6 +311,11 @@ pub fn SettingsForm(
                     <label class="text-xs text-slate-600">"Priority"
                         <input name="priority" type="number" required value=a.priority.to_string() class=SHORT />
                     </label>
+                    // ACC-1: the account's own end (a subscription's); empty, it never expires
+                    <div class="text-xs text-slate-600">
+                        <label for=expires_id.clone()>{move || format!("Expires ({}, empty: never)", zone.get())}</label>
+                        <LocalDateTimeInput id=expires_id name="expires_at" value=expires class=SHORT zone />
+                    </div>
                     <button type="submit" class=ACTION disabled=move || save.pending().get()>"Save"</button>
                 </div>
                 <PoolPicker pools chosen=a.pool_ids.clone() />

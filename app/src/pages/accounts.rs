@@ -225,12 +225,16 @@ fn AccountCard(account: AccountRuntime, pools: Vec<PoolChoice>, actions: CardAct
 #[component]
 fn StateBadges(account: AccountRuntime) -> impl IntoView {
     let a = account;
-    let badge = |class: &'static str, text: String, until: Option<i64>| {
+    // (`joint`: the words between the text and the time)
+    let badge_at = |class: &'static str, text: String, time: Option<(&'static str, i64)>| {
         view! {
             <li class=format!("rounded px-2 py-0.5 text-xs font-medium {class}")>
-                {text}{until.map(|u| view! { " until " <Timestamp at=at(u) /> })}
+                {text}{time.map(|(joint, u)| view! { {joint} <Timestamp at=at(u) /> })}
             </li>
         }
+    };
+    let badge = |class: &'static str, text: String, until: Option<i64>| {
+        badge_at(class, text, until.map(|u| (" until ", u)))
     };
     let mut out = Vec::new();
     out.push(match a.status {
@@ -240,6 +244,12 @@ fn StateBadges(account: AccountRuntime) -> impl IntoView {
     });
     if !a.schedulable {
         out.push(badge("bg-slate-200 text-slate-700", "not scheduling".into(), None));
+    }
+    // ACC-1: the account's own end (a subscription's), shown ahead so it surprises no one.
+    if a.expired {
+        out.push(badge("bg-red-100 text-red-800", "expired".into(), None));
+    } else if let Some(t) = a.expires_at {
+        out.push(badge_at("bg-slate-100 text-slate-700", "expires".into(), Some((" ", t))));
     }
     if let Some(u) = a.quota_exhausted_until {
         // QT-5: its own state; checked again at that time (no promise that it has recovered).

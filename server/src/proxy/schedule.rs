@@ -22,10 +22,7 @@ use crate::directory::{Account, Snapshot};
 use crate::{
     app_state::AppState,
     records::Outcome,
-    scheduler::{
-        Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict,
-        state::RETRY_AFTER_MAX,
-    },
+    scheduler::{Ask, ConversationKey, Lease, Refusal, Step, Ticket, Verdict, state::RETRY_AFTER_MAX},
 };
 
 /// What a request tells the scheduler about its conversation (RT-1, RT-3, RT-4, RT-7).
