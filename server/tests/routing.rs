@@ -231,6 +231,35 @@ async fn websocket_refusals_cool_the_account() {
     assert_eq!(statuses, [Some(429), Some(429), Some(403)], "{recs:?}");
 }
 
+/// CD-3 on the WebSocket path: a handshake refused with an explicit 5xx is tried again on the same
+/// account, at most twice, as an HTTP call is; the third refusal is the turn's answer.
+#[tokio::test]
+async fn a_handshake_refused_with_a_5xx_is_tried_again_at_most_twice() {
+    let token = "ws-502";
+    let rig = Rig::start(&[(token, 0)], &[]).await;
+    rig.script(token, json!({"refuse_websocket": 502, "refuse_websocket_times": 2})).await;
+    let mut socket = ws(&rig).await;
+    let e = turn(&mut socket).await;
+    assert_eq!(e["type"], "response.completed", "two 502s, then the turn: {e}");
+    assert_eq!(rig.calls(token), 1, "one turn reached the upstream");
+
+    rig.script(token, json!({"refuse_websocket": 503, "refuse_websocket_times": 3})).await;
+    let mut socket = ws(&rig).await;
+    let e = turn(&mut socket).await;
+    assert_eq!(
+        (e["status"].as_u64(), e["error"]["code"].as_str()),
+        (Some(502), Some("upstream_unavailable")),
+        "{e}"
+    );
+    // the three refusals were that turn's: the next one connects at once
+    let mut socket = ws(&rig).await;
+    assert_eq!(turn(&mut socket).await["type"], "response.completed");
+    assert_eq!(rig.calls(token), 2);
+    let recs = rig.t.records(3).await;
+    let statuses: Vec<Option<u64>> = recs.iter().map(|r| r["upstream_status"].as_u64()).collect();
+    assert_eq!(statuses, [Some(200), Some(503), Some(200)], "{recs:?}");
+}
+
 /// A first turn refused by one account's error event, whose next account then fails its
 /// handshake without an answer (a timeout): that failure is the answer, as over HTTP, recorded
 /// under the account that failed, which learns nothing from the first account's refusal.

@@ -128,6 +128,22 @@ impl MockState {
         inner.pongs.get(credential).copied().unwrap_or(0)
     }
 
+    /// The status to refuse `credential`'s next WebSocket upgrade with, if its script refuses
+    /// it (counting down a limited number of refusals).
+    fn websocket_refusal(&self, credential: &str) -> Option<u16> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let script = inner.scripts.get_mut(credential)?;
+        let status = script.refuse_websocket?;
+        match &mut script.refuse_websocket_times {
+            None => Some(status),
+            Some(0) => None,
+            Some(left) => {
+                *left -= 1;
+                Some(status)
+            }
+        }
+    }
+
     fn pong(&self, credential: &str) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         *inner.pongs.entry(credential.to_owned()).or_default() += 1;

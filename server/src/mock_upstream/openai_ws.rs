@@ -28,11 +28,12 @@ pub async fn upgrade(
     if script.websocket_delay_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(script.websocket_delay_ms)).await;
     }
-    if let Some(status) = script.refuse_websocket {
+    if let Some(status) = s.websocket_refusal(&credential(&headers)) {
         let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::FORBIDDEN);
         let (kind, code) = match status.as_u16() {
             429 => ("rate_limit_exceeded", "rate_limit_exceeded"),
             401 => ("invalid_request_error", "invalid_api_key"),
+            500..=599 => ("server_error", "server_error"),
             _ => ("invalid_request_error", "account_deactivated"),
         };
         return super::json(

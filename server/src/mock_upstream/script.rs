@@ -37,6 +37,8 @@ pub struct Script {
     pub rate_limits_frame: Option<serde_json::Value>,
     /// Refuse WebSocket upgrades with this HTTP status (and the OpenAI error shape).
     pub refuse_websocket: Option<u16>,
+    /// Refuse only this many upgrades (then accept them); unset: every one.
+    pub refuse_websocket_times: Option<u32>,
     /// Wait this long before answering a WebSocket upgrade.
     pub websocket_delay_ms: u64,
     /// After each answered WebSocket turn: `ping` sends a Ping frame (its Pong is counted),
@@ -74,6 +76,7 @@ impl Default for Script {
             quota_headers: None,
             rate_limits_frame: None,
             refuse_websocket: None,
+            refuse_websocket_times: None,
             websocket_delay_ms: 0,
             after_websocket_turn: None,
             token_expires_in: None,

@@ -752,7 +752,7 @@ async fn route(
             return Ok(upstream_model);
         }
         let bound_here = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
-        match connect(s, &account, headers, attempt.started + s.config.request_deadline).await {
+        match connect(s, attempt, &account, &upstream_model, headers).await {
             Ok((upstream, no_store)) => {
                 *bound = Some(Binding { account, upstream, no_store });
                 return Ok(upstream_model);
@@ -839,28 +839,49 @@ fn refused_handshake(status: axum::http::StatusCode) -> GatewayError {
     }
 }
 
-/// Opens the upstream WebSocket for `account` with a usable token, before the turn's `deadline`.
-/// A 401 on the handshake of an OAuth account refreshes the token and tries once more (CRED-4),
-/// as the HTTP path does.
+/// Opens the upstream WebSocket for `account` with a usable token, before the turn's deadline,
+/// as the HTTP path sends a call ([`super::upstream::send_with_retries`]):
+/// - a 401 on the handshake of an OAuth account refreshes the token and tries once more (CRED-4);
+/// - CD-3: an explicit 408/5xx is tried again on the same account, at most twice, with bounded
+///   backoff and policy checked again before each try; a long upstream hint goes to the client.
 async fn connect(
     s: &AppState,
+    attempt: &Attempt,
     account: &Account,
+    upstream_model: &str,
     headers: &HeaderMap,
-    deadline: Instant,
 ) -> Result<(Upstream, bool), Refused> {
-    let mut retried = false;
+    let deadline = attempt.started + s.config.request_deadline;
+    let (mut refreshed, mut retries) = (false, 0);
     loop {
         let credentials = s.tokens.usable(&account.tokens).await?;
-        match handshake(s, account, &credentials, headers, deadline).await {
-            Err(Refused { verdict: Some((StatusCode::UNAUTHORIZED, ..)), .. })
-                if account.provider.uses_oauth() =>
-            {
+        let refused = match handshake(s, account, &credentials, headers, deadline).await {
+            Err(refused) => refused,
+            opened => return opened,
+        };
+        match &refused.verdict {
+            Some((StatusCode::UNAUTHORIZED, ..)) if account.provider.uses_oauth() => {
                 // A second refusal, or a failed refresh, is a token error: the session may move
                 // to another account like an HTTP call (`token: true`).
-                s.tokens.refused(&account.tokens, &credentials, retried).await?;
-                retried = true;
+                s.tokens.refused(&account.tokens, &credentials, refreshed).await?;
+                refreshed = true;
             }
-            other => return other,
+            Some((status, _, hint))
+                if schedule::retryable(*status)
+                    && retries < schedule::MAX_RETRIES
+                    && hint.is_none_or(|h| h <= schedule::MAX_RETRY_WAIT) =>
+            {
+                let backoff = Instant::now() + schedule::retry_backoff(retries + 1, *hint);
+                if backoff >= deadline {
+                    return Err(refused); // (no time left for another try)
+                }
+                retries += 1;
+                tokio::time::sleep_until(backoff).await;
+                schedule::recheck_for_retry(s, headers, attempt, account, upstream_model)
+                    .await
+                    .map_err(|(error, _)| Refused { error, verdict: None, token: false })?;
+            }
+            _ => return Err(refused),
         }
     }
 }
