@@ -603,9 +603,10 @@ pub struct AccountSettings {
     pub pool_ids: Vec<i64>,
     pub priority: Option<i32>,
     pub max_concurrency: Option<u32>,
-    /// The account's own expiry ([`AccountView::expires_at`]); `None`: it never expires.
-    #[serde(default)]
-    pub expires_at: Option<DateTime<Utc>>,
+    /// The account's own expiry ([`AccountView::expires_at`]): absent, unchanged (a new account:
+    /// none); `Some(None)`, it never expires.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Option<DateTime<Utc>>>,
 }
 
 /// `POST /api/accounts/oauth/start` (CRED-5): begin a provider sign-in.
@@ -641,6 +642,9 @@ pub struct OAuthFinish {
     pub priority: Option<i32>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+    /// The account's own expiry ([`AccountView::expires_at`]).
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// `POST /api/accounts/import`: a CLI credential file's content (Codex `auth.json`, Claude Code
@@ -657,6 +661,9 @@ pub struct CredentialImport {
     pub priority: Option<i32>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+    /// The account's own expiry ([`AccountView::expires_at`]).
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// Where an account's credentials come from, exactly one way: a finished sign-in (`flow_id` +

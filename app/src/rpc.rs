@@ -274,7 +274,7 @@ pub async fn save_account_settings(
     pools: String,
     max_concurrency: u32,
     priority: i32,
-    expires_at: Option<String>,
+    expires_at: String,
 ) -> Result<AccountView, AppError> {
     ssr::finish(
         async {
@@ -284,7 +284,9 @@ pub async fn save_account_settings(
                 pool_ids: pool_list(&pools)?,
                 priority: Some(priority),
                 max_concurrency: Some(max_concurrency),
-                expires_at: form::utc_minute("expires_at", expires_at.as_deref().unwrap_or_default())?,
+                // (required: a form without it, an older page's, is refused rather than read as
+                // "never")
+                expires_at: Some(form::utc_minute("expires_at", &expires_at)?),
             };
             ssr::backend()?.account_settings(&me, id, settings).await
         }

@@ -157,7 +157,7 @@ pub async fn add_signed_in(s: &AppState, f: OAuthFinish) -> Result<AccountView> 
         pool_ids: f.pool_ids,
         priority: f.priority,
         max_concurrency: f.max_concurrency,
-        expires_at: None,
+        expires_at: Some(f.expires_at),
     };
     let source = CredentialSource { flow_id: Some(f.flow_id), code: Some(f.code), ..Default::default() };
     add(s, None, settings, source).await
@@ -170,7 +170,7 @@ pub async fn add_imported(s: &AppState, i: CredentialImport) -> Result<AccountVi
         pool_ids: i.pool_ids,
         priority: i.priority,
         max_concurrency: i.max_concurrency,
-        expires_at: None,
+        expires_at: Some(i.expires_at),
     };
     add(s, Some(i.provider), settings, CredentialSource { file: Some(i.file), ..Default::default() }).await
 }
@@ -192,7 +192,7 @@ pub async fn add(
         pool_ids: settings.pool_ids,
         priority: settings.priority,
         max_concurrency: settings.max_concurrency,
-        expires_at: settings.expires_at,
+        expires_at: settings.expires_at.flatten(),
         credentials: Some(credentials),
     };
     accounts::create(&s.db, &*s.clock, &s.sealer, new).await
@@ -242,13 +242,21 @@ pub async fn reauthorize(s: &AppState, id: i64, source: CredentialSource) -> Res
 }
 
 /// Edits an account's name, pools, concurrency limit (ADM-1) and priority (RT-5) together.
-pub async fn edit(s: &AppState, id: i64, settings: AccountSettings) -> Result<AccountView> {
+pub async fn edit(s: &AppState, id: i64, mut settings: AccountSettings) -> Result<AccountView> {
+    // The form writes minutes: the minute of an expiry set to the second (by the API) is that
+    // expiry, not a change to it.
+    if let Some(Some(at)) = settings.expires_at {
+        let stored = accounts::get(&s.db, id).await?.expires_at;
+        if stored.is_some_and(|t| t.timestamp().div_euclid(60) == at.timestamp().div_euclid(60)) {
+            settings.expires_at = None;
+        }
+    }
     let patch = AccountPatch {
         name: Some(settings.name),
         pool_ids: Some(settings.pool_ids),
         priority: settings.priority,
         max_concurrency: settings.max_concurrency,
-        expires_at: Some(settings.expires_at),
+        expires_at: settings.expires_at,
         ..Default::default()
     };
     let view = accounts::update(&s.db, &*s.clock, &s.sealer, id, patch).await?;

@@ -543,6 +543,15 @@ async fn credential_files_are_imported_and_wrong_ones_refused() {
     with_project["project_id"] = json!("proj-own");
     let (_, view) = b.import("antigravity", with_project, "google-file-2").await;
     assert_eq!(view["credential"]["provider_account_id"], "proj-own");
+    // an import may set the account's own expiry, as a new account may
+    let body = json!({"provider": "codex", "file": codex.to_string(), "name": "codex-until",
+        "expires_at": "2031-01-02T03:04:05Z"});
+    let (status, view) = b.rig.admin.call(Method::POST, "/api/accounts/import", Some(body)).await;
+    assert_eq!(
+        (status, &view["expires_at"]),
+        (StatusCode::CREATED, &json!("2031-01-02T03:04:05Z")),
+        "{view}"
+    );
     // wrong files
     for (provider, file, says) in [
         ("codex", claude("a", None, ms(60)), "Claude Code"),

@@ -137,7 +137,7 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
     for (endpoint, body) in [
         ("account_runtime", String::new()),
         ("account_action", format!("id={id}&action=disable")),
-        ("account_settings", format!("id={id}&name=x&pools=1&max_concurrency=5&priority=1")),
+        ("account_settings", format!("id={id}&name=x&pools=1&max_concurrency=5&priority=1&expires_at=")),
         ("account_pools", String::new()),
         ("account_sign_in", "provider=codex".to_owned()),
         (
@@ -160,7 +160,7 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
     assert_eq!(resp.status(), StatusCode::OK);
     let done: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(done["account"]["status"], "disabled");
-    let settings = format!("id={id}&name=web-codex-2&pools=&max_concurrency=5&priority=3");
+    let settings = format!("id={id}&name=web-codex-2&pools=&max_concurrency=5&priority=3&expires_at=");
     let resp = form(&admin, "account_settings", settings).send().await.unwrap();
     let view: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(
@@ -172,11 +172,14 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
             &serde_json::json!([])
         )
     );
-    let resp =
-        form(&admin, "account_settings", format!("id={id}&name=n&pools=1,x&max_concurrency=5&priority=3"))
-            .send()
-            .await
-            .unwrap();
+    let resp = form(
+        &admin,
+        "account_settings",
+        format!("id={id}&name=n&pools=1,x&max_concurrency=5&priority=3&expires_at="),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "a pool id that is no number");
     // the expiry field: a `datetime-local` value read as UTC, empty for never, nonsense refused
     let expiring =
@@ -190,6 +193,22 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
         (&list[0]["expires_at"], &list[0]["expired"]),
         (&serde_json::json!(1_925_089_440), &serde_json::json!(false))
     );
+    // a form without the field (an older page's) is refused, not read as "never"; the same minute
+    // keeps the API's second
+    let without = format!("id={id}&name=n&pools=&max_concurrency=5&priority=3");
+    let resp = form(&admin, "account_settings", without).send().await.unwrap();
+    assert!(!resp.status().is_success(), "{}", resp.status());
+    let (_, view) = admin.call(Method::GET, &format!("/api/accounts/{id}"), None).await;
+    assert_eq!(view["expires_at"], "2031-01-02T03:04:00Z", "{view}");
+    let path = format!("/api/accounts/{id}");
+    let (status, _) = admin
+        .call(Method::PATCH, &path, Some(serde_json::json!({"expires_at": "2031-01-02T03:04:30Z"})))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let same = format!("id={id}&name=n&pools=&max_concurrency=5&priority=3&expires_at=2031-01-02T03%3A04");
+    let view: serde_json::Value =
+        form(&admin, "account_settings", same).send().await.unwrap().json().await.unwrap();
+    assert_eq!(view["expires_at"], "2031-01-02T03:04:30Z", "{view}");
     let never = format!("id={id}&name=n&pools=&max_concurrency=5&priority=3&expires_at=");
     let view: serde_json::Value =
         form(&admin, "account_settings", never).send().await.unwrap().json().await.unwrap();
@@ -213,11 +232,14 @@ async fn account_server_functions_are_admin_only_and_act_like_the_api() {
     assert_eq!(resp.status(), StatusCode::OK);
     let (status, _) = admin.call(Method::GET, &format!("/api/accounts/{}", added["id"]), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let resp =
-        form(&admin, "account_settings", format!("id={id}&name=n&pools=&max_concurrency=0&priority=3"))
-            .send()
-            .await
-            .unwrap();
+    let resp = form(
+        &admin,
+        "account_settings",
+        format!("id={id}&name=n&pools=&max_concurrency=0&priority=3&expires_at="),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "the API's bounds hold here too");
 }
 

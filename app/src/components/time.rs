@@ -85,7 +85,9 @@ pub fn LocalDateTimeInput(
     let utc_value = move || {
         #[cfg(feature = "hydrate")]
         {
-            local_to_utc(&shown.get()).map(utc_minute).unwrap_or_default()
+            // (text that is no local time goes as it is, for the server to refuse in words: read
+            // as empty, it would clear the time)
+            local_to_utc(&shown.get()).map(utc_minute).unwrap_or_else(|| shown.get())
         }
         #[cfg(not(feature = "hydrate"))]
         {

@@ -246,10 +246,12 @@ fn StateBadges(account: AccountRuntime) -> impl IntoView {
         out.push(badge("bg-slate-200 text-slate-700", "not scheduling".into(), None));
     }
     // ACC-1: the account's own end (a subscription's), shown ahead so it surprises no one.
-    if a.expired {
-        out.push(badge("bg-red-100 text-red-800", "expired".into(), None));
-    } else if let Some(t) = a.expires_at {
-        out.push(badge_at("bg-slate-100 text-slate-700", "expires".into(), Some((" ", t))));
+    match (a.expires_at, a.expired) {
+        (Some(t), true) => out.push(badge_at("bg-red-100 text-red-800", "expired".into(), Some((" ", t)))),
+        (Some(t), false) => {
+            out.push(badge_at("bg-slate-100 text-slate-700", "expires".into(), Some((" ", t))))
+        }
+        (None, _) => {}
     }
     if let Some(u) = a.quota_exhausted_until {
         // QT-5: its own state; checked again at that time (no promise that it has recovered).
