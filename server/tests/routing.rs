@@ -231,6 +231,25 @@ async fn websocket_refusals_cool_the_account() {
     assert_eq!(statuses, [Some(429), Some(429), Some(403)], "{recs:?}");
 }
 
+/// A session whose account stops serving the pool (disabled here; expired, deleted or moved out
+/// the same) is not left pinned to it: its next turn is routed afresh, on the socket it has, as
+/// after an upstream ends its connection; an HTTP call of the conversation moves the same way.
+#[tokio::test]
+async fn a_session_leaves_an_account_that_stops_serving() {
+    let tokens = ["wsleave-a", "wsleave-b"];
+    let mut rig = Rig::start(&[(tokens[0], 1), (tokens[1], 0)], &[]).await;
+    let mut socket = ws_of(&rig, Some("ws-leave")).await;
+    assert_eq!(turn(&mut socket).await["type"], "response.completed");
+    assert_eq!(counts(&rig, &tokens), vec![1, 0]);
+    rig.action(rig.ids[0], "disable").await;
+    let e = turn(&mut socket).await;
+    assert_eq!(e["type"], "response.completed", "the next turn on the same socket: {e}");
+    assert_eq!(counts(&rig, &tokens), vec![1, 1], "served by the account that serves");
+    assert_eq!(turn(&mut socket).await["type"], "response.completed");
+    assert_eq!(counts(&rig, &tokens), vec![1, 2], "and it stays there");
+    rig.settled().await;
+}
+
 /// CD-3 on the WebSocket path: a handshake refused with an explicit 5xx is tried again on the same
 /// account, at most twice, as an HTTP call is; the third refusal is the turn's answer.
 #[tokio::test]

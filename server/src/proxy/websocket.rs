@@ -395,6 +395,7 @@ async fn serve_turn(
     // back before it: the answer if no other account takes the turn.
     let mut held: Option<Held> = None;
     loop {
+        leave_unrouted(s, attempt.principal.pool_id, bound).await;
         let fresh = bound.is_none();
         let routing =
             route(s, &mut attempt, only, headers, &fields, bound, &mut tried).instrument(span.clone());
@@ -713,6 +714,26 @@ fn turn_model(frame: &body_edit::Members<'_>) -> Result<String, GatewayError> {
         .ok_or_else(|| GatewayError::bad_request("response.create needs a model"))?;
     check_model(&model)?;
     Ok(model.into_owned())
+}
+
+/// Drops the upstream connection of an account that no longer serves the key's pool (disabled,
+/// expired, deleted, taken out of the pool), so the turn is routed afresh, as after an upstream
+/// ends its connection (a continuation then hears the new upstream say that its response is not
+/// found, and Codex sends the whole request again). Pinned to it, every later turn on the socket
+/// would be refused, and the client, its socket open, would never reconnect.
+async fn leave_unrouted(s: &AppState, pool_id: i64, bound: &mut Option<Binding>) {
+    let Some(account) = bound.as_ref().map(|b| b.account.id) else { return };
+    let routed = match s.directory.snapshot(&s.db, &s.sealer).await {
+        Ok(snapshot) => snapshot.pool(pool_id).and_then(|p| p.position(account)).is_some(),
+        Err(_) => true, // (the turn's own scheduling meets the failure and answers it)
+    };
+    if !routed {
+        tracing::info!(
+            account_id = account,
+            "websocket session leaves an account that no longer serves its pool"
+        );
+        *bound = None;
+    }
 }
 
 /// Schedules this turn: the first turn chooses the account (and opens its upstream socket),
