@@ -277,6 +277,18 @@ async fn a_handshake_refused_with_a_5xx_is_tried_again_at_most_twice() {
     let recs = rig.t.records(3).await;
     let statuses: Vec<Option<u64>> = recs.iter().map(|r| r["upstream_status"].as_u64()).collect();
     assert_eq!(statuses, [Some(200), Some(503), Some(200)], "{recs:?}");
+
+    // a wait longer than a retry's is not waited out: the client is told it, after one try
+    rig.script(
+        token,
+        json!({"refuse_websocket": 503, "refuse_websocket_times": 1, "refuse_websocket_retry_after": "30"}),
+    )
+    .await;
+    let mut socket = ws(&rig).await;
+    let e = turn(&mut socket).await;
+    assert_eq!((e["status"].as_u64(), e["headers"]["retry-after"].as_str()), (Some(502), Some("30")), "{e}");
+    let mut socket = ws(&rig).await;
+    assert_eq!(turn(&mut socket).await["type"], "response.completed", "one refusal was spent");
 }
 
 /// A first turn refused by one account's error event, whose next account then fails its

@@ -36,10 +36,14 @@ pub async fn upgrade(
             500..=599 => ("server_error", "server_error"),
             _ => ("invalid_request_error", "account_deactivated"),
         };
-        return super::json(
+        let mut refusal = super::json(
             status,
             json!({"error": {"type": kind, "code": code, "message": "scripted refusal"}}),
         );
+        if let Some(v) = script.refuse_websocket_retry_after.as_deref().and_then(|v| v.parse().ok()) {
+            refusal.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+        }
+        return refusal;
     }
     ws.on_upgrade(move |socket| session(s, uri, headers, socket))
 }

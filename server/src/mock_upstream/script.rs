@@ -39,6 +39,8 @@ pub struct Script {
     pub refuse_websocket: Option<u16>,
     /// Refuse only this many upgrades (then accept them); unset: every one.
     pub refuse_websocket_times: Option<u32>,
+    /// The refusals' `Retry-After`.
+    pub refuse_websocket_retry_after: Option<String>,
     /// Wait this long before answering a WebSocket upgrade.
     pub websocket_delay_ms: u64,
     /// After each answered WebSocket turn: `ping` sends a Ping frame (its Pong is counted),
@@ -77,6 +79,7 @@ impl Default for Script {
             rate_limits_frame: None,
             refuse_websocket: None,
             refuse_websocket_times: None,
+            refuse_websocket_retry_after: None,
             websocket_delay_ms: 0,
             after_websocket_turn: None,
             token_expires_in: None,

@@ -769,7 +769,10 @@ async fn route(
         attempt.lease = Some(lease);
         // (recorded with the turn, which this account answers or refuses)
         attempt.account = Some((account.id, account.provider));
-        if bound.is_some() {
+        if let Some(b) = bound.as_mut() {
+            // (the account as it is now: a re-enable or re-authorization since the socket opened
+            // brought new revisions, which the quota it observes is recorded under)
+            b.account = account;
             return Ok(upstream_model);
         }
         let bound_here = attempt.routing.is_some_and(|d| d.rule == Rule::SessionBinding);
@@ -778,16 +781,20 @@ async fn route(
                 *bound = Some(Binding { account, upstream, no_store });
                 return Ok(upstream_model);
             }
-            Err(Refused { error, verdict: None, token: true })
+            Err(Refused { error, verdict: None, token: true, .. })
                 if !bound_here && tried.len() < call::MAX_SWITCHES =>
             {
                 tried.push(account.id);
                 attempt.lease.take();
                 last_refusal = Some(Unrouted { error, outcome: Outcome::Error, status: None, yields: true });
             }
+            Err(Refused { error, local: Some(outcome), .. }) => {
+                // (a re-check between tries refused the turn: answered as over HTTP, as it says)
+                return Err(Unrouted { error, outcome, status: None, yields: false });
+            }
             Err(Refused { mut error, verdict, .. }) => {
                 // CD-1..CD-5 apply to a refused handshake as to an HTTP answer, and the client is
-                // told the wait that is enforced.
+                // told the wait that is enforced, or else the upstream's hint (as over HTTP).
                 let mut moves = false;
                 let status = verdict.as_ref().map(|v| v.0.as_u16());
                 if let (Some(lease), Some((status, body, hint))) = (attempt.lease.as_mut(), verdict) {
@@ -795,6 +802,7 @@ async fn route(
                     lease.settle(verdict);
                     if let Some(secs) =
                         super::failure::enforced_retry(verdict, &s.scheduler.settings().failure)
+                            .or(hint.map(crate::scheduler::state::retry_secs))
                     {
                         error = error.retry_after(secs);
                     }
@@ -832,17 +840,19 @@ struct Refused {
     verdict: Option<(axum::http::StatusCode, Value, Option<Duration>)>,
     /// The account had no usable token: nothing was sent.
     token: bool,
+    /// Refused here, not upstream: a policy re-check between tries (CD-3), with its outcome.
+    local: Option<Outcome>,
 }
 
 impl From<GatewayError> for Refused {
     fn from(error: GatewayError) -> Self {
-        Refused { error, verdict: None, token: false }
+        Refused { error, verdict: None, token: false, local: None }
     }
 }
 
 impl From<TokenError> for Refused {
     fn from(e: TokenError) -> Self {
-        Refused { error: call::token_error(&e), verdict: None, token: true }
+        Refused { error: call::token_error(&e), verdict: None, token: true, local: None }
     }
 }
 
@@ -898,9 +908,9 @@ async fn connect(
                 }
                 retries += 1;
                 tokio::time::sleep_until(backoff).await;
-                schedule::recheck_for_retry(s, headers, attempt, account, upstream_model)
-                    .await
-                    .map_err(|(error, _)| Refused { error, verdict: None, token: false })?;
+                schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await.map_err(
+                    |(error, outcome)| Refused { error, verdict: None, token: false, local: Some(outcome) },
+                )?;
             }
             _ => return Err(refused),
         }
@@ -977,6 +987,7 @@ async fn handshake(
                 error: refused_handshake(status),
                 verdict: Some((status, body, hint)),
                 token: false,
+                local: None,
             })
         }
         Ok(Err(_)) => Err(GatewayError::upstream_unavailable().into()),
