@@ -208,6 +208,29 @@ impl Connections {
 struct Connection {
     io: Pin<Box<TimeoutStream<TcpStream>>>,
     _held: spread::Held,
+    /// Set once the answer's end was sent: what is left of the lingering close. (Boxed: one
+    /// pointer in every open connection, open streams included, performance goal 3.)
+    linger: Option<Box<Linger>>,
+}
+
+/// How a closing connection reads on (and drops) what its client still sends: while something
+/// comes at least every [`LINGER_IDLE`], for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
+///
+/// An answer sent before a request's body was read (a 413, a refused key) ends the connection.
+/// Closed at once with the client still sending, the socket would answer the rest with a reset,
+/// which can destroy the answer before the client reads it: the client would see a broken pipe
+/// instead of the 413 (nginx's `lingering_close`, for the same reason). A client that sends
+/// nothing (an idle keep-alive connection closed at shutdown) holds it only [`LINGER_IDLE`].
+const LINGER_TIME: Duration = Duration::from_secs(5);
+const LINGER_IDLE: Duration = Duration::from_millis(500);
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
+/// A lingering close in progress.
+struct Linger {
+    /// When reading stops if nothing comes (moved on by what does, never past `ends`).
+    idle: Pin<Box<tokio::time::Sleep>>,
+    ends: tokio::time::Instant,
+    left: usize,
 }
 
 impl Connection {
@@ -216,7 +239,7 @@ impl Connection {
         let _ = tcp.set_nodelay(true);
         let mut io = TimeoutStream::new(tcp);
         io.set_write_timeout(Some(write_timeout));
-        Connection { io: Box::pin(io), _held: held }
+        Connection { io: Box::pin(io), _held: held, linger: None }
     }
 }
 
@@ -261,11 +284,44 @@ impl tokio::io::AsyncWrite for Connection {
         self.get_mut().io.as_mut().poll_flush(cx)
     }
 
+    /// Sends the end of the answers (FIN), then reads and drops what the client still sends
+    /// until it closes its side or a bound of [`LINGER_TIME`] is reached.
     fn poll_shutdown(
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        self.get_mut().io.as_mut().poll_shutdown(cx)
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.linger.is_none() {
+            std::task::ready!(this.io.as_mut().poll_shutdown(cx))?;
+            let now = tokio::time::Instant::now();
+            let idle = Box::pin(tokio::time::sleep_until(now + LINGER_IDLE));
+            this.linger = Some(Box::new(Linger { idle, ends: now + LINGER_TIME, left: LINGER_BYTES }));
+        }
+        let Some(linger) = this.linger.as_mut() else { return Poll::Ready(Ok(())) };
+        let mut scratch = [0u8; 8192];
+        loop {
+            let mut buf = tokio::io::ReadBuf::new(&mut scratch);
+            match tokio::io::AsyncRead::poll_read(this.io.as_mut(), cx, &mut buf) {
+                // the client's side closed (or failed): nothing more can come
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    linger.left = linger.left.saturating_sub(buf.filled().len());
+                    let now = tokio::time::Instant::now();
+                    if linger.left == 0 || now >= linger.ends {
+                        return Poll::Ready(Ok(()));
+                    }
+                    linger.idle.as_mut().reset((now + LINGER_IDLE).min(linger.ends));
+                }
+                Poll::Pending => {
+                    return match linger.idle.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Ok(())),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            }
+        }
     }
 }
 
