@@ -213,8 +213,10 @@ struct Connection {
     linger: Option<Box<Linger>>,
 }
 
-/// How a closing connection reads on (and drops) what its client still sends: while something
-/// comes at least every [`LINGER_IDLE`], for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
+/// How a closing connection reads on (and drops) what its client still sends: for at most
+/// [`LINGER_TIME`] and [`LINGER_BYTES`], while something comes within [`LINGER_IDLE`] of the
+/// close and then at least every [`LINGER_GAP`] (a lost segment's retransmission waits 200 ms
+/// and more).
 ///
 /// An answer sent before a request's body was read (a 413, a refused key) ends the connection.
 /// Closed at once with the client still sending, the socket would answer the rest with a reset,
@@ -223,6 +225,7 @@ struct Connection {
 /// nothing (an idle keep-alive connection closed at shutdown) holds it only [`LINGER_IDLE`].
 const LINGER_TIME: Duration = Duration::from_secs(5);
 const LINGER_IDLE: Duration = Duration::from_millis(500);
+const LINGER_GAP: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 64 * 1024 * 1024;
 
 /// A lingering close in progress.
@@ -231,6 +234,8 @@ struct Linger {
     idle: Pin<Box<tokio::time::Sleep>>,
     ends: tokio::time::Instant,
     left: usize,
+    /// Over: a later call returns at once.
+    done: bool,
 }
 
 impl Connection {
@@ -296,32 +301,30 @@ impl tokio::io::AsyncWrite for Connection {
             std::task::ready!(this.io.as_mut().poll_shutdown(cx))?;
             let now = tokio::time::Instant::now();
             let idle = Box::pin(tokio::time::sleep_until(now + LINGER_IDLE));
-            this.linger = Some(Box::new(Linger { idle, ends: now + LINGER_TIME, left: LINGER_BYTES }));
+            let (ends, left) = (now + LINGER_TIME, LINGER_BYTES);
+            this.linger = Some(Box::new(Linger { idle, ends, left, done: false }));
         }
         let Some(linger) = this.linger.as_mut() else { return Poll::Ready(Ok(())) };
-        let mut scratch = [0u8; 8192];
-        loop {
-            let mut buf = tokio::io::ReadBuf::new(&mut scratch);
+        let mut scratch = [std::mem::MaybeUninit::uninit(); 8192];
+        while !linger.done {
+            let mut buf = tokio::io::ReadBuf::uninit(&mut scratch);
             match tokio::io::AsyncRead::poll_read(this.io.as_mut(), cx, &mut buf) {
                 // the client's side closed (or failed): nothing more can come
-                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
-                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => linger.done = true,
+                Poll::Ready(Err(_)) => linger.done = true,
                 Poll::Ready(Ok(())) => {
                     linger.left = linger.left.saturating_sub(buf.filled().len());
                     let now = tokio::time::Instant::now();
-                    if linger.left == 0 || now >= linger.ends {
-                        return Poll::Ready(Ok(()));
-                    }
-                    linger.idle.as_mut().reset((now + LINGER_IDLE).min(linger.ends));
+                    linger.done = linger.left == 0 || now >= linger.ends;
+                    linger.idle.as_mut().reset((now + LINGER_GAP).min(linger.ends));
                 }
                 Poll::Pending => {
-                    return match linger.idle.as_mut().poll(cx) {
-                        Poll::Ready(()) => Poll::Ready(Ok(())),
-                        Poll::Pending => Poll::Pending,
-                    };
+                    std::task::ready!(linger.idle.as_mut().poll(cx));
+                    linger.done = true;
                 }
             }
         }
+        Poll::Ready(Ok(()))
     }
 }
 
