@@ -137,15 +137,12 @@ impl Server {
 /// The client for the upstream calls around the model calls (OAuth tokens, quota reads, sign-ins):
 /// pooled, TCP_NODELAY, and never following a redirect (a redirect would carry the account's
 /// credential and the body to another host). Model calls have their own, `proxy::client`.
-///
-/// Every answer it gets is JSON that SubLane reads, and reqwest here decodes no compression, so
-/// each request says `Accept-Encoding: identity` (without it, the coding is the upstream's choice).
+/// Its answers come [`crate::proxy::upstream::uncompressed`] (reqwest here decodes none).
 pub fn upstream_client() -> reqwest::Result<reqwest::Client> {
-    let mut uncompressed = reqwest::header::HeaderMap::new();
-    uncompressed
-        .insert(reqwest::header::ACCEPT_ENCODING, reqwest::header::HeaderValue::from_static("identity"));
+    let mut defaults = reqwest::header::HeaderMap::new();
+    crate::proxy::upstream::uncompressed(&mut defaults);
     reqwest::Client::builder()
-        .default_headers(uncompressed)
+        .default_headers(defaults)
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))

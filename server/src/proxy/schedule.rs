@@ -252,15 +252,37 @@ pub(super) fn refusal(r: Refusal, model: &str) -> GatewayError {
 }
 
 /// CD-3: statuses retried on the same account before any byte is accepted.
-pub(super) fn retryable(status: StatusCode) -> bool {
+fn retryable(status: StatusCode) -> bool {
     matches!(status.as_u16(), 408 | 500 | 502 | 503 | 504)
 }
 
 /// CD-3: retries after the first try, their backoff, and the longest upstream hint worth waiting.
-pub(super) const MAX_RETRIES: u32 = 2;
-pub(super) const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
+const MAX_RETRIES: u32 = 2;
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
 
-pub(super) fn retry_backoff(retry: u32, hint: Option<Duration>) -> Duration {
+/// CD-3: when to try an answer of `status` again on the same account, `retries` tries again
+/// having been made: `None` when it is not (a status not retried, two retries made, an upstream
+/// hint longer than a retry waits, which goes to the client, or no time left before `deadline`).
+/// The HTTP call and the WebSocket handshake both ask here. `hint` (the answer's Retry-After) is
+/// read only for a retryable status.
+pub(super) fn retry_at(
+    status: StatusCode,
+    retries: u32,
+    deadline: tokio::time::Instant,
+    hint: impl FnOnce() -> Option<Duration>,
+) -> Option<tokio::time::Instant> {
+    if !retryable(status) || retries >= MAX_RETRIES {
+        return None;
+    }
+    let hint = hint();
+    if hint.is_some_and(|h| h > MAX_RETRY_WAIT) {
+        return None;
+    }
+    let at = tokio::time::Instant::now() + retry_backoff(retries + 1, hint);
+    (at < deadline).then_some(at)
+}
+
+fn retry_backoff(retry: u32, hint: Option<Duration>) -> Duration {
     let base = Duration::from_millis(200) * 2u32.pow(retry.saturating_sub(1));
     hint.map_or(base, |h| h.max(base))
 }

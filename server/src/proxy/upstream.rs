@@ -23,18 +23,23 @@ use crate::{app_state::AppState, directory::Account, providers, records::Outcome
 
 /// The upstream POST for `target`: its headers (the account's credential and the client headers
 /// that may pass, one value each) and exactly one `Content-Type: application/json`, since what
-/// SubLane sends upstream is always the JSON body it decoded.
-///
-/// `Accept-Encoding: identity` says outright that the answer must come uncompressed: SubLane
-/// reads every answer (usage, errors, translation) and passes no `Content-Encoding` on, and a
-/// request without the header leaves the coding to the upstream (RFC 9110 §12.5.3).
+/// SubLane sends upstream is always the JSON body it decoded; the answer [`uncompressed`].
 pub async fn post(http: &Client, target: &providers::Target, body: Bytes) -> Result<Answer, SendError> {
     let mut headers = target.headers.clone();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    uncompressed(&mut headers);
     // what reqwest sent for a client that names no Accept (SubLane's own test calls among them)
     headers.entry(header::ACCEPT).or_insert(HeaderValue::from_static("*/*"));
     http.post(&target.url, headers, body).await
+}
+
+/// Asks for an uncompressed answer (`Accept-Encoding: identity`), as every call SubLane makes
+/// upstream does: model calls, the WebSocket handshake, and the token, quota and sign-in calls.
+/// SubLane reads every answer (usage, errors, translation, tokens) and passes no
+/// `Content-Encoding` on, and a request without the header leaves the coding to the upstream
+/// (RFC 9110 §12.5.3).
+pub(crate) fn uncompressed(headers: &mut HeaderMap) {
+    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
 }
 
 /// Sends the upstream request. CD-3: explicit 408/5xx answers are retried on the same account, at
@@ -90,18 +95,11 @@ pub(super) fn send_with_retries<'a>(
                 );
                 return Err((GatewayError::upstream_redirected(), Outcome::Error));
             }
-            if !schedule::retryable(upstream.status()) || retries >= schedule::MAX_RETRIES {
+            // (no retry, or no time left for one: the client gets this answer, not a timeout)
+            let hint = || retry_after_header(upstream.headers(), s.clock.now());
+            let Some(backoff) = schedule::retry_at(upstream.status(), retries, deadline, hint) else {
                 return Ok(upstream);
-            }
-            let hint = retry_after_header(upstream.headers(), s.clock.now());
-            if hint.is_some_and(|h| h > schedule::MAX_RETRY_WAIT) {
-                return Ok(upstream);
-            }
-            let backoff = tokio::time::Instant::now() + schedule::retry_backoff(retries + 1, hint);
-            if backoff >= deadline {
-                // (no time left for another try: the client gets this answer, not a timeout)
-                return Ok(upstream);
-            }
+            };
             drop(upstream);
             retries += 1;
             tokio::time::sleep_until(backoff).await;

@@ -25,7 +25,7 @@ use axum::{
         State,
         ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
 use futures_util::{FutureExt as _, SinkExt, StreamExt};
@@ -897,15 +897,10 @@ async fn connect(
                 s.tokens.refused(&account.tokens, &credentials, refreshed).await?;
                 refreshed = true;
             }
-            Some((status, _, hint))
-                if schedule::retryable(*status)
-                    && retries < schedule::MAX_RETRIES
-                    && hint.is_none_or(|h| h <= schedule::MAX_RETRY_WAIT) =>
-            {
-                let backoff = Instant::now() + schedule::retry_backoff(retries + 1, *hint);
-                if backoff >= deadline {
-                    return Err(refused); // (no time left for another try)
-                }
+            Some((status, _, hint)) => {
+                let Some(backoff) = schedule::retry_at(*status, retries, deadline, || *hint) else {
+                    return Err(refused);
+                };
                 retries += 1;
                 tokio::time::sleep_until(backoff).await;
                 schedule::recheck_for_retry(s, headers, attempt, account, upstream_model).await.map_err(
@@ -949,8 +944,8 @@ async fn handshake(
             request.headers_mut().insert(name.clone(), value.clone());
         }
     }
-    // A refused handshake's body is read (the quota and reset in a 429), as an HTTP answer's is.
-    request.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    // (a refused handshake's body is read: the quota and reset in a 429, as in an HTTP answer)
+    super::upstream::uncompressed(request.headers_mut());
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES));
