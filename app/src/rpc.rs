@@ -36,11 +36,24 @@ mod ssr {
         backend()?.member_for(&headers()).await?.ok_or_else(AppError::unauthenticated)
     }
 
+    /// Whether the request is a browser's own form post, made without JavaScript: it asks for
+    /// HTML, and server_fn answers it with a redirect back to the form's page (`Referer`), the
+    /// error in the redirect's query for the page to show.
+    pub fn plain_form_post() -> bool {
+        headers()
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"))
+    }
+
     /// Answers errors with their HTTP status instead of a blanket 500 (a wrong password is a 401),
-    /// and a Retry-After where the error invites a retry.
+    /// and a Retry-After where the error invites a retry. Not a plain form post's: its answer is
+    /// the redirect back to the page, which shows the error; a browser follows no `Location` on a
+    /// 4xx and would show the error's JSON instead.
     pub fn finish<T>(result: Result<T, AppError>) -> Result<T, AppError> {
         if let (Err(e), Some(opts)) = (&result, use_context::<leptos_axum::ResponseOptions>())
             && let Ok(status) = http::StatusCode::from_u16(e.status)
+            && !plain_form_post()
         {
             opts.set_status(status);
             if let Some(secs) = e.retry_after {
@@ -136,6 +149,14 @@ pub async fn create_key(
 ) -> Result<CreatedApiKey, AppError> {
     ssr::finish(
         async {
+            // The answer holds the only copy of the secret, and a plain form post's answer is a
+            // redirect that drops it: the key would be made and its secret lost.
+            if ssr::plain_form_post() {
+                return Err(AppError::invalid(
+                    "Creating a key needs JavaScript: its secret is shown once, on this page, and a \
+                     page without JavaScript cannot show it (or use POST /api/me/keys).",
+                ));
+            }
             let expires_at = form::utc_minute("expires_at", expires_at.as_deref().unwrap_or_default())?;
             let new = NewApiKey { name, pool_id, expires_at, member_id: None };
             ssr::backend()?.create_my_key(&ssr::require_member().await?, new).await

@@ -22,3 +22,22 @@ test('requests page renders without JavaScript', async () => {
   await page.getByText('You have no API keys yet.').waitFor();
   page.assertNoErrors();
 });
+
+test('a refused form comes back to its page with the error, without JavaScript', async () => {
+  const page = await newPage(browser, { javaScriptEnabled: false });
+  await page.goto(`${server.url}/login`);
+  await page.getByLabel('Username').fill('admin');
+  await page.getByLabel('Password').fill('not-the-password');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('alert').filter({ hasText: 'wrong username or password' }).waitFor();
+  assert.ok(page.url().startsWith(`${server.url}/login?`), page.url());
+
+  // creating a key is refused in words, before a key (whose secret the page could not show) is made
+  await signIn(page, server.url, { hydrated: false });
+  await page.goto(`${server.url}/keys`);
+  await page.getByLabel('Name').fill('laptop');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  await page.getByRole('alert').filter({ hasText: 'Creating a key needs JavaScript' }).waitFor();
+  await page.getByText('You have no API keys yet.').waitFor();
+  page.assertNoErrors();
+});

@@ -94,6 +94,56 @@ async fn server_function_errors_use_the_right_status() {
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// Without JavaScript a refused form comes back to its own page, which shows the error: the
+/// answer is server_fn's redirect, never a 4xx, whose `Location` a browser ignores to show the
+/// error's JSON. Creating a key is refused so, before any key is made: its secret would be lost.
+#[tokio::test]
+async fn a_refused_form_post_without_javascript_returns_to_its_page_with_the_error() {
+    let t = TestServer::start().await;
+    let (mut bob, _) = t.member(&t.admin().await, "bob").await;
+    let post = |c: &common::Client, endpoint: &str, page: &str, form: &[(&str, &str)]| {
+        c.request(Method::POST, &format!("/rpc/{endpoint}"))
+            .header(header::ACCEPT, HTML)
+            .header(header::REFERER, format!("{}{page}", t.base))
+            .form(form)
+    };
+    let cases = [
+        (
+            "login",
+            "/login",
+            vec![("username", "admin"), ("password", "wrong-password")],
+            "wrong username or password",
+        ),
+        (
+            "create_key",
+            "/keys",
+            vec![("name", "desk"), ("expires_at", "")],
+            "Creating a key needs JavaScript",
+        ),
+    ];
+    for (endpoint, page, form, shown) in cases {
+        let cookie = if endpoint == "login" { None } else { bob.cookie.clone() };
+        let client = common::Client { cookie, ..t.client() };
+        let resp = post(&client, endpoint, page, &form).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::FOUND, "{endpoint}");
+        let location = resp.headers()[header::LOCATION].to_str().unwrap().to_owned();
+        assert!(location.starts_with(&format!("{}{page}?", t.base)), "{location}");
+        assert!(!location.contains("wrong-password"), "{location}");
+        let html = client
+            .request(Method::GET, &location[t.base.len()..])
+            .header(header::ACCEPT, HTML)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(html.status(), StatusCode::OK);
+        let html = html.text().await.unwrap();
+        assert!(html.contains(shown), "{endpoint}: the page shows the error: {html}");
+    }
+    let (status, keys) = bob.call(Method::GET, "/api/me/keys", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(keys, serde_json::json!([]), "no key was made");
+}
+
 /// The Requests page's server function with no filter set: form encoding omits the argument.
 #[tokio::test]
 async fn request_history_server_function_accepts_an_absent_filter() {

@@ -1,6 +1,8 @@
 //! General -> API keys (ID-3): create a key (its secret is shown once, with copy; an optional
-//! expiry), list the member's keys, switch one off or back on, revoke one. Every action is a form posting to a server function, so it also
-//! works without JavaScript; with it, the list refreshes in place.
+//! expiry), list the member's keys, switch one off or back on, revoke one. Every action is a form
+//! posting to a server function, so switching and revoking also work without JavaScript (the list
+//! refreshes in place with it). Creating needs it: the secret is in the answer, which a plain form
+//! post's redirect drops, so the server refuses that post in words (`rpc::create_key`).
 
 use leptos::{either::Either, prelude::*};
 use leptos_meta::Title;
