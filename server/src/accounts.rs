@@ -144,6 +144,42 @@ pub async fn credentials(db: &SqlitePool, sealer: &Sealer, id: i64) -> Result<Op
     serde_json::from_slice(&plain).map(Some).map_err(|e| Error::Internal(e.to_string()))
 }
 
+/// ID-6: every live account's sealed credentials, for the start's check of the credentials key.
+pub async fn sealed_credentials(db: &SqlitePool) -> Result<Vec<(i64, Vec<u8>)>> {
+    Ok(sqlx::query_as(
+        "SELECT id, sealed_credential FROM accounts WHERE deleted_at IS NULL AND sealed_credential IS NOT NULL",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// Whether `sealed` opens under `sealer` (the start's check of the key; never for use).
+pub fn opens(sealer: &Sealer, sealed: &[u8]) -> bool {
+    sealer.open(SEAL_PURPOSE, sealed).is_ok()
+}
+
+/// Drops an account's stored credentials that the credentials key cannot open (ID-6: a replaced
+/// key) and marks the account `error`, which its card shows; new credentials (a re-authorization,
+/// an import, a PATCH) bring it back. Not when they were replaced meanwhile.
+pub async fn credentials_unreadable(
+    db: &SqlitePool,
+    id: i64,
+    sealed: &[u8],
+    clock: &dyn Clock,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE accounts SET sealed_credential = NULL, status = 'error', updated_at = ?,
+                credential_version = credential_version + 1
+         WHERE id = ? AND sealed_credential = ? AND deleted_at IS NULL",
+    )
+    .bind(to_unix(clock.now()))
+    .bind(id)
+    .bind(sealed)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Checks a new account's settings without writing anything: its name (valid and free), limit
 /// and pools. Onboarding calls it before it spends a sign-in's code or refreshes an imported
 /// file's token, so a settings mistake never costs a grant.
@@ -252,9 +288,11 @@ pub async fn update(
     .map_err(|e| Error::on_conflict(e, || format!("an account named {name:?} exists")))?;
     if let Some(s) = sealed {
         // New credentials are a re-authorization: a new lifecycle revision (old limits no longer
-        // apply, ACC-4), and the old token's refusal and re-authorization mark go (CRED-4).
+        // apply, ACC-4), and the old token's refusal and re-authorization mark go (CRED-4), as
+        // does the error of credentials a replaced key could not open (`credentials_unreadable`).
         sqlx::query(
-            "UPDATE accounts SET credential_kind = ?, sealed_credential = ?, token_expires_at = ?,
+            "UPDATE accounts SET status = CASE status WHEN 'error' THEN 'active' ELSE status END,
+                    credential_kind = ?, sealed_credential = ?, token_expires_at = ?,
                     provider_account_id = ?, lifecycle_revision = lifecycle_revision + 1,
                     quota_revision = quota_revision + 1, token_refreshed_at = NULL, token_rejected_at = NULL,
                     reauth_required_at = NULL, reauth_reason = NULL,

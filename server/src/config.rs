@@ -150,6 +150,9 @@ pub struct Settings {
     /// Let the kernel back the process's memory with transparent huge pages: 3-6 % less CPU per call at full load, about 1.5x the resident memory per open stream [env: SUBLANE_HUGE_PAGES] [default: false]
     #[arg(long, value_name = "BOOL")]
     pub huge_pages: Option<bool>,
+    /// Start although credentials.key cannot open the stored account credentials (the key is lost): a missing key is made anew, and the accounts whose credentials it cannot open lose them and are marked error until re-authorized. Without it SubLane refuses to start so [env: SUBLANE_REPLACE_CREDENTIALS_KEY] [default: false]
+    #[arg(long, value_name = "BOOL")]
+    pub replace_credentials_key: Option<bool>,
     /// End a stream, or a WebSocket turn, when the upstream sends no event for this long (keep-alives do not count), e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
@@ -466,6 +469,9 @@ pub struct Config {
     pub serve_poll: Duration,
     /// Whether the heap may use transparent huge pages (see [`crate::huge_pages`]).
     pub huge_pages: bool,
+    /// ID-6: start with a credentials key that cannot open the stored credentials (see
+    /// `serve::credentials_key`).
+    pub replace_credentials_key: bool,
     /// ADM-6, CD-2: queues and the failure policy.
     pub scheduler: crate::scheduler::Settings,
     pub upstream: UpstreamUrls,
@@ -607,6 +613,10 @@ impl Settings {
                 "SUBLANE_HUGE_PAGES",
                 var("SUBLANE_HUGE_PAGES").map(|v| v.to_ascii_lowercase()),
             )?,
+            replace_credentials_key: parsed(
+                "SUBLANE_REPLACE_CREDENTIALS_KEY",
+                var("SUBLANE_REPLACE_CREDENTIALS_KEY").map(|v| v.to_ascii_lowercase()),
+            )?,
             stream_idle_timeout: duration("SUBLANE_STREAM_IDLE_TIMEOUT")?,
             queue_timeout: duration("SUBLANE_QUEUE_TIMEOUT")?,
             queue_capacity: parsed("SUBLANE_QUEUE_CAPACITY", var("SUBLANE_QUEUE_CAPACITY"))?,
@@ -703,6 +713,7 @@ impl Settings {
             serve_threads: over.serve_threads.or(self.serve_threads),
             serve_poll: over.serve_poll.or(self.serve_poll),
             huge_pages: over.huge_pages.or(self.huge_pages),
+            replace_credentials_key: over.replace_credentials_key.or(self.replace_credentials_key),
             queue_timeout: over.queue_timeout.or(self.queue_timeout),
             queue_capacity: over.queue_capacity.or(self.queue_capacity),
             failure_threshold: over.failure_threshold.or(self.failure_threshold),
@@ -873,6 +884,7 @@ impl Settings {
             serve_threads,
             serve_poll,
             huge_pages: self.huge_pages.unwrap_or(false),
+            replace_credentials_key: self.replace_credentials_key.unwrap_or(false),
             scheduler,
             models,
             configured,

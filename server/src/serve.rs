@@ -46,9 +46,10 @@ mod spin;
 mod spread;
 
 use crate::{
+    accounts,
     app_state::{AppState, CHANGE_APPLIED, Lifecycle},
     auth::{client, client::PeerAddr, origin, throttle::LoginThrottle},
-    clock::SharedClock,
+    clock::{Clock, SharedClock},
     config::Config,
     credentials::{Tokens, onboarding::Onboarding},
     crypto::Sealer,
@@ -93,6 +94,24 @@ pub enum StartError {
     Crypto(#[from] crate::crypto::CryptoError),
     #[error("first-start setup failed: {0}")]
     Bootstrap(String),
+    #[error(
+        "the credentials key {path} is missing, but the database holds the credentials of {accounts} \
+         account(s), sealed with it (ID-6). Restore the key file from the backup the database came from. \
+         If it is lost, start once with --replace-credentials-key true (SUBLANE_REPLACE_CREDENTIALS_KEY): \
+         a new key is made, and those accounts lose their credentials and are marked error until they \
+         are re-authorized"
+    )]
+    KeyMissing { path: String, accounts: usize },
+    #[error(
+        "the credentials key {path} opens none of the stored credentials of {accounts} account(s): it is \
+         not the key they were sealed with (ID-6). Restore the key file from the backup the database came \
+         from. If it is lost, start once with --replace-credentials-key true \
+         (SUBLANE_REPLACE_CREDENTIALS_KEY): those accounts lose their credentials and are marked error \
+         until they are re-authorized"
+    )]
+    KeyWrong { path: String, accounts: usize },
+    #[error("cannot check the credentials key {path}: {source}")]
+    KeyCheck { path: String, source: std::io::Error },
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("cannot start the threads that serve connections: {0}")]
@@ -325,11 +344,48 @@ impl tokio::io::AsyncWrite for Connection {
     }
 }
 
+/// ID-6: the credentials key must be the one the stored credentials were sealed with. A database
+/// restored without its key file (or beside another one) would otherwise start with a new key and
+/// skip every account, said only by a log line per account, every call answered
+/// `no_available_account`. Such a start is refused, unless the operator says the key is lost
+/// (`replace_credentials_key`): then a missing key is made anew, and each account whose
+/// credentials it cannot open loses them and is marked `error` until it gets new ones.
+async fn credentials_key(
+    db: &sqlx::SqlitePool,
+    config: &Config,
+    clock: &dyn Clock,
+) -> Result<Sealer, StartError> {
+    let path = config.data_dir.join("credentials.key");
+    let shown = path.display().to_string();
+    let stored =
+        accounts::sealed_credentials(db).await.map_err(|e| StartError::Bootstrap(e.public_message()))?;
+    let missing =
+        !path.try_exists().map_err(|source| StartError::KeyCheck { path: shown.clone(), source })?;
+    let replace = config.replace_credentials_key;
+    if missing && !stored.is_empty() && !replace {
+        return Err(StartError::KeyMissing { path: shown, accounts: stored.len() });
+    }
+    let sealer = Sealer::load_or_create(&path)?;
+    let unreadable: Vec<_> = stored.iter().filter(|(_, sealed)| !accounts::opens(&sealer, sealed)).collect();
+    if !unreadable.is_empty() && unreadable.len() == stored.len() && !replace {
+        return Err(StartError::KeyWrong { path: shown, accounts: stored.len() });
+    }
+    if replace {
+        for (id, sealed) in unreadable {
+            accounts::credentials_unreadable(db, *id, sealed, clock)
+                .await
+                .map_err(|e| StartError::Bootstrap(e.public_message()))?;
+            tracing::warn!(account_id = id, "credentials key replaced: the account needs new credentials");
+        }
+    }
+    Ok(sealer)
+}
+
 pub async fn start(config: Config, clock: SharedClock) -> Result<Server, StartError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|source| StartError::DataDir { path: config.data_dir.display().to_string(), source })?;
     let (db, lock) = db::open(&config.database_url).await?;
-    let sealer = Arc::new(Sealer::load_or_create(&config.data_dir.join("credentials.key"))?);
+    let sealer = Arc::new(credentials_key(&db, &config, &*clock).await?);
     let bootstrap = members::bootstrap(&db, &*clock, config.admin_password.as_ref())
         .await
         .map_err(|e| StartError::Bootstrap(e.public_message()))?;

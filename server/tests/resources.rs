@@ -574,3 +574,54 @@ async fn deleting_a_pool_revokes_its_keys_and_frees_its_name() {
         (StatusCode::UNPROCESSABLE_ENTITY, Some("member_ids"))
     );
 }
+
+/// ID-6: a database restored without its credentials key, or beside another key, is refused at
+/// start (it would start with a new key and skip every account, each call answered
+/// `no_available_account`), until the operator says the key is lost: then the accounts it cannot
+/// open lose their credentials and show `error`, and new credentials bring them back.
+#[tokio::test]
+async fn a_start_without_the_credentials_key_is_refused_unless_it_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    let t = TestServer::start_in(dir, &[("SUBLANE_ADMIN_PASSWORD", common::ADMIN_PASSWORD)]).await;
+    let mut admin = t.admin().await;
+    let account = json!({"provider": "openai_api", "name": "sealed", "pool_ids": [1],
+                         "credentials": {"kind": "api_key", "api_key": "sk-upstream-1"}});
+    let (status, acct) = admin.call(Method::POST, "/api/accounts", Some(account)).await;
+    assert_eq!(status, StatusCode::CREATED, "{acct}");
+    let id = acct["id"].as_i64().unwrap();
+    let TestServer { server, dir, .. } = t;
+    server.shutdown().await.unwrap();
+    let start = |env: &'static [(&'static str, &'static str)]| {
+        let config = common::config_for(data.clone(), env);
+        async move { sublane::serve::start(config, std::sync::Arc::new(sublane::clock::SystemClock)).await }
+    };
+    let key = data.join("credentials.key");
+    let original = std::fs::read(&key).unwrap();
+
+    std::fs::remove_file(&key).unwrap();
+    let refused = start(&[]).await.err().expect("a missing key is refused").to_string();
+    assert!(refused.contains("credentials.key is missing") && refused.contains("1 account"), "{refused}");
+    assert!(!key.exists(), "no new key is made");
+
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    let refused = start(&[]).await.err().expect("another key is refused").to_string();
+    assert!(refused.contains("opens none of the stored credentials"), "{refused}");
+
+    // the right key again: it starts
+    std::fs::write(&key, &original).unwrap();
+    start(&[]).await.unwrap().shutdown().await.unwrap();
+
+    // the key is lost: replaced, the account shows error and serves nothing until re-authorized
+    std::fs::remove_file(&key).unwrap();
+    let server = start(&[("SUBLANE_REPLACE_CREDENTIALS_KEY", "true")]).await.unwrap();
+    assert!(key.exists(), "a new key");
+    server.shutdown().await.unwrap();
+    let t = TestServer::start_in(dir, &[]).await;
+    let mut admin = t.admin().await;
+    let (_, acct) = admin.call(Method::GET, &format!("/api/accounts/{id}"), None).await;
+    assert_eq!(acct["status"], "error", "{acct}");
+    let creds = json!({"credentials": {"kind": "api_key", "api_key": "sk-upstream-2"}});
+    let (status, acct) = admin.call(Method::PATCH, &format!("/api/accounts/{id}"), Some(creds)).await;
+    assert_eq!((status, &acct["status"]), (StatusCode::OK, &json!("active")), "{acct}");
+}

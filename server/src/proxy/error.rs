@@ -230,12 +230,13 @@ impl GatewayError {
         .retry_after(retry_after)
     }
 
-    /// BUD-5: every account able to serve the model is rate limited upstream.
+    /// BUD-5: every account able to serve the model is rate limited upstream. The message is the
+    /// seed's, word for word: clients tell the three 429s apart by it (seed 004).
     pub fn upstream_quota_exhausted(retry_after: u64) -> Self {
         Self::new(
             StatusCode::TOO_MANY_REQUESTS,
             "upstream_quota_exhausted",
-            "every upstream account that can serve this model is rate limited",
+            "all upstream credentials for this model are rate limited",
         )
         .retry_after(retry_after)
     }
@@ -494,6 +495,10 @@ mod tests {
                 assert_eq!(code, e.code, "{protocol:?} {b}");
             }
         }
+        // Seed 004 tells its three 429s apart by `error.message`: this one is its text, word for word.
+        let e = GatewayError::upstream_quota_exhausted(5);
+        let b = body(Protocol::OpenAi, e.status, e.code, &e.message, None);
+        assert_eq!(b["error"]["message"], "all upstream credentials for this model are rate limited");
     }
 
     #[test]
