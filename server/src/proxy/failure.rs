@@ -298,7 +298,7 @@ pub(super) fn enforced_retry(verdict: Verdict, policy: &FailurePolicy) -> Option
     match verdict {
         Verdict::RateLimited(hint) => Some(retry_secs(clamp_retry(hint, policy.fallback_429))),
         Verdict::Overloaded(hint) => Some(retry_secs(clamp_retry(hint, policy.overload))),
-        Verdict::ModelLimited(hint) => Some(retry_secs(clamp_retry(hint, RETRY_AFTER_MIN))),
+        Verdict::ModelLimited(hint) => Some(retry_secs(clamp_retry(hint, policy.fallback_429))),
         _ => None,
     }
 }
@@ -317,6 +317,11 @@ mod tests {
         let from_body = Verdict::RateLimited(Some(Duration::from_millis(12_500)));
         assert_eq!(enforced_retry(from_body, &p), Some(13), "a body's hint, rounded up");
         assert_eq!(enforced_retry(Verdict::RateLimited(Some(Duration::from_secs(90_000))), &p), Some(3600));
+        assert_eq!(
+            enforced_retry(Verdict::ModelLimited(None), &p),
+            Some(5),
+            "a model's limit: the 429 fallback"
+        );
         assert_eq!(enforced_retry(Verdict::ModelFailure, &p), None);
     }
 }

@@ -416,7 +416,7 @@ impl Scheduler {
             Verdict::Success => state.model_succeeded(model, seq, now),
             Verdict::ModelFailure => state.model_failed(model, seq, now, policy),
             Verdict::RateLimited(r) => state.rate_limited(now, r, policy),
-            Verdict::ModelLimited(r) => state.model_limited(model, seq, now, r),
+            Verdict::ModelLimited(r) => state.model_limited(model, seq, now, r, policy),
             Verdict::Overloaded(r) => state.overloaded(now, r, policy),
             Verdict::CredentialsRejected(status) => state.credentials_rejected(now, status, policy),
             Verdict::Forbidden => state.forbidden(now, policy),

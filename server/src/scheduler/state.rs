@@ -321,10 +321,18 @@ impl AccountState {
         }
     }
 
-    /// CD-4: the provider limited this model for the account.
-    pub fn model_limited(&mut self, model: &str, seq: u64, now: i64, retry_after: Option<Duration>) {
+    /// CD-4: the provider limited this model for the account, for its hint or, without one, the
+    /// 429 fallback (seed 000: a missing or invalid hint means the fallback, 5 s by default).
+    pub fn model_limited(
+        &mut self,
+        model: &str,
+        seq: u64,
+        now: i64,
+        retry_after: Option<Duration>,
+        policy: &FailurePolicy,
+    ) {
         let m = self.models.entry(model.to_owned()).or_default();
-        let until = now + ms(clamp_retry(retry_after, RETRY_AFTER_MIN));
+        let until = now + ms(clamp_retry(retry_after, policy.fallback_429));
         m.limited_until = later(m.limited_until, until);
         m.last_bad_seq = m.last_bad_seq.max(seq);
         if m.probe == Some(seq) {
@@ -596,7 +604,12 @@ mod tests {
         a.rate_limited(0, Some(Duration::from_secs(10)), &p);
         a.overloaded(0, Some(Duration::from_secs(60)), &p);
         a.credentials_rejected(0, 403, &p);
-        a.model_limited("m", 1, 0, Some(Duration::from_secs(30)));
+        a.model_limited("m", 1, 0, Some(Duration::from_secs(30)), &p);
+        a.model_limited("n", 2, 0, None, &p);
+        assert_eq!(
+            a.model_block("n", 0),
+            Some(Block::ModelLimited { until: p.fallback_429.as_millis() as i64 })
+        );
         assert_eq!(a.account_block(20 * S), Some(Block::TempUnschedulable { until: 300 * S }));
         assert_eq!(a.blocked_until(), 300 * S);
         a.clear_cooldowns();
@@ -677,7 +690,7 @@ mod tests {
                     }
                     Event::Limited(m, r) => {
                         seq += 1;
-                        a.model_limited(&model(m), seq, now, r.map(|s| Duration::from_secs(s.into())));
+                        a.model_limited(&model(m), seq, now, r.map(|s| Duration::from_secs(s.into())), &p);
                         let until = a.models[&model(m)].limited_until.unwrap();
                         promised_model[m as usize] = promised_model[m as usize].max(until);
                     }
