@@ -404,6 +404,8 @@ async fn an_antigravity_quota_exhausted_answer_spends_only_that_model() {
     b.rig.script("ya29.p", json!({"steps": [exhausted]})).await;
     let a = b.gemini("gemini-3.1-pro-low(high)", Some("c1")).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "the upstream's own answer goes back");
+    // with its RetryInfo, which gemini-cli reads to stop rather than retry an hour-long exhaustion
+    assert_eq!((a.retry_after, a.retry_info()), (Some(3600), Some("3600s")), "{a:?}");
     let spent = |rt: &Value| rt["quota"].as_array().is_some_and(|q| q.iter().any(|r| r["exhausted"] == true));
     b.runtime_when(id, spent).await;
     let a = b.gemini("gemini-3.1-pro-low", Some("c1")).await;

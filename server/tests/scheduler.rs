@@ -512,6 +512,8 @@ async fn antigravity_limits_narrow_to_the_model_only_when_everything_matches() {
     rig.script("ya29.limits", json!({"steps": [exhausted("some-other-model")]})).await;
     let a = Answer::read(gemini("gemini-3.6-flash-high").send().await.unwrap()).await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
+    // the upstream's answer, passed on, keeps its RetryInfo: gemini-cli reads when to retry there
+    assert_eq!((a.retry_after, a.retry_info()), (Some(20), Some("20s")), "{a:?}");
     // BUD-5: the only account able to serve it is rate limited upstream
     let a = Answer::read(gemini("gemini-3.6-flash-high").send().await.unwrap()).await;
     assert_eq!(a.code(), "upstream_quota_exhausted");

@@ -60,7 +60,8 @@ impl Standing {
         self.used >= self.policy.limit
     }
 
-    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After. Without one,
+    /// BUD-2: the seed's message and `limit`, `used`, `reset_at`; no Retry-After (Gemini's body
+    /// has its RetryInfo: see [`GatewayError::retry_delay`]). Without one,
     /// an SDK retries a 429 on its own backoff, seconds apart; when the window ends more than a
     /// minute ahead (or never: `total`), every such retry is refused and recorded, and the user
     /// waits through them for the same answer, so the refusal also says `x-should-retry: false`,
@@ -84,7 +85,9 @@ impl Standing {
             .not_soon(!soon);
         // `total` never resets: no reset_at at all (Gemini's metadata would print "null")
         if let Some(reset) = self.span.reset_at() {
-            e = e.with_field("reset_at", json!(rfc3339(reset)));
+            e = e
+                .with_field("reset_at", json!(rfc3339(reset)))
+                .retry_delay((reset - now).num_seconds().max(1) as u64);
         }
         if let Window::Minutes(n) = p.window {
             e = e.with_field("window_minutes", json!(n));
@@ -494,6 +497,16 @@ mod tests {
         assert!(e.not_soon, "six hours to the window's end: the client's own retries are futile");
         // the next day in Shanghai starts at 16:00 UTC; reset_at is 90 s later
         assert!(e.fields.contains(&("reset_at".into(), json!("2026-12-01T16:01:30Z"))));
+        // a Gemini client hears when in the body's RetryInfo (gemini-cli retries a 429 without
+        // one), and still no Retry-After
+        let r = e.render(crate::proxy::error::Protocol::Gemini, None);
+        assert!(r.headers().get("retry-after").is_none());
+        let body = e.body(crate::proxy::error::Protocol::Gemini, None);
+        let info = &body["error"]["details"][1];
+        assert_eq!(
+            (&info["@type"], &info["retryDelay"]),
+            (&json!("type.googleapis.com/google.rpc.RetryInfo"), &json!("21690s"))
+        );
         assert!(b.check(8, 1, now).refused.is_none(), "another key is not limited");
         assert!(b.check(7, 1, at("2026-12-01T16:00:00Z")).refused.is_none(), "a new day");
     }

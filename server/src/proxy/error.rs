@@ -53,6 +53,10 @@ pub struct GatewayError {
     /// seconds (`u64::MAX`: never): a call that already tried other accounts reads it to tell
     /// whether its client may retry soon ([`crate::scheduler::Refusal::back_in`]). Never sent.
     pub back_in: Option<u64>,
+    /// When a retry can succeed, in seconds, told only in the body, as Gemini's RetryInfo, where
+    /// the catalogue gives no `Retry-After` (BUD-2). gemini-cli reads the body, not the header, to
+    /// tell a refusal worth retrying soon from one that is not (over 5 minutes it stops).
+    pub retry_delay: Option<u64>,
 }
 
 impl GatewayError {
@@ -65,7 +69,13 @@ impl GatewayError {
             fields: Vec::new(),
             not_soon: false,
             back_in: None,
+            retry_delay: None,
         }
+    }
+
+    /// See the field of the same name.
+    pub fn retry_delay(self, secs: u64) -> Self {
+        GatewayError { retry_delay: Some(secs), ..self }
     }
 
     /// Marks the refusal as one that a client's own retries cannot outlast (the field of the
@@ -349,9 +359,8 @@ impl GatewayError {
                     let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
                     b["error"]["details"][0]["metadata"][name.as_str()] = Value::String(text);
                 }
-                if let (Some(secs), Some(details)) = (self.retry_after, b["error"]["details"].as_array_mut())
-                {
-                    details.push(json!({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{secs}s")}));
+                if let Some(secs) = self.retry_after.or(self.retry_delay) {
+                    retry_info(&mut b, secs);
                 }
             }
         }
@@ -367,6 +376,16 @@ impl GatewayError {
         }
         say_not_soon(resp.headers_mut(), self.not_soon);
         resp
+    }
+}
+
+/// Adds google.rpc's RetryInfo to a Gemini error body: Google's clients read when to retry, and
+/// whether to, from it.
+pub(super) fn retry_info(body: &mut Value, secs: u64) {
+    if let Some(details) = body["error"]["details"].as_array_mut() {
+        details.push(
+            json!({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{secs}s")}),
+        );
     }
 }
 
@@ -424,14 +443,18 @@ pub fn body(
             b
         }
         Protocol::Gemini => {
+            // google.rpc.Code's HTTP mapping; 408, 413 and 502, which it lacks, as the nearest
             let grpc = match status.as_u16() {
-                400 => "INVALID_ARGUMENT",
+                400 | 413 | 422 => "INVALID_ARGUMENT",
                 401 => "UNAUTHENTICATED",
                 403 => "PERMISSION_DENIED",
                 404 => "NOT_FOUND",
+                409 => "ABORTED",
                 429 => "RESOURCE_EXHAUSTED",
-                503 => "UNAVAILABLE",
-                504 => "DEADLINE_EXCEEDED",
+                499 => "CANCELLED",
+                501 => "UNIMPLEMENTED",
+                502 | 503 => "UNAVAILABLE",
+                408 | 504 => "DEADLINE_EXCEEDED",
                 _ => "INTERNAL",
             };
             let mut info = json!({"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": code, "domain": "sublane"});
@@ -462,6 +485,12 @@ mod tests {
         assert_eq!(g["error"]["code"], 401);
         assert_eq!(g["error"]["status"], "UNAUTHENTICATED");
         assert_eq!(g["error"]["details"][0]["reason"], "invalid_api_key");
+        for (status, grpc) in
+            [(413, "INVALID_ARGUMENT"), (408, "DEADLINE_EXCEEDED"), (502, "UNAVAILABLE"), (500, "INTERNAL")]
+        {
+            let g = body(Protocol::Gemini, StatusCode::from_u16(status).unwrap(), "c", "m", None);
+            assert_eq!(g["error"]["status"], grpc, "{status}");
+        }
     }
 
     /// The scheduler's part of the catalogue (ERR): status, code and Retry-After in each shape.

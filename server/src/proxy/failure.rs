@@ -247,6 +247,11 @@ impl UpstreamFailure {
                 }
             }
         }
+        if let (Protocol::Gemini, Some(secs)) = (protocol, retry_after) {
+            // gemini-cli decides from the body alone whether to retry and when (it stops past 5
+            // minutes): without this it retries an exhaustion lasting hours.
+            super::error::retry_info(&mut body, secs);
+        }
         let mut headers = hints;
         if let Some(secs) = retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));

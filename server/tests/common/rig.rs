@@ -169,6 +169,8 @@ pub struct Answer {
     /// `x-should-retry`, which the official SDKs obey over their own retry rules.
     pub should_retry: Option<String>,
     pub code: Option<String>,
+    /// The body, when it is JSON (an error's).
+    pub body: Value,
 }
 
 impl Answer {
@@ -178,14 +180,23 @@ impl Answer {
         let should_retry = resp.headers().get("x-should-retry").map(|v| v.to_str().unwrap().to_owned());
         let text = resp.text().await.unwrap();
         // OpenAI/Anthropic shapes carry the code as a string; Gemini's as ErrorInfo's reason.
-        let code = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
-            v["error"]["code"].as_str().or(v["error"]["details"][0]["reason"].as_str()).map(str::to_owned)
-        });
-        Answer { status, retry_after, should_retry, code }
+        let body = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
+        let code = body["error"]["code"]
+            .as_str()
+            .or(body["error"]["details"][0]["reason"].as_str())
+            .map(str::to_owned);
+        Answer { status, retry_after, should_retry, code, body }
     }
 
     pub fn code(&self) -> &str {
         self.code.as_deref().unwrap_or("")
+    }
+
+    /// A Gemini error body's google.rpc.RetryInfo delay.
+    pub fn retry_info(&self) -> Option<&str> {
+        let details = self.body["error"]["details"].as_array()?;
+        let info = details.iter().find(|d| d["@type"] == "type.googleapis.com/google.rpc.RetryInfo")?;
+        info["retryDelay"].as_str()
     }
 }
 
