@@ -768,6 +768,7 @@ impl Settings {
                 "metrics_token must not be empty (leave it unset for an open /metrics)".into(),
             ));
         }
+        self.check_scheduling_ranges()?;
         let configured = crate::workspace_settings::configured(&self);
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
         let database_url = self
@@ -982,6 +983,50 @@ fn env_err(name: &'static str, e: impl std::fmt::Display) -> ConfigError {
 
 /// A duration setting that `0` or absence leave at `default` and that may not pass `max` (one
 /// day, since hyper and tokio add it to the time of day).
+impl Settings {
+    /// OPS-1: the scheduling settings are refused at start where the rule they set would stop
+    /// working: a zero wait (every queued call failing at once, a 429 cooling nothing) or one past
+    /// the ceiling the Settings page and the seeds hold to (CD-2's cooldowns reach at most 5
+    /// minutes). Waits shorter than the page's own lower bounds stay allowed here, for operators
+    /// (and tests) that want them short.
+    fn check_scheduling_ranges(&self) -> Result<(), ConfigError> {
+        let waits = [
+            ("SUBLANE_QUEUE_TIMEOUT", "queue_timeout", self.queue_timeout, 600),
+            ("SUBLANE_FAILURE_WINDOW", "failure_window", self.failure_window, 3600),
+            ("SUBLANE_MODEL_COOLDOWN", "model_cooldown", self.model_cooldown, 300),
+            ("SUBLANE_RATE_LIMIT_FALLBACK", "rate_limit_fallback", self.rate_limit_fallback, 3600),
+            ("SUBLANE_OVERLOAD_PAUSE", "overload_pause", self.overload_pause, 3600),
+        ];
+        for (env, key, value, max_secs) in waits {
+            let Some(value) = value else { continue };
+            if value.is_zero() || value > Duration::from_secs(max_secs) {
+                return Err(ConfigError::Invalid(format!(
+                    "{env} ({key}) must be more than 0s and at most {} (got {})",
+                    humantime::format_duration(Duration::from_secs(max_secs)),
+                    humantime::format_duration(value)
+                )));
+            }
+        }
+        let counts = [
+            ("SUBLANE_QUEUE_CAPACITY", "queue_capacity", self.queue_capacity.map(|n| n as u64), 0, 10_000),
+            (
+                "SUBLANE_WORKSPACE_CAPACITY",
+                "workspace_capacity",
+                self.workspace_capacity.map(|n| n as u64),
+                1,
+                100_000,
+            ),
+            ("SUBLANE_FAILURE_THRESHOLD", "failure_threshold", self.failure_threshold.map(u64::from), 0, 100),
+        ];
+        for (env, key, value, min, max) in counts {
+            if let Some(n) = value.filter(|n| !(min..=max).contains(n)) {
+                return Err(ConfigError::Invalid(format!("{env} ({key}) must be {min} to {max} (got {n})")));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn at_most_a_day(
     set: Option<Duration>,
     default: Duration,
@@ -1012,6 +1057,35 @@ mod tests {
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("sublane").chain(args.iter().copied())).unwrap()
+    }
+
+    /// OPS-1: a scheduling setting that would stop its rule working is refused at start, by name.
+    #[test]
+    fn scheduling_settings_out_of_range_are_refused_by_name() {
+        let load = |vars: &[(&str, &str)]| Config::load(cli(&[]), env(vars));
+        for (var, value) in [
+            ("SUBLANE_QUEUE_TIMEOUT", "0s"),
+            ("SUBLANE_QUEUE_TIMEOUT", "11m"),
+            ("SUBLANE_FAILURE_WINDOW", "0s"),
+            ("SUBLANE_MODEL_COOLDOWN", "1h"),
+            ("SUBLANE_RATE_LIMIT_FALLBACK", "0s"),
+            ("SUBLANE_OVERLOAD_PAUSE", "2h"),
+            ("SUBLANE_QUEUE_CAPACITY", "10001"),
+            ("SUBLANE_WORKSPACE_CAPACITY", "100001"),
+            ("SUBLANE_FAILURE_THRESHOLD", "101"),
+        ] {
+            let e = load(&[(var, value)]).unwrap_err().to_string();
+            assert!(e.contains(var), "{var}={value}: {e}");
+        }
+        for (var, value) in [
+            ("SUBLANE_QUEUE_TIMEOUT", "300ms"),
+            ("SUBLANE_MODEL_COOLDOWN", "5m"),
+            ("SUBLANE_RATE_LIMIT_FALLBACK", "1h"),
+            ("SUBLANE_QUEUE_CAPACITY", "0"),
+            ("SUBLANE_FAILURE_THRESHOLD", "0"),
+        ] {
+            assert!(load(&[(var, value)]).is_ok(), "{var}={value}");
+        }
     }
 
     #[test]
