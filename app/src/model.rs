@@ -805,7 +805,8 @@ pub enum RoutingRule {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Exclusions {
-    /// The provider does not speak the request's protocol.
+    /// The provider does not speak the request's protocol, or the account's model list (the
+    /// operator's or its own) lacks the model.
     pub model_support: u32,
     /// A provider prefix (PX-5) left it out.
     pub policy: u32,
@@ -815,7 +816,8 @@ pub struct Exclusions {
     pub cooldown: u32,
     /// No free slot.
     pub capacity: u32,
-    /// Temporarily unschedulable (credentials refused).
+    /// Out of service: credentials refused for now, already tried by this request, or left out
+    /// of routing (disabled, in error, switched off, expired, credentials that do not open).
     pub unavailable: u32,
 }
 
@@ -870,8 +872,8 @@ impl RoutingDecision {
             (e.capacity, "at capacity"),
             (e.unavailable, "unavailable"),
             (e.quota, "out of quota"),
-            (e.policy, "left out by policy"),
-            (e.model_support, "for another protocol"),
+            (e.policy, "outside the provider path"),
+            (e.model_support, "not serving this model or protocol"),
         ]
         .into_iter()
         .filter(|(n, _)| *n > 0)
@@ -1042,7 +1044,7 @@ mod tests {
         let excluded = Exclusions { cooldown: 2, capacity: 1, model_support: 3, ..Exclusions::default() };
         assert_eq!(
             RoutingDecision::rotation(4, excluded).describe(),
-            "rotation among 4 accounts; excluded: 2 cooling down, 1 at capacity, 3 for another protocol"
+            "rotation among 4 accounts; excluded: 2 cooling down, 1 at capacity, 3 not serving this model or protocol"
         );
         assert_eq!(
             RoutingDecision::rotation(0, Exclusions { unavailable: 1, ..Exclusions::default() }).describe(),

@@ -92,6 +92,11 @@ pub struct PoolRoutes {
     /// looked for stale ones (unix ms): the hot path pays one atomic load otherwise.
     quota_readable: bool,
     quota_checked_at: AtomicI64,
+    /// Per provider, the pool's accounts routing leaves out: disabled, in error, switched off,
+    /// expired, or whose credentials do not open. EXP-1 counts them as unavailable, and they
+    /// tell a pool that has a provider's accounts, none serving now (503), from one that has
+    /// none at all (404, seed 002).
+    offline: [u32; Provider::ALL.len()],
 }
 
 /// Provider sets, as bit sets over the five providers.
@@ -186,7 +191,20 @@ impl PoolRoutes {
             next: std::array::from_fn(|_| AtomicUsize::new(0)),
             quota_readable,
             quota_checked_at: AtomicI64::new(i64::MIN),
+            offline: [0; Provider::ALL.len()],
         }
+    }
+
+    /// With `n` accounts of `provider` left out of routing (tests).
+    #[cfg(test)]
+    pub fn with_offline(mut self, provider: Provider, n: u32) -> Self {
+        self.offline[provider as usize] = n;
+        self
+    }
+
+    /// The pool's accounts of `provider` that routing leaves out (see the field).
+    pub fn offline(&self, provider: Provider) -> u32 {
+        self.offline[provider as usize]
     }
 }
 
@@ -341,6 +359,27 @@ async fn load(
     .fetch_all(db)
     .await?;
     let expires = rows.iter().filter_map(|r| r.expires_at).min().map(|s| s.saturating_mul(1000));
+    // The rest of each pool's accounts, by provider (`PoolRoutes::offline`): the negation of the
+    // condition above.
+    let left_out: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT ap.pool_id, a.provider, COUNT(*) FROM account_pools ap JOIN accounts a ON a.id = ap.account_id
+         WHERE a.deleted_at IS NULL
+               AND NOT (a.status = 'active' AND a.schedulable = 1 AND a.sealed_credential IS NOT NULL
+                        AND (a.expires_at IS NULL OR a.expires_at > ?))
+         GROUP BY ap.pool_id, a.provider",
+    )
+    .bind(now_s)
+    .fetch_all(db)
+    .await?;
+    let mut offline: HashMap<i64, [u32; Provider::ALL.len()]> = HashMap::new();
+    let mut count_offline = |pool_id: i64, provider: Provider, n: u32| {
+        offline.entry(pool_id).or_default()[provider as usize] += n;
+    };
+    for (pool_id, provider, n) in left_out {
+        if let Some(p) = Provider::parse(&provider) {
+            count_offline(pool_id, p, u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
     let mut opened = HashMap::new();
     for row in rows {
         let Some(provider) = Provider::parse(&row.provider) else { continue };
@@ -369,6 +408,9 @@ async fn load(
         let open = || open_sealed(sealer, &sealed);
         let Some(cell) = tokens.cell(row.id, provider, &sealed, open, flags) else {
             tracing::error!(account_id = row.id, "account credentials cannot be opened; account skipped");
+            for pool_id in &account_pools {
+                count_offline(*pool_id, provider, 1);
+            }
             continue;
         };
         let account = match kept {
@@ -396,7 +438,8 @@ async fn load(
     let pools = members
         .into_iter()
         .map(|(id, (policy, accounts))| {
-            let routes = PoolRoutes::new(policy, accounts);
+            let mut routes = PoolRoutes::new(policy, accounts);
+            routes.offline = offline.get(&id).copied().unwrap_or_default();
             // RT-5: rotation goes on where it was.
             if let Some(was) = previous.and_then(|p| p.pool(id)) {
                 for (now, before) in routes.next.iter().zip(&was.next) {

@@ -475,8 +475,11 @@ async fn client_disconnect_cancels_the_upstream_stream() {
     assert!(rec["duration_ms"].as_i64().unwrap() < 5_000, "the upstream was not read to the end: {rec}");
 }
 
+/// Seed 002: a pool that cannot serve the request at all is a 404 about the model; one whose
+/// accounts for it are only out of service now (disabled, expired, ...) is a 503 with Retry-After.
+/// EXP-1 counts the latter as unavailable.
 #[tokio::test]
-async fn no_account_for_the_protocol_is_503_with_retry_after() {
+async fn a_pool_without_an_account_for_the_protocol_is_404_and_with_one_out_of_service_503() {
     let r = Rig::start().await;
     let resp = r
         .http
@@ -488,17 +491,27 @@ async fn no_account_for_the_protocol_is_503_with_retry_after() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK, "the claude prefix reaches the Claude account");
     let mut admin = r.t.admin().await;
-    admin.call(Method::PATCH, "/api/accounts/2", Some(json!({"pool_ids": []}))).await;
-    let resp = r
-        .post("/v1/messages")
-        .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
+    let messages = || {
+        r.post("/v1/messages")
+            .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let (status, _) = admin.call(Method::POST, "/api/accounts/2/disable", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK);
+    let resp = messages().await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.headers()["retry-after"], "1");
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "no_available_account");
+    let rec = &r.records(2).await[1];
+    assert_eq!(rec["routing"]["excluded"]["unavailable"], 1, "the disabled account: {rec}");
+
+    admin.call(Method::PATCH, "/api/accounts/2", Some(json!({"pool_ids": []}))).await;
+    let resp = messages().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert!(resp.headers().get("retry-after").is_none());
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found");
 }
 
 #[tokio::test]

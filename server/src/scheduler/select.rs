@@ -173,12 +173,19 @@ impl Scheduler {
             index.eligible_in(0, entries.len(), &mut indexed);
             assert_eq!((scan.excluded, scan.unlisted, indexed), (excluded, unlisted, eligible));
         }
-        let excluded = scan.excluded;
+        // The pool's accounts of the providers asked for that routing leaves out (disabled,
+        // expired, ...): unavailable to EXP-1, and what makes a pool without a serving account
+        // answer 503 (it has such accounts) or 404 (it has none at all).
+        let set = provider_set(ask);
+        let offline: u32 =
+            Provider::ALL.iter().filter(|p| set & 1 << (**p as usize) != 0).map(|p| pool.offline(*p)).sum();
+        let mut excluded = scan.excluded;
+        excluded.unavailable += offline;
         let step = match index.top_tier() {
             Some((start, end, tier)) => {
                 // RT-5: one rotation position per pool and set of providers, so traffic of one
                 // protocol never decides which account serves the other's.
-                let turn = pool.next_turn(provider_set(ask));
+                let turn = pool.next_turn(set);
                 let mut decision = RoutingDecision::rotation(tier as u32, excluded);
                 let weighted = if weighing && tier > 1 {
                     quota_weighted(index, runtimes, entries, scratch, (start, end), ask.model, turn, now)
@@ -207,6 +214,9 @@ impl Scheduler {
             None if scan.unlisted > 0 && scan.unlisted == scan.speaking => {
                 Step::Refuse(Refusal::ModelNotFound)
             }
+            // Seed 002: a pool that cannot serve the request at all, in any account's state, is
+            // a 404 about the model, not a 503 a client would retry.
+            None if scan.speaking == 0 && offline == 0 => Step::Refuse(Refusal::ModelNotFound),
             None => Step::Refuse(blocked.refusal(now)),
         };
         (step, RoutingDecision::rotation(0, excluded))

@@ -307,8 +307,15 @@ async fn rotation_reports_exclusions_and_prefers_the_top_tier_with_room() {
     assert_eq!(l3.account().id, 3);
     assert_eq!(d.excluded.capacity, 2);
     assert_eq!((d.candidates, d.rule), (1, Rule::UniformRotation));
+    // no Claude account at all: the pool does not serve the request (404, seed 002); one out of
+    // service (left out of routing): none available now (503), and counted unavailable (EXP-1)
     let other = Ask { supported: &[Provider::Claude], ..ask(None) };
-    assert_eq!(b.refusal(&other), Refusal::NoAccount);
+    assert_eq!(b.refusal(&other), Refusal::ModelNotFound);
+    let accounts = b.pool.accounts().to_vec();
+    let pool = PoolRoutes::new(ModelPolicy::default(), accounts).with_offline(Provider::Claude, 1);
+    let (step, d) = b.scheduler.decide(&pool, &other, None);
+    assert!(matches!(step, Step::Refuse(Refusal::NoAccount)));
+    assert_eq!(d.excluded, Excluded { model_support: 3, unavailable: 1, ..Excluded::default() });
 }
 
 /// Hundreds of tasks on two threads deciding, waiting, giving up and releasing at random: no
@@ -427,7 +434,7 @@ async fn freed_slots_follow_pool_membership_changes() {
     let hint = old_pool_waiter.wait(later, CancellationToken::new().cancelled()).await.unwrap();
     assert!(hint.is_none());
     let step = s.decide(&pool1_now, &Ask { queued: Some(old_pool_waiter.place()), ..ask(None) }, None).0;
-    assert!(matches!(step, Step::Refuse(Refusal::NoAccount)));
+    assert!(matches!(step, Step::Refuse(Refusal::ModelNotFound)), "the pool has no account left");
     // Disabled (left out of the snapshot): its freed slot goes to nobody.
     let Step::Wait(waiter2) = s.decide(&pool2, &in_pool(2, ask(None)), None).0 else { panic!() };
     s.sync_directory(std::iter::empty());
