@@ -992,19 +992,24 @@ pub struct AccountChoice {
 pub const OUTCOMES: [&str; 5] = ["success", "incomplete", "error", "cancelled", "rejected"];
 
 /// Reads `""` (an empty form field) as `None`, and numbers given as strings (query strings).
-fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+fn empty_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
         Num(i64),
         Text(String),
     }
-    match Option::<Raw>::deserialize(d)? {
-        None => Ok(None),
-        Some(Raw::Num(n)) => Ok(Some(n)),
-        Some(Raw::Text(t)) if t.trim().is_empty() => Ok(None),
-        Some(Raw::Text(t)) => t.trim().parse().map(Some).map_err(serde::de::Error::custom),
-    }
+    let n = match Option::<Raw>::deserialize(d)? {
+        None => return Ok(None),
+        Some(Raw::Num(n)) => n,
+        Some(Raw::Text(t)) if t.trim().is_empty() => return Ok(None),
+        Some(Raw::Text(t)) => t.trim().parse::<i64>().map_err(serde::de::Error::custom)?,
+    };
+    T::try_from(n).map(Some).map_err(|_| serde::de::Error::custom(format!("{n} is out of range")))
 }
 
 /// A page of results (REC-5: 50 per page, cursor based).
@@ -1203,15 +1208,15 @@ pub struct PriceInput {
 /// member, key, pool, account or model. Members see only their own usage, without accounts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageFilter {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub days: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub user_id: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub key_id: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub pool_id: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub account_id: Option<i64>,
     #[serde(default)]
     pub model: Option<String>,

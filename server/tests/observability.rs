@@ -248,6 +248,9 @@ async fn usage_reports_follow_traffic_and_match_their_csv() {
     let (mut member, _) = rig.t.member(&rig.admin, "usage-bob").await;
     let (status, theirs) = member.call(Method::GET, "/api/me/usage?days=90", None).await;
     assert_eq!(status, StatusCode::OK);
+    // a form's empty fields, as the README writes the URL, are no filter
+    let (status, empty) = member.call(Method::GET, "/api/me/usage?days=7&key_id=&pool_id=", None).await;
+    assert_eq!(status, StatusCode::OK, "{empty}");
     assert_eq!(theirs["totals"]["requests"], 0);
     assert!(theirs["choices"]["models"].as_array().unwrap().is_empty(), "no one else's models as choices");
     for path in ["/api/usage", "/api/usage.csv"] {

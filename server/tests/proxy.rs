@@ -862,6 +862,10 @@ async fn request_history_is_scoped_filtered_and_paged() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = bob.call(Method::GET, "/api/me/requests?cursor=abc", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // a misspelt outcome is named, not answered with an empty history
+    let (status, body) = bob.call(Method::GET, "/api/me/requests?outcome=succes", None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.to_string().contains("unknown outcome \\\"succes\\\""), "{body}");
 
     // the seed's API asks a first page as `cursor=0`
     let (_, all) = admin.call(Method::GET, "/api/requests?cursor=0&account_id=&outcome=", None).await;

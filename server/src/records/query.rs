@@ -59,6 +59,13 @@ pub async fn list(
     scope: Scope,
     f: &RequestFilter,
 ) -> Result<Page<RequestRecord>> {
+    // A misspelt outcome would match nothing and look like an empty history.
+    if let Some(o) = f.outcome.as_deref().filter(|o| !o.is_empty() && !OUTCOMES.contains(o)) {
+        return Err(Error::field(
+            "outcome",
+            format!("unknown outcome {o:?}: one of {}", OUTCOMES.join(", ")),
+        ));
+    }
     let mut tx = db.begin().await?;
     prune(&mut tx, clock.unix_ms(), Retention::default()).await?;
     let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
