@@ -1144,6 +1144,10 @@ pub struct BudgetView {
     pub remaining: f64,
     /// When a refused client may retry (BUD-2: 90 s after the window's end); none for `total`.
     pub reset_at: Option<DateTime<Utc>>,
+    /// Whether the viewer may change or delete it: an admin any; a member only one they set on
+    /// a key of theirs (an admin's binds them).
+    #[serde(default)]
+    pub changeable: bool,
 }
 
 impl BudgetView {

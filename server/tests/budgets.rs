@@ -371,16 +371,22 @@ async fn members_set_their_own_keys_budget_and_see_what_applies_to_them() {
         .await;
     let (status, body) = member.call(Method::DELETE, &format!("/api/budgets/{admin_only}"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    // an admin's limit on the member's own key binds them: they cannot lift or remove it
+    // an admin's limit on the member's own key binds them: they cannot lift or remove it, are
+    // told why, and their view offers no control for it
     let on_their_key = bed
         .policy(json!({"subject": "apikey", "subject_id": own, "metric": "total_tokens", "window": "day", "limit": 9}))
         .await;
-    let (status, _) = member
+    let (status, body) = member
         .call(Method::PATCH, &format!("/api/budgets/{on_their_key}"), Some(json!({"limit": 1e9})))
         .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.to_string().contains("an admin set this budget"), "{body}");
     let (status, _) = member.call(Method::DELETE, &format!("/api/budgets/{on_their_key}"), None).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, quota) = member.call(Method::GET, "/api/me/quota", None).await;
+    let changeable =
+        |id: i64| quota.as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["changeable"].clone();
+    assert_eq!((changeable(own_policy), changeable(on_their_key)), (json!(true), json!(false)), "{quota}");
     let (status, _) = bed.rig.admin.call(Method::DELETE, &format!("/api/budgets/{on_their_key}"), None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     // one budget per subject, metric and window

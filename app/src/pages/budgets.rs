@@ -209,6 +209,7 @@ fn BudgetRow(b: BudgetView, actions: BudgetActions) -> impl IntoView {
             },
         );
     let over = b.remaining <= 0.0;
+    let changeable = b.changeable;
     let label = what.clone();
     view! {
         <tr data-budget-id=id.to_string() class="align-top">
@@ -218,14 +219,16 @@ fn BudgetRow(b: BudgetView, actions: BudgetActions) -> impl IntoView {
             </th>
             <td class="px-3 py-2">
                 <span>{b.describe()}</span>
-                <ActionForm action=actions.limit attr:class="mt-1 flex items-center gap-1">
-                    <input type="hidden" name="id" value=id.to_string() />
-                    <label for=field.clone() class="sr-only">{format!("New limit of {label}")}</label>
-                    <input id=field.clone() name="limit" value=limit_text inputmode="decimal" aria-describedby=described_by
-                        class="w-24 rounded-md border border-slate-300 px-1.5 py-1 text-xs" />
-                    <button type="submit" on:click=move |_| actions.limit_row.set(Some(id)) class=SMALL_BUTTON>"Set"</button>
-                </ActionForm>
-                <FieldError result field="limit" id=error_id />
+                {changeable.then(|| view! {
+                    <ActionForm action=actions.limit attr:class="mt-1 flex items-center gap-1">
+                        <input type="hidden" name="id" value=id.to_string() />
+                        <label for=field.clone() class="sr-only">{format!("New limit of {label}")}</label>
+                        <input id=field.clone() name="limit" value=limit_text.clone() inputmode="decimal" aria-describedby=described_by.clone()
+                            class="w-24 rounded-md border border-slate-300 px-1.5 py-1 text-xs" />
+                        <button type="submit" on:click=move |_| actions.limit_row.set(Some(id)) class=SMALL_BUTTON>"Set"</button>
+                    </ActionForm>
+                    <FieldError result field="limit" id=error_id.clone() />
+                })}
             </td>
             <td class="px-3 py-2 tabular-nums">{b.used.to_string()}</td>
             <td class=if over { "px-3 py-2 tabular-nums font-medium text-red-700" } else { "px-3 py-2 tabular-nums" }>
@@ -239,13 +242,19 @@ fn BudgetRow(b: BudgetView, actions: BudgetActions) -> impl IntoView {
                 }}
             </td>
             <td class="whitespace-nowrap px-3 py-2 text-right">
-                <Confirm summary="Delete…".to_owned()>
-                    <p>{format!("{what}: calls are no longer limited by it, and its count is forgotten.")}</p>
-                    <ActionForm action=actions.delete attr:class="mt-2">
-                        <input type="hidden" name="id" value=id.to_string() />
-                        <button type="submit" class=DANGER_BUTTON>{format!("Delete budget {what}")}</button>
-                    </ActionForm>
-                </Confirm>
+                {if changeable {
+                    Either::Left(view! {
+                        <Confirm summary="Delete…".to_owned()>
+                            <p>{format!("{what}: calls are no longer limited by it, and its count is forgotten.")}</p>
+                            <ActionForm action=actions.delete attr:class="mt-2">
+                                <input type="hidden" name="id" value=id.to_string() />
+                                <button type="submit" class=DANGER_BUTTON>{format!("Delete budget {what}")}</button>
+                            </ActionForm>
+                        </Confirm>
+                    })
+                } else {
+                    Either::Right(view! { <span class="text-xs text-slate-500">"set by an admin"</span> })
+                }}
             </td>
         </tr>
     }

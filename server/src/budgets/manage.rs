@@ -24,7 +24,7 @@ pub async fn list(s: &AppState, me: &MemberView) -> Result<Vec<BudgetView>> {
     admin(me)?;
     let now = s.clock.now();
     let all = s.budgets.standings(now, |_| true);
-    views(&s.db, all).await
+    views(&s.db, me, all).await
 }
 
 /// The policies that apply to the member: the workspace's, their own, their live keys'.
@@ -40,7 +40,7 @@ pub async fn mine(s: &AppState, me: &MemberView) -> Result<Vec<BudgetView>> {
         Subject::Workspace => true,
     });
     all.sort_by_key(|st| (st.policy.subject.rank(), st.policy.id));
-    views(&s.db, all).await
+    views(&s.db, me, all).await
 }
 
 /// Most policies on one subject.
@@ -67,7 +67,7 @@ pub async fn create(s: &AppState, me: &MemberView, new: NewBudget) -> Result<Bud
     let now = s.clock.now();
     let id = store::insert_policy(&s.db, &policy, me.id, now.timestamp()).await?;
     s.budgets.reload_policies(&s.db).await?;
-    one(s, id, now).await
+    one(s, me, id, now).await
 }
 
 pub async fn update(s: &AppState, me: &MemberView, id: i64, patch: BudgetPatch) -> Result<BudgetView> {
@@ -77,7 +77,7 @@ pub async fn update(s: &AppState, me: &MemberView, id: i64, patch: BudgetPatch) 
     let now = s.clock.now();
     store::update_limit(&s.db, &new, now.timestamp()).await?;
     s.budgets.reload_policies(&s.db).await?;
-    one(s, id, now).await
+    one(s, me, id, now).await
 }
 
 pub async fn delete(s: &AppState, me: &MemberView, id: i64) -> Result<()> {
@@ -142,23 +142,27 @@ fn admin(me: &MemberView) -> Result<()> {
 }
 
 /// Admins change any policy (also of a key since revoked or a member since deleted); a member
-/// only one they set on a key of theirs (an admin's limit on their key binds them). Others: 404.
+/// only one they set on a key of theirs: an admin's limit on their key binds them, and they are
+/// told so (403; they see it in My quota). Others' are not theirs to know of: 404.
 async fn may_change(db: &SqlitePool, me: &MemberView, id: i64, subject: Subject) -> Result<()> {
     if me.is_admin() {
         return Ok(());
     }
     let Subject::ApiKey(key) = subject else { return Err(Error::NotFound("budget policy")) };
-    let theirs: Option<i64> = sqlx::query_scalar(
-        "SELECT p.id FROM budget_policies p JOIN api_keys k ON k.id = ?
-         WHERE p.id = ? AND k.member_id = ? AND p.created_by = ?",
+    let on_their_key: Option<Option<i64>> = sqlx::query_scalar(
+        "SELECT p.created_by FROM budget_policies p JOIN api_keys k ON k.id = ?
+         WHERE p.id = ? AND k.member_id = ?",
     )
     .bind(key)
     .bind(id)
     .bind(me.id)
-    .bind(me.id)
     .fetch_optional(db)
     .await?;
-    theirs.map(|_| ()).ok_or(Error::NotFound("budget policy"))
+    match on_their_key {
+        Some(Some(by)) if by == me.id => Ok(()),
+        Some(_) => Err(Error::forbidden("an admin set this budget on your key: only an admin changes it")),
+        None => Err(Error::NotFound("budget policy")),
+    }
 }
 
 /// Admins set policies on any live subject; a member only on their own live keys.
@@ -188,9 +192,9 @@ async fn may_create(db: &SqlitePool, me: &MemberView, subject: Subject) -> Resul
     }
 }
 
-async fn one(s: &AppState, id: i64, now: DateTime<Utc>) -> Result<BudgetView> {
+async fn one(s: &AppState, me: &MemberView, id: i64, now: DateTime<Utc>) -> Result<BudgetView> {
     let st = s.budgets.standings(now, |p| p.id == id);
-    views(&s.db, st).await?.pop().ok_or(Error::NotFound("budget policy"))
+    views(&s.db, me, st).await?.pop().ok_or(Error::NotFound("budget policy"))
 }
 
 /// `id -> (name, second column)` for `ids`, from `select` (a query ending in `IN (`).
@@ -208,8 +212,17 @@ async fn names(db: &SqlitePool, select: &str, ids: &[i64]) -> Result<HashMap<i64
     Ok(rows.into_iter().map(|(id, a, b)| (id, (a, b))).collect())
 }
 
-/// Views with each subject's name (a key as `name (owner)`).
-async fn views(db: &SqlitePool, all: Vec<Standing>) -> Result<Vec<BudgetView>> {
+/// Views with each subject's name (a key as `name (owner)`), and whether `me` may change each.
+async fn views(db: &SqlitePool, me: &MemberView, all: Vec<Standing>) -> Result<Vec<BudgetView>> {
+    // A member changes only the budgets they set on their keys (see `may_change`).
+    let own: Vec<i64> = if me.is_admin() {
+        Vec::new()
+    } else {
+        sqlx::query_scalar("SELECT id FROM budget_policies WHERE created_by = ?")
+            .bind(me.id)
+            .fetch_all(db)
+            .await?
+    };
     // Every subject's name in two queries, whatever the number of budgets.
     let ids = |pick: fn(Subject) -> Option<i64>| -> Vec<i64> {
         all.iter().filter_map(|st| pick(st.policy.subject)).collect()
@@ -254,6 +267,7 @@ async fn views(db: &SqlitePool, all: Vec<Standing>) -> Result<Vec<BudgetView>> {
             used: p.metric.shown(st.used),
             remaining: p.metric.shown(st.remaining()),
             reset_at: st.span.reset_at(),
+            changeable: me.is_admin() || (matches!(p.subject, Subject::ApiKey(_)) && own.contains(&p.id)),
         });
     }
     Ok(out)
