@@ -25,6 +25,8 @@ pub enum DbError {
     Open(sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(sqlx::migrate::MigrateError),
+    #[error("cannot copy the database to {path} before migrating it: {source}")]
+    Backup { path: String, source: sqlx::Error },
 }
 
 /// Holds the exclusive lock on a database for as long as it lives.
@@ -60,11 +62,51 @@ pub async fn open(url: &str) -> Result<(SqlitePool, ProcessLock), DbError> {
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
         .busy_timeout(Duration::from_secs(5));
-    let lock = lock(options.get_filename().to_path_buf())?;
+    let file = options.get_filename().to_path_buf();
+    let lock = lock(file.clone())?;
     let pool =
         SqlitePoolOptions::new().max_connections(8).connect_with(options).await.map_err(DbError::Open)?;
+    copy_before_migrating(&pool, &file, &MIGRATOR).await?;
     MIGRATOR.run(&pool).await.map_err(DbError::Migrate)?;
     Ok((pool, lock))
+}
+
+/// OPS-2: before a new version changes a database's schema, a copy of it as it was, beside it
+/// (`sublane.db.before-<version>`, where `<version>` is the newest migration about to run): an
+/// upgrade that goes wrong, or a downgrade, has the old database to go back to. Consistent
+/// (`VACUUM INTO` reads one snapshot) and made under the process lock. A new database, or one
+/// already up to date, is not copied.
+async fn copy_before_migrating(
+    pool: &SqlitePool,
+    file: &std::path::Path,
+    migrator: &sqlx::migrate::Migrator,
+) -> Result<(), DbError> {
+    let name = file.to_string_lossy();
+    if name.is_empty() || name == ":memory:" {
+        return Ok(());
+    }
+    // (no table: a new database, nothing to keep)
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations").fetch_one(pool).await.unwrap_or(None);
+    let Some(applied) = applied else { return Ok(()) };
+    let Some(newest) = migrator.iter().map(|m| m.version).filter(|v| *v > applied).max() else {
+        return Ok(());
+    };
+    let mut copy = file.as_os_str().to_owned();
+    copy.push(format!(".before-{newest:04}"));
+    let copy = PathBuf::from(copy);
+    let err = |source| DbError::Backup { path: copy.display().to_string(), source };
+    // (a copy left by an upgrade that failed after it is replaced: the database has not changed)
+    if copy.exists() {
+        std::fs::remove_file(&copy).map_err(|e| err(sqlx::Error::Io(e)))?;
+    }
+    sqlx::query("VACUUM INTO ?")
+        .bind(copy.to_string_lossy().into_owned())
+        .execute(pool)
+        .await
+        .map_err(err)?;
+    tracing::info!(copy = %copy.display(), "database copied before its schema is migrated");
+    Ok(())
 }
 
 /// Takes an exclusive advisory lock on `<db file>.lock`. In-memory databases need none.
@@ -94,6 +136,40 @@ fn lock(db_file: PathBuf) -> Result<ProcessLock, DbError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database behind the binary's migrations is copied, as it was, before they run; a new or
+    /// current one is not.
+    #[tokio::test]
+    async fn a_database_is_copied_before_its_schema_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let steps = dir.path().join("migrations");
+        std::fs::create_dir(&steps).unwrap();
+        std::fs::write(steps.join("0001_first.sql"), "CREATE TABLE t (a INTEGER);").unwrap();
+        let file = dir.path().join("t.db");
+        let pool = SqlitePool::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+        let first = sqlx::migrate::Migrator::new(steps.as_path()).await.unwrap();
+        copy_before_migrating(&pool, &file, &first).await.unwrap();
+        first.run(&pool).await.unwrap();
+        copy_before_migrating(&pool, &file, &first).await.unwrap();
+        sqlx::query("INSERT INTO t VALUES (7)").execute(&pool).await.unwrap();
+        let copies = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".before-"))
+                .count()
+        };
+        assert_eq!(copies(), 0, "a new database, then a current one: no copy");
+
+        std::fs::write(steps.join("0002_second.sql"), "ALTER TABLE t ADD COLUMN b TEXT;").unwrap();
+        let second = sqlx::migrate::Migrator::new(steps.as_path()).await.unwrap();
+        copy_before_migrating(&pool, &file, &second).await.unwrap();
+        second.run(&pool).await.unwrap();
+        let copy = dir.path().join("t.db.before-0002");
+        let old = SqlitePool::connect(&format!("sqlite://{}?mode=ro", copy.display())).await.unwrap();
+        let row: (i64,) = sqlx::query_as("SELECT * FROM t").fetch_one(&old).await.unwrap();
+        assert_eq!(row, (7,), "the data, in the schema before the migration");
+        assert_eq!(copies(), 1);
+    }
 
     #[tokio::test]
     async fn second_open_of_the_same_database_is_refused_until_the_first_closes() {

@@ -886,7 +886,7 @@ async fn connect(
     let (mut refreshed, mut retries) = (false, 0);
     loop {
         let credentials = s.tokens.usable(&account.tokens).await?;
-        let refused = match handshake(s, account, &credentials, headers, deadline).await {
+        let refused = match handshake(s, attempt, account, &credentials, headers, deadline).await {
             Err(refused) => refused,
             opened => return opened,
         };
@@ -917,6 +917,7 @@ async fn connect(
 /// upstream refuses stored responses.
 async fn handshake(
     s: &AppState,
+    attempt: &Attempt,
     account: &Account,
     credentials: &CredentialInput,
     headers: &HeaderMap,
@@ -954,7 +955,12 @@ async fn handshake(
     let connect = async {
         let stream = http.open(&target.url).await.map_err(|e| {
             let error = super::upstream::error_chain(&*e);
-            tracing::warn!(account_id = account.id, error = %error, "upstream websocket connection failed");
+            tracing::warn!(
+                request_id = %attempt.request_id,
+                account_id = account.id,
+                error = %error,
+                "upstream websocket connection failed"
+            );
             tungstenite::Error::Io(std::io::Error::other("connection failed"))
         })?;
         let tls = tokio_tungstenite::Connector::Rustls(http.tls());
