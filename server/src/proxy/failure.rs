@@ -190,9 +190,10 @@ impl UpstreamFailure {
     pub(super) fn render(self, protocol: Protocol, request_id: Option<&str>) -> Rendered {
         let UpstreamFailure { status, retry_after, body: v, hints, verdict, not_soon, .. } = self;
         let local = match verdict {
-            Verdict::ModelLimited(d) => {
-                Some(GatewayError::model_rate_limited(retry_secs(clamp_retry(d, RETRY_AFTER_MIN))))
-            }
+            // (the wait enforced on the model: its hint, else the 429 fallback)
+            Verdict::ModelLimited(d) => Some(GatewayError::model_rate_limited(
+                retry_after.unwrap_or_else(|| retry_secs(clamp_retry(d, RETRY_AFTER_MIN))),
+            )),
             Verdict::CredentialsRejected(403) | Verdict::Forbidden => {
                 Some(GatewayError::upstream_forbidden())
             }
@@ -328,5 +329,25 @@ mod tests {
             "a model's limit: the 429 fallback"
         );
         assert_eq!(enforced_retry(Verdict::ModelFailure, &p), None);
+    }
+
+    /// A model's limit without a hint: the client is told the fallback the model is held for.
+    #[test]
+    fn a_model_limit_without_a_hint_is_told_the_fallback() {
+        let body = serde_json::json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+             "domain": "cloudcode-pa.googleapis.com", "metadata": {"model": "gemini-3.1-pro-low"}}]}});
+        let headers = HeaderMap::new();
+        let answer = Refusal { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers, body };
+        let p = FailurePolicy::default();
+        let f = UpstreamFailure::classify(
+            answer,
+            Provider::Antigravity,
+            "gemini-3.1-pro-low",
+            chrono::Utc::now(),
+            &p,
+        );
+        let Rendered::Local(e) = f.render(Protocol::Gemini, None) else { panic!("a local answer") };
+        assert_eq!((e.code, e.retry_after), ("model_rate_limited", Some(5)));
     }
 }
