@@ -380,6 +380,16 @@ async fn retries_stay_on_one_account_and_repeated_failures_cool_only_that_model(
         assert!(rig.send(None, MODEL).await.status.is_client_error());
     }
     assert_eq!(rig.calls(token), 7);
+    // a malformed request hears the upstream's words about it, without what may name the account
+    let words = "max_tokens: 64001 > 64000 for org-abc123 (ops@example.com), see\u{7}docs";
+    rig.script(token, json!({"steps": [{"kind": "status", "status": 400, "message": words}]})).await;
+    let a = rig.send(None, MODEL).await;
+    assert_eq!(
+        a.body["error"]["message"],
+        "the upstream provider answered 400 (invalid_request_error): max_tokens: 64001 > 64000 for [redacted] [redacted] see docs",
+        "{a:?}"
+    );
+    assert_eq!(rig.calls(token), 8);
     // CD-2: two more logical failures (three calls each) make three: the model cools
     rig.script(
         token,
@@ -389,11 +399,11 @@ async fn retries_stay_on_one_account_and_repeated_failures_cool_only_that_model(
     for _ in 0..2 {
         assert_eq!(rig.send(None, MODEL).await.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
-    assert_eq!(rig.calls(token), 13);
+    assert_eq!(rig.calls(token), 14);
     let a = rig.send(None, MODEL).await;
     assert_eq!(a.code(), "model_cooling");
     assert!(a.retry_after.is_some_and(|s| (1..=10).contains(&s)), "{a:?}");
-    assert_eq!(rig.calls(token), 13, "a cooling model is not sent upstream");
+    assert_eq!(rig.calls(token), 14, "a cooling model is not sent upstream");
     // other models of the account stay eligible
     assert_eq!(rig.send(None, "gpt-5.1-codex-mini").await.status, StatusCode::OK);
     let rt = rig.account_runtime(rig.ids[0]).await;

@@ -94,10 +94,10 @@ fn scripted_error(turn: &Turn) -> Option<Response> {
 
 fn scripted_error_body(turn: &Turn) -> Option<Response> {
     match &turn.step {
-        Step::Status { status, retry_after, code } => Some(error_typed(
+        Step::Status { status, retry_after, code, message } => Some(error_typed(
             StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             retry_after.as_deref(),
-            &format!("scripted {status}"),
+            &message.clone().unwrap_or_else(|| format!("scripted {status}")),
             code.as_deref(),
         )),
         Step::UsageLimitReached { .. } | Step::ResourceExhausted { .. } | Step::InvalidGrant => {

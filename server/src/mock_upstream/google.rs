@@ -78,7 +78,7 @@ fn error(stream: bool, status: StatusCode, grpc: &str, message: &str, details: O
 
 fn scripted_error(turn: &Turn, stream: bool) -> Option<Response> {
     match &turn.step {
-        Step::Status { status, retry_after, code: reason } => {
+        Step::Status { status, retry_after, code: reason, message } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let details = reason.as_ref().map(|r| {
                 json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": r, "domain": "googleapis.com"}])
@@ -91,7 +91,8 @@ fn scripted_error(turn: &Turn, stream: bool) -> Option<Response> {
                 503 => "UNAVAILABLE",
                 _ => "INTERNAL",
             };
-            let mut r = error(stream, code, grpc, &format!("scripted {status}"), details);
+            let message = message.clone().unwrap_or_else(|| format!("scripted {status}"));
+            let mut r = error(stream, code, grpc, &message, details);
             if let Some(ra) = retry_after.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
                 r.headers_mut().insert(header::RETRY_AFTER, ra);
             }

@@ -134,10 +134,11 @@ pub(super) fn scripted_error(turn: &Turn) -> Option<Response> {
 
 fn scripted_error_body(turn: &Turn) -> Option<Response> {
     match &turn.step {
-        Step::Status { status, retry_after, code: None } => {
-            Some(error(code(*status), retry_after.as_deref(), &format!("scripted {status}")))
+        Step::Status { status, retry_after, code: None, message } => {
+            let message = message.clone().unwrap_or_else(|| format!("scripted {status}"));
+            Some(error(code(*status), retry_after.as_deref(), &message))
         }
-        Step::Status { status, retry_after, code: Some(scripted) } => {
+        Step::Status { status, retry_after, code: Some(scripted), .. } => {
             Some(coded_error(*status, retry_after.as_deref(), scripted))
         }
         Step::UsageLimitReached { resets_in_secs } => {

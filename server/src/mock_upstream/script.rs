@@ -117,6 +117,9 @@ pub enum Step {
         retry_after: Option<String>,
         #[serde(default)]
         code: Option<String>,
+        /// The error's message (default `scripted <status>`).
+        #[serde(default)]
+        message: Option<String>,
     },
     /// 400: the prompt (`tokens` long) does not fit the model's context window (`limit`), in the
     /// provider's own words: Anthropic's `prompt is too long: N tokens > M maximum`, OpenAI's

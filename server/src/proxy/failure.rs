@@ -153,7 +153,8 @@ impl UpstreamFailure {
     }
 
     /// Re-rendered for the client: status and Retry-After kept, the body rebuilt in the client's
-    /// shape from the upstream's error type/code only (ERR-3: never a raw upstream body). 403
+    /// shape from the upstream's error type/code, and for a malformed request its message made
+    /// safe ([`about_the_request`]; ERR-3: never a raw upstream body). 403
     /// becomes `upstream_forbidden`, a 401 for the account's credentials `upstream_unauthorized`
     /// (never the caller's `invalid_api_key`), a model-scoped Antigravity limit
     /// `model_rate_limited`. A prompt too long for the model is said again in Anthropic's words,
@@ -218,7 +219,12 @@ impl UpstreamFailure {
                         .unwrap_or(""),
                 )
                 .unwrap_or_else(|| format!("upstream_{}", status.as_u16()));
-                let message = format!("the upstream provider answered {}: {code}", status.as_u16());
+                let message = match about_the_request(status, &v) {
+                    Some(words) => {
+                        format!("the upstream provider answered {} ({code}): {words}", status.as_u16())
+                    }
+                    None => format!("the upstream provider answered {}: {code}", status.as_u16()),
+                };
                 (code, message)
             }
         };
@@ -260,6 +266,44 @@ impl UpstreamFailure {
         super::error::say_not_soon(&mut headers, not_soon);
         Rendered::Upstream { code, body, headers }
     }
+}
+
+/// The upstream's own words about a request it refused as malformed (400, 404, 413, 422): what
+/// to fix, which a client shows its user ("max_tokens: 64001 > 64000", "the model is not
+/// supported with a ChatGPT account"). Only the message, never the body (ERR-3), at most
+/// [`WORDS_MAX`] characters, control characters as spaces, and any word that looks like a
+/// credential, an organisation or account id or an address replaced. Not for other statuses:
+/// a 401, 403 or 429 is about the account, and its words may name it.
+fn about_the_request(status: StatusCode, v: &Value) -> Option<String> {
+    if !matches!(status.as_u16(), 400 | 404 | 413 | 422) {
+        return None;
+    }
+    // (OpenAI, Anthropic and Google: `error.message`; the Codex backend: `detail`)
+    let raw = v["error"]["message"].as_str().or(v["detail"].as_str())?;
+    let mut out = String::new();
+    for word in raw.split(|c: char| c.is_whitespace() || c.is_control()).filter(|w| !w.is_empty()) {
+        if out.chars().count() + word.chars().count() > WORDS_MAX {
+            out.push_str(" …");
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(if identifying(word) { "[redacted]" } else { word });
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Longest upstream message passed on (see [`about_the_request`]).
+const WORDS_MAX: usize = 600;
+
+/// A word that may identify an account or carry a secret: a key or token shape, an organisation,
+/// project, account or user id, or an e-mail address.
+fn identifying(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| !c.is_alphanumeric()).to_ascii_lowercase();
+    const SHAPES: [&str; 10] =
+        ["sk-", "org-", "org_", "proj_", "acct_", "user-", "ya29.", "eyj", "bearer", "sess-"];
+    SHAPES.iter().any(|p| w.starts_with(p)) || (w.contains('@') && w.contains('.'))
 }
 
 /// An upstream's refusal as read: its status, headers and body.
