@@ -388,7 +388,7 @@ mod tests {
             answer,
             Provider::Antigravity,
             "gemini-3.1-pro-low",
-            chrono::Utc::now(),
+            chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
             &p,
         );
         let Rendered::Local(e) = f.render(Protocol::Gemini, None) else { panic!("a local answer") };
