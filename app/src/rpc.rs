@@ -36,14 +36,19 @@ mod ssr {
         backend()?.member_for(&headers()).await?.ok_or_else(AppError::unauthenticated)
     }
 
-    /// Whether the request is a browser's own form post, made without JavaScript: it asks for
-    /// HTML, and server_fn answers it with a redirect back to the form's page (`Referer`), the
-    /// error in the redirect's query for the page to show.
+    /// Whether the request is a browser's own form post, made without JavaScript: a POST that
+    /// asks for HTML, which server_fn answers with a redirect back to the form's page
+    /// (`Referer`), the error in the redirect's query for the page to show. (A page rendered on
+    /// the server also asks for HTML, and its resources call server functions with its GET's
+    /// headers: their errors keep their statuses.)
     pub fn plain_form_post() -> bool {
-        headers()
-            .get(http::header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains("text/html"))
+        use_context::<http::request::Parts>().is_some_and(|p| {
+            p.method == http::Method::POST
+                && p.headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("text/html"))
+        })
     }
 
     /// Answers errors with their HTTP status instead of a blanket 500 (a wrong password is a 401),
@@ -324,7 +329,19 @@ pub async fn list_account_pools() -> Result<Vec<PoolChoice>, AppError> {
 /// CRED-5: starts a provider sign-in; the answer has the authorize URL (admins).
 #[server(prefix = "/rpc", endpoint = "account_sign_in")]
 pub async fn start_account_sign_in(provider: Provider) -> Result<OAuthStarted, AppError> {
-    ssr::finish(async { ssr::backend()?.start_sign_in(&ssr::require_member().await?, provider).await }.await)
+    ssr::finish(
+        async {
+            // (the answer, the provider's sign-in address, would be dropped like a key's secret)
+            if ssr::plain_form_post() {
+                return Err(AppError::invalid(
+                    "Signing an account in needs JavaScript: the provider's sign-in page is opened from \
+                     this page.",
+                ));
+            }
+            ssr::backend()?.start_sign_in(&ssr::require_member().await?, provider).await
+        }
+        .await,
+    )
 }
 
 /// CRED-5: adds an account with credentials from a finished sign-in (`flow_id` + `code`), a

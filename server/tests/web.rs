@@ -144,6 +144,21 @@ async fn a_refused_form_post_without_javascript_returns_to_its_page_with_the_err
     assert_eq!(keys, serde_json::json!([]), "no key was made");
 }
 
+/// A page rendered on the server keeps its resources' error statuses: it asks for HTML like a
+/// form posted without JavaScript, but it is a GET.
+#[tokio::test]
+async fn a_page_whose_data_is_refused_keeps_the_refusals_status() {
+    let t = TestServer::start().await;
+    let (bob, _) = t.member(&t.admin().await, "bob").await;
+    for (path, status) in [
+        ("/admin/members", StatusCode::FORBIDDEN),
+        ("/?outcome=succes", StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let resp = bob.request(Method::GET, path).header(header::ACCEPT, HTML).send().await.unwrap();
+        assert_eq!(resp.status(), status, "{path}");
+    }
+}
+
 /// The Requests page's server function with no filter set: form encoding omits the argument.
 #[tokio::test]
 async fn request_history_server_function_accepts_an_absent_filter() {

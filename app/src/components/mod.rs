@@ -57,6 +57,24 @@ pub fn FormError<T: Clone + Send + Sync + 'static>(
     }
 }
 
+/// A row action's refusal that no row was aimed at: a form posted without JavaScript, whose
+/// answer is a redirect back to the page with the error in its URL but not the row (the row is
+/// set by a click handler). Shown once above the rows, so it is not lost.
+#[component]
+pub fn UnaimedError<T: Clone + Send + Sync + 'static>(
+    result: Signal<Option<Result<T, crate::error::AppError>>>,
+    row: Signal<Option<i64>>,
+) -> impl IntoView {
+    move || {
+        row.get()
+            .is_none()
+            .then(|| result.get())
+            .flatten()
+            .and_then(|r| r.err())
+            .map(|e| view! { <div class="mb-3"><ErrorNote message=e.message /></div> })
+    }
+}
+
 /// A destructive action behind a second step that works without JavaScript: `summary` opens a
 /// panel that says what will happen (`children`, holding the confirming form).
 #[component]

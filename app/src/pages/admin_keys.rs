@@ -12,7 +12,7 @@ use leptos_router::hooks::use_query_map;
 use super::keys::{BreakerNote, StatusBadge};
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp,
+        Confirm, ErrorNote, FieldError, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp, UnaimedError,
         style::{BUTTON, DANGER_BUTTON, INPUT, SMALL_BUTTON},
         successes,
     },
@@ -110,7 +110,9 @@ fn AllKeysTable(keys: Vec<ApiKeyView>, members: Vec<MemberView>, actions: Action
         });
     }
     let owners: BTreeMap<i64, String> = members.into_iter().map(|m| (m.id, m.username)).collect();
+    let expiry = actions.expiry;
     Either::Right(view! {
+        <UnaimedError result=Signal::derive(move || expiry.value().get()) row=actions.expiry_row.into() />
         <div class="overflow-x-auto rounded-lg border border-slate-200 bg-white">
             <table class="min-w-full divide-y divide-slate-200 text-sm" data-testid="all-keys-table">
                 <thead class="bg-slate-50">

@@ -8,7 +8,7 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, FormError, PageHeader, Timestamp,
+        Confirm, ErrorNote, FieldError, FormError, PageHeader, Timestamp, UnaimedError,
         style::{BUTTON, DANGER_BUTTON, INPUT, SMALL_BUTTON},
         successes,
     },
@@ -175,8 +175,10 @@ pub fn BudgetTable(budgets: Vec<BudgetView>, actions: BudgetActions, empty: &'st
             <p class="rounded-lg border border-dashed border-slate-300 bg-white p-6 text-sm text-slate-600">{empty}</p>
         });
     }
+    let limit = actions.limit;
     Either::Right(view! {
         {move || actions.delete.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNote message=e.message /> })}
+        <UnaimedError result=Signal::derive(move || limit.value().get()) row=actions.limit_row.into() />
         <div class="overflow-x-auto rounded-lg border border-slate-200 bg-white">
             <table class="min-w-full divide-y divide-slate-200 text-sm" data-testid="budgets-table">
                 <thead class="bg-slate-50">

@@ -11,7 +11,7 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, FormError, Me, PageHeader, Timestamp,
+        Confirm, ErrorNote, FieldError, FormError, Me, PageHeader, Timestamp, UnaimedError,
         style::{BUTTON, DANGER_BUTTON, INPUT, SMALL_BUTTON, SUMMARY},
         successes,
     },
@@ -196,7 +196,10 @@ fn MemberTable(members: Vec<MemberView>, pools: Vec<PoolView>, rows: RowActions)
             pools_of.entry(*m).or_default().push(p.name.clone());
         }
     }
+    let (save, password) = (rows.save, rows.password);
     view! {
+        <UnaimedError result=Signal::derive(move || save.action.value().get()) row=save.row.into() />
+        <UnaimedError result=Signal::derive(move || password.action.value().get()) row=password.row.into() />
         <div class="overflow-x-auto rounded-lg border border-slate-200 bg-white">
             <table class="min-w-full divide-y divide-slate-200 text-sm" data-testid="members-table">
                 <thead class="bg-slate-50">

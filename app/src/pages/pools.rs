@@ -11,7 +11,7 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        Confirm, ErrorNote, FieldError, FormError, PageHeader,
+        Confirm, ErrorNote, FieldError, FormError, PageHeader, UnaimedError,
         style::{BUTTON, DANGER_BUTTON, INPUT},
         successes,
     },
@@ -85,6 +85,7 @@ pub fn PoolsPage() -> impl IntoView {
                         // (and what is typed into it), a deleted one goes away without its open
                         // confirmation sliding onto the next.
                         Either::Left(view! {
+                            <UnaimedError result=Signal::derive(move || save.value().get()) row=target.into() />
                             <div class="space-y-6">
                                 <For
                                     each=move || cards.clone()
