@@ -1,7 +1,7 @@
 //! The embedded SQLite database (OPS-2): connection pool in WAL mode, embedded migrations, and
 //! the single-process lock (OPS-1).
 
-use std::{fs::File, path::PathBuf, str::FromStr, time::Duration};
+use std::{fs::File, os::unix::fs::PermissionsExt as _, path::PathBuf, str::FromStr, time::Duration};
 
 use sqlx::{
     SqlitePool,
@@ -25,8 +25,6 @@ pub enum DbError {
     Open(sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(sqlx::migrate::MigrateError),
-    #[error("cannot copy the database to {path} before migrating it: {source}")]
-    Backup { path: String, source: sqlx::Error },
 }
 
 /// Holds the exclusive lock on a database for as long as it lives.
@@ -72,10 +70,14 @@ pub async fn open(url: &str) -> Result<(SqlitePool, ProcessLock), DbError> {
 }
 
 /// OPS-2: before a new version changes a database's schema, a copy of it as it was, beside it
-/// (`sublane.db.before-<version>`, where `<version>` is the newest migration about to run): an
-/// upgrade that goes wrong, or a downgrade, has the old database to go back to. Consistent
-/// (`VACUUM INTO` reads one snapshot) and made under the process lock. A new database, or one
-/// already up to date, is not copied.
+/// (`sublane.db.v<version>`, the schema version it was at): an upgrade that goes wrong, or a
+/// downgrade, has the old database to go back to. Named after the version it was taken at, so a
+/// later start after an upgrade that failed half-way copies the half-migrated database under
+/// another name and the untouched copy stays. Consistent (`VACUUM INTO` reads one snapshot),
+/// made under the process lock, written whole before it takes its name, readable by the owner
+/// only (it holds what the database holds). A new database, or one already up to date, is not
+/// copied. A copy that cannot be made (a full disk) is logged and the upgrade goes on: the copy
+/// is a precaution, and each migration is a transaction of its own.
 async fn copy_before_migrating(
     pool: &SqlitePool,
     file: &std::path::Path,
@@ -89,23 +91,31 @@ async fn copy_before_migrating(
     let applied: Option<i64> =
         sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations").fetch_one(pool).await.unwrap_or(None);
     let Some(applied) = applied else { return Ok(()) };
-    let Some(newest) = migrator.iter().map(|m| m.version).filter(|v| *v > applied).max() else {
+    if !migrator.iter().any(|m| m.version > applied) {
         return Ok(());
-    };
-    let mut copy = file.as_os_str().to_owned();
-    copy.push(format!(".before-{newest:04}"));
-    let copy = PathBuf::from(copy);
-    let err = |source| DbError::Backup { path: copy.display().to_string(), source };
-    // (a copy left by an upgrade that failed after it is replaced: the database has not changed)
-    if copy.exists() {
-        std::fs::remove_file(&copy).map_err(|e| err(sqlx::Error::Io(e)))?;
     }
-    sqlx::query("VACUUM INTO ?")
-        .bind(copy.to_string_lossy().into_owned())
-        .execute(pool)
-        .await
-        .map_err(err)?;
-    tracing::info!(copy = %copy.display(), "database copied before its schema is migrated");
+    let named = |suffix: &str| {
+        let mut path = file.as_os_str().to_owned();
+        path.push(suffix);
+        PathBuf::from(path)
+    };
+    let (copy, partial) = (named(&format!(".v{applied:04}")), named(&format!(".v{applied:04}.partial")));
+    let made = async {
+        if partial.exists() {
+            std::fs::remove_file(&partial).map_err(sqlx::Error::Io)?;
+        }
+        sqlx::query("VACUUM INTO ?").bind(partial.to_string_lossy().into_owned()).execute(pool).await?;
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))
+            .map_err(sqlx::Error::Io)?;
+        std::fs::rename(&partial, &copy).map_err(sqlx::Error::Io)
+    };
+    match made.await {
+        Ok(()) => tracing::info!(copy = %copy.display(), "database copied before its schema is migrated"),
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            tracing::warn!(copy = %copy.display(), error = %e, "database could not be copied before migrating; migrating anyway");
+        }
+    }
     Ok(())
 }
 
@@ -155,7 +165,7 @@ mod tests {
         let copies = || {
             std::fs::read_dir(dir.path())
                 .unwrap()
-                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".before-"))
+                .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".v0"))
                 .count()
         };
         assert_eq!(copies(), 0, "a new database, then a current one: no copy");
@@ -164,10 +174,12 @@ mod tests {
         let second = sqlx::migrate::Migrator::new(steps.as_path()).await.unwrap();
         copy_before_migrating(&pool, &file, &second).await.unwrap();
         second.run(&pool).await.unwrap();
-        let copy = dir.path().join("t.db.before-0002");
+        let copy = dir.path().join("t.db.v0001");
         let old = SqlitePool::connect(&format!("sqlite://{}?mode=ro", copy.display())).await.unwrap();
         let row: (i64,) = sqlx::query_as("SELECT * FROM t").fetch_one(&old).await.unwrap();
         assert_eq!(row, (7,), "the data, in the schema before the migration");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(copies(), 1);
     }
 
