@@ -144,23 +144,32 @@ pub async fn credentials(db: &SqlitePool, sealer: &Sealer, id: i64) -> Result<Op
     serde_json::from_slice(&plain).map(Some).map_err(|e| Error::Internal(e.to_string()))
 }
 
-/// ID-6: every live account's sealed credentials, for the start's check of the credentials key.
-pub async fn sealed_credentials(db: &SqlitePool) -> Result<Vec<(i64, Vec<u8>)>> {
+/// ID-6: every live account's sealed credentials, for the start's check of the credentials key:
+/// id, sealed credentials, and whether a replaced key already marked them unreadable
+/// ([`credentials_unreadable`]).
+pub async fn sealed_credentials(db: &SqlitePool) -> Result<Vec<(i64, Vec<u8>, bool)>> {
     Ok(sqlx::query_as(
-        "SELECT id, sealed_credential FROM accounts WHERE deleted_at IS NULL AND sealed_credential IS NOT NULL",
+        "SELECT id, sealed_credential, COALESCE(reauth_reason = ?, 0) FROM accounts
+         WHERE deleted_at IS NULL AND sealed_credential IS NOT NULL",
     )
+    .bind(KEY_REPLACED)
     .fetch_all(db)
     .await?)
 }
+
+/// The re-authorization reason of credentials a replaced credentials key cannot open.
+pub const KEY_REPLACED: &str = "credentials_key_replaced";
 
 /// Whether `sealed` opens under `sealer` (the start's check of the key; never for use).
 pub fn opens(sealer: &Sealer, sealed: &[u8]) -> bool {
     sealer.open(SEAL_PURPOSE, sealed).is_ok()
 }
 
-/// Drops an account's stored credentials that the credentials key cannot open (ID-6: a replaced
-/// key) and marks the account `error`, which its card shows; new credentials (a re-authorization,
-/// an import, a PATCH) bring it back. Not when they were replaced meanwhile.
+/// Marks an account whose stored credentials the credentials key cannot open (ID-6: a replaced
+/// key): `error`, which its card shows, and re-authorization required ([`KEY_REPLACED`]), which
+/// keeps it out of the next start's check. The credentials stay: the old key, found again, opens
+/// them ([`credentials_readable_again`]). New credentials (a re-authorization, an import, a
+/// PATCH) clear both. Not when they were replaced meanwhile.
 pub async fn credentials_unreadable(
     db: &SqlitePool,
     id: i64,
@@ -168,13 +177,33 @@ pub async fn credentials_unreadable(
     clock: &dyn Clock,
 ) -> Result<()> {
     sqlx::query(
-        "UPDATE accounts SET sealed_credential = NULL, status = 'error', updated_at = ?,
-                credential_version = credential_version + 1
+        "UPDATE accounts SET status = CASE status WHEN 'active' THEN 'error' ELSE status END,
+                reauth_required_at = ?, reauth_reason = ?, credential_version = credential_version + 1,
+                updated_at = ?
          WHERE id = ? AND sealed_credential = ? AND deleted_at IS NULL",
     )
     .bind(to_unix(clock.now()))
+    .bind(KEY_REPLACED)
+    .bind(to_unix(clock.now()))
     .bind(id)
     .bind(sealed)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Undoes [`credentials_unreadable`] once the key in use opens the credentials again (the old
+/// key restored): the account serves as before, with no re-authorization.
+pub async fn credentials_readable_again(db: &SqlitePool, id: i64, clock: &dyn Clock) -> Result<()> {
+    sqlx::query(
+        "UPDATE accounts SET status = CASE status WHEN 'error' THEN 'active' ELSE status END,
+                reauth_required_at = NULL, reauth_reason = NULL, credential_version = credential_version + 1,
+                updated_at = ?
+         WHERE id = ? AND reauth_reason = ?",
+    )
+    .bind(to_unix(clock.now()))
+    .bind(id)
+    .bind(KEY_REPLACED)
     .execute(db)
     .await?;
     Ok(())

@@ -150,7 +150,7 @@ pub struct Settings {
     /// Let the kernel back the process's memory with transparent huge pages: 3-6 % less CPU per call at full load, about 1.5x the resident memory per open stream [env: SUBLANE_HUGE_PAGES] [default: false]
     #[arg(long, value_name = "BOOL")]
     pub huge_pages: Option<bool>,
-    /// Start although credentials.key cannot open the stored account credentials (the key is lost): a missing key is made anew, and the accounts whose credentials it cannot open lose them and are marked error until re-authorized. Without it SubLane refuses to start so [env: SUBLANE_REPLACE_CREDENTIALS_KEY] [default: false]
+    /// Start although credentials.key cannot open the stored account credentials (the key is lost): a missing key is made anew, and the accounts whose credentials it cannot open are marked error until re-authorized (their credentials kept: the old key, found again, opens them). Without it SubLane refuses to start so [env: SUBLANE_REPLACE_CREDENTIALS_KEY] [default: false]
     #[arg(long, value_name = "BOOL")]
     pub replace_credentials_key: Option<bool>,
     /// End a stream, or a WebSocket turn, when the upstream sends no event for this long (keep-alives do not count), e.g. "5m" (CD-6) [env: SUBLANE_STREAM_IDLE_TIMEOUT] [default: off]

@@ -98,16 +98,15 @@ pub enum StartError {
         "the credentials key {path} is missing, but the database holds the credentials of {accounts} \
          account(s), sealed with it (ID-6). Restore the key file from the backup the database came from. \
          If it is lost, start once with --replace-credentials-key true (SUBLANE_REPLACE_CREDENTIALS_KEY): \
-         a new key is made, and those accounts lose their credentials and are marked error until they \
-         are re-authorized"
+         a new key is made, and those accounts are marked error until they are re-authorized"
     )]
     KeyMissing { path: String, accounts: usize },
     #[error(
         "the credentials key {path} opens none of the stored credentials of {accounts} account(s): it is \
          not the key they were sealed with (ID-6). Restore the key file from the backup the database came \
          from. If it is lost, start once with --replace-credentials-key true \
-         (SUBLANE_REPLACE_CREDENTIALS_KEY): those accounts lose their credentials and are marked error \
-         until they are re-authorized"
+         (SUBLANE_REPLACE_CREDENTIALS_KEY): those accounts are marked error until they are \
+         re-authorized"
     )]
     KeyWrong { path: String, accounts: usize },
     #[error("cannot check the credentials key {path}: {source}")]
@@ -349,7 +348,9 @@ impl tokio::io::AsyncWrite for Connection {
 /// skip every account, said only by a log line per account, every call answered
 /// `no_available_account`. Such a start is refused, unless the operator says the key is lost
 /// (`replace_credentials_key`): then a missing key is made anew, and each account whose
-/// credentials it cannot open loses them and is marked `error` until it gets new ones.
+/// credentials it cannot open is marked `error` and for re-authorization, its credentials kept.
+/// Accounts so marked are left out of the check, and come back by themselves at a start whose
+/// key opens their credentials (the old key found again).
 async fn credentials_key(
     db: &sqlx::SqlitePool,
     config: &Config,
@@ -357,24 +358,29 @@ async fn credentials_key(
 ) -> Result<Sealer, StartError> {
     let path = config.data_dir.join("credentials.key");
     let shown = path.display().to_string();
-    let stored =
-        accounts::sealed_credentials(db).await.map_err(|e| StartError::Bootstrap(e.public_message()))?;
+    let failed = |e: crate::error::Error| StartError::Bootstrap(e.public_message());
+    let stored = accounts::sealed_credentials(db).await.map_err(failed)?;
+    let in_use = stored.iter().filter(|(_, _, replaced)| !replaced).count();
     let missing =
         !path.try_exists().map_err(|source| StartError::KeyCheck { path: shown.clone(), source })?;
     let replace = config.replace_credentials_key;
-    if missing && !stored.is_empty() && !replace {
-        return Err(StartError::KeyMissing { path: shown, accounts: stored.len() });
+    if missing && in_use > 0 && !replace {
+        return Err(StartError::KeyMissing { path: shown, accounts: in_use });
     }
     let sealer = Sealer::load_or_create(&path)?;
-    let unreadable: Vec<_> = stored.iter().filter(|(_, sealed)| !accounts::opens(&sealer, sealed)).collect();
-    if !unreadable.is_empty() && unreadable.len() == stored.len() && !replace {
-        return Err(StartError::KeyWrong { path: shown, accounts: stored.len() });
+    // (in use and unopened; marked and opening again)
+    let unreadable: Vec<_> =
+        stored.iter().filter(|(_, sealed, r)| !r && !accounts::opens(&sealer, sealed)).collect();
+    if in_use > 0 && unreadable.len() == in_use && !replace {
+        return Err(StartError::KeyWrong { path: shown, accounts: in_use });
+    }
+    for (id, _, _) in stored.iter().filter(|(_, sealed, r)| *r && accounts::opens(&sealer, sealed)) {
+        accounts::credentials_readable_again(db, *id, clock).await.map_err(failed)?;
+        tracing::info!(account_id = id, "credentials open with the credentials key again");
     }
     if replace {
-        for (id, sealed) in unreadable {
-            accounts::credentials_unreadable(db, *id, sealed, clock)
-                .await
-                .map_err(|e| StartError::Bootstrap(e.public_message()))?;
+        for (id, sealed, _) in unreadable {
+            accounts::credentials_unreadable(db, *id, sealed, clock).await.map_err(failed)?;
             tracing::warn!(account_id = id, "credentials key replaced: the account needs new credentials");
         }
     }

@@ -612,11 +612,40 @@ async fn a_start_without_the_credentials_key_is_refused_unless_it_is_replaced() 
     std::fs::write(&key, &original).unwrap();
     start(&[]).await.unwrap().shutdown().await.unwrap();
 
-    // the key is lost: replaced, the account shows error and serves nothing until re-authorized
+    // the key is lost: replaced, the account shows error and serves nothing until re-authorized;
+    // later starts need no flag
     std::fs::remove_file(&key).unwrap();
     let server = start(&[("SUBLANE_REPLACE_CREDENTIALS_KEY", "true")]).await.unwrap();
     assert!(key.exists(), "a new key");
     server.shutdown().await.unwrap();
+    start(&[]).await.unwrap().shutdown().await.unwrap();
+    let status = |t: &TestServer| {
+        let url = format!("sqlite://{}?mode=ro", t.db_path().display());
+        async move {
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let row: (String, Option<String>) =
+                sqlx::query_as("SELECT status, reauth_reason FROM accounts WHERE id = ?")
+                    .bind(id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            pool.close().await;
+            row
+        }
+    };
+    let t = TestServer::start_in(dir, &[]).await;
+    assert_eq!(status(&t).await, ("error".to_owned(), Some("credentials_key_replaced".to_owned())));
+    // the old key found again: the account comes back as it was, no re-authorization
+    let TestServer { server, dir, .. } = t;
+    server.shutdown().await.unwrap();
+    std::fs::write(&key, &original).unwrap();
+    let t = TestServer::start_in(dir, &[]).await;
+    assert_eq!(status(&t).await, ("active".to_owned(), None));
+    // lost again and replaced: new credentials bring it back
+    let TestServer { server, dir, .. } = t;
+    server.shutdown().await.unwrap();
+    std::fs::remove_file(&key).unwrap();
+    start(&[("SUBLANE_REPLACE_CREDENTIALS_KEY", "true")]).await.unwrap().shutdown().await.unwrap();
     let t = TestServer::start_in(dir, &[]).await;
     let mut admin = t.admin().await;
     let (_, acct) = admin.call(Method::GET, &format!("/api/accounts/{id}"), None).await;
