@@ -297,13 +297,39 @@ fn about_the_request(status: StatusCode, v: &Value) -> Option<String> {
 /// Longest upstream message passed on (see [`about_the_request`]).
 const WORDS_MAX: usize = 600;
 
-/// A word that may identify an account or carry a secret: a key or token shape, an organisation,
-/// project, account or user id, or an e-mail address.
+/// A word that may identify an account or carry a secret. The word is looked at in pieces (split
+/// at `= : / ? & , ; ( ) [ ] { } " '`, as in `key=sk-…` or `{"project":"…"}`): a piece shaped
+/// like a key or token, an organisation, project, account or user id, a UUID, a long run of
+/// letters and digits, or an e-mail address; or the word names a Google project (`projects/…`).
 fn identifying(word: &str) -> bool {
-    let w = word.trim_matches(|c: char| !c.is_alphanumeric()).to_ascii_lowercase();
-    const SHAPES: [&str; 10] =
-        ["sk-", "org-", "org_", "proj_", "acct_", "user-", "ya29.", "eyj", "bearer", "sess-"];
-    SHAPES.iter().any(|p| w.starts_with(p)) || (w.contains('@') && w.contains('.'))
+    const SHAPES: [&str; 11] =
+        ["sk-", "org-", "org_", "proj_", "acct_", "user-", "ya29.", "eyj", "bearer", "sess-", "aiza"];
+    let lower = word.to_ascii_lowercase();
+    if lower.contains("projects/") {
+        return true;
+    }
+    lower.split(|c: char| "=:/?&,;()[]{}\"'`<>".contains(c)).any(|piece| {
+        let piece = piece.trim_matches(|c: char| !c.is_alphanumeric());
+        let email = piece.split_once('@').is_some_and(|(user, host)| !user.is_empty() && host.contains('.'));
+        SHAPES.iter().any(|p| piece.starts_with(p)) || email || uuid(piece) || secret_like(piece)
+    })
+}
+
+/// `8-4-4-4-12` hex digits.
+fn uuid(piece: &str) -> bool {
+    let groups: Vec<&str> = piece.split('-').collect();
+    groups.len() == 5
+        && groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// 20 or more letters and digits in a row, both kinds: a key or id, never a word or a number.
+fn secret_like(piece: &str) -> bool {
+    piece.split(|c: char| !c.is_ascii_alphanumeric()).any(|run| {
+        run.len() >= 20
+            && run.chars().any(|c| c.is_ascii_digit())
+            && run.chars().any(|c| c.is_ascii_alphabetic())
+    })
 }
 
 /// An upstream's refusal as read: its status, headers and body.
@@ -373,6 +399,34 @@ mod tests {
             "a model's limit: the 429 fallback"
         );
         assert_eq!(enforced_retry(Verdict::ModelFailure, &p), None);
+    }
+
+    #[test]
+    fn words_that_may_name_an_account_are_redacted() {
+        for word in [
+            "sk-ant-api03-abc",
+            "key=sk-proj-abc",
+            r#"{"api_key":"sk-abc"}"#,
+            "org-AbC123",
+            "(ops@example.com),",
+            "projects/123456789/locations",
+            "https://x.example/v1?project=proj_abc",
+            "2f1c7a52-9a3b-4c1e-8f2d-0123456789ab",
+            "AIzaSyD-abcdefg",
+            "acct:7f3a9c2e1b4d8f6a0c5e",
+        ] {
+            assert!(identifying(word), "{word}");
+        }
+        for word in [
+            "max_tokens:",
+            "64001",
+            "gemini-1.5-pro@001",
+            "claude-sonnet-4-5-20250929",
+            "7340032",
+            "`max_tokens`",
+        ] {
+            assert!(!identifying(word), "{word}");
+        }
     }
 
     /// A model's limit without a hint: the client is told the fallback the model is held for.
