@@ -981,8 +981,6 @@ fn env_err(name: &'static str, e: impl std::fmt::Display) -> ConfigError {
     ConfigError::Env { name, message: e.to_string() }
 }
 
-/// A duration setting that `0` or absence leave at `default` and that may not pass `max` (one
-/// day, since hyper and tokio add it to the time of day).
 impl Settings {
     /// OPS-1: the scheduling settings are refused at start where the rule they set would stop
     /// working: a zero wait (every queued call failing at once, a 429 cooling nothing) or one past
@@ -1027,6 +1025,8 @@ impl Settings {
     }
 }
 
+/// A duration setting that `0` or absence leave at `default` and that may not pass `max` (one
+/// day, since hyper and tokio add it to the time of day).
 fn at_most_a_day(
     set: Option<Duration>,
     default: Duration,

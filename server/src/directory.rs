@@ -334,10 +334,13 @@ async fn load(
 ) -> Result<Snapshot> {
     // Expiries are whole unix seconds: an account expiring at `t` serves until `t * 1000` ms.
     let now_s = now_ms.div_euclid(1000);
+    // One read snapshot: the routed accounts and the ones left out agree (an account changing
+    // between them would be counted in neither, its pool's protocol briefly not found).
+    let mut read = db.begin().await?;
     let policies: Vec<(i64, String, String, String)> = sqlx::query_as(
         "SELECT id, policy_mode, policy_models, model_aliases FROM pools WHERE deleted_at IS NULL",
     )
-    .fetch_all(db)
+    .fetch_all(&mut *read)
     .await?;
     let mut members: HashMap<i64, (ModelPolicy, Vec<Arc<Account>>)> = policies
         .into_iter()
@@ -356,7 +359,7 @@ async fn load(
          ORDER BY a.id",
     )
     .bind(now_s)
-    .fetch_all(db)
+    .fetch_all(&mut *read)
     .await?;
     let expires = rows.iter().filter_map(|r| r.expires_at).min().map(|s| s.saturating_mul(1000));
     // The rest of each pool's accounts, by provider (`PoolRoutes::offline`): the negation of the
@@ -369,7 +372,7 @@ async fn load(
          GROUP BY ap.pool_id, a.provider",
     )
     .bind(now_s)
-    .fetch_all(db)
+    .fetch_all(&mut *read)
     .await?;
     let mut offline: HashMap<i64, [u32; Provider::ALL.len()]> = HashMap::new();
     let mut count_offline = |pool_id: i64, provider: Provider, n: u32| {
@@ -380,6 +383,7 @@ async fn load(
             count_offline(pool_id, p, u32::try_from(n).unwrap_or(u32::MAX));
         }
     }
+    read.commit().await?;
     let mut opened = HashMap::new();
     for row in rows {
         let Some(provider) = Provider::parse(&row.provider) else { continue };

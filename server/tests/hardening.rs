@@ -771,7 +771,10 @@ async fn the_upstream_socket_is_heard_between_turns() {
     assert_eq!(event["error"]["code"], "websocket_connection_limit_reached", "{event}");
     // rebuilt (ERR-3): SubLane's sentence around the upstream's words about the request, made safe
     let message = event["error"]["message"].as_str().unwrap();
-    assert!(message.starts_with("the upstream provider answered 400 (invalid_request_error): Responses"), "{event}");
+    assert!(
+        message.starts_with("the upstream provider answered 400 (invalid_request_error): Responses"),
+        "{event}"
+    );
     let closed = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.expect("closed at once");
     match closed {
         Some(Ok(tungstenite::Message::Close(Some(frame)))) => {

@@ -150,10 +150,9 @@ async fn a_refused_form_post_without_javascript_returns_to_its_page_with_the_err
 async fn a_page_whose_data_is_refused_keeps_the_refusals_status() {
     let t = TestServer::start().await;
     let (bob, _) = t.member(&t.admin().await, "bob").await;
-    for (path, status) in [
-        ("/admin/members", StatusCode::FORBIDDEN),
-        ("/?outcome=succes", StatusCode::UNPROCESSABLE_ENTITY),
-    ] {
+    for (path, status) in
+        [("/admin/members", StatusCode::FORBIDDEN), ("/?outcome=succes", StatusCode::UNPROCESSABLE_ENTITY)]
+    {
         let resp = bob.request(Method::GET, path).header(header::ACCEPT, HTML).send().await.unwrap();
         assert_eq!(resp.status(), status, "{path}");
     }
