@@ -48,6 +48,7 @@ test('sign in, create a key, see it listed, revoke it', async () => {
   await expiring.waitFor();
   assert.equal((await expiring.textContent()).trim(), '2099-01-31 18:00');
 
+  await row.getByText('Revoke…').click();
   await row.getByRole('button', { name: 'Revoke key e2e laptop' }).click();
   await page.locator('tr', { hasText: 'e2e laptop' }).getByText('revoked').waitFor();
   assert.equal(await page.getByRole('button', { name: 'Revoke key e2e laptop' }).count(), 0);

@@ -158,6 +158,20 @@ async fn a_page_whose_data_is_refused_keeps_the_refusals_status() {
     }
 }
 
+/// A later page of the request history links back to the newest, with its filters kept.
+#[tokio::test]
+async fn a_later_history_page_links_to_the_newest_with_its_filters() {
+    let t = TestServer::start().await;
+    let (bob, _) = t.member(&t.admin().await, "bob").await;
+    let page = |path: &'static str| {
+        let req = bob.request(Method::GET, path).header(header::ACCEPT, HTML);
+        async move { req.send().await.unwrap().text().await.unwrap() }
+    };
+    let later = page("/?cursor=999&outcome=success").await;
+    assert!(later.contains(r#"href="?outcome=success""#) && later.contains("Newest requests"), "{later}");
+    assert!(!page("/?outcome=success").await.contains("Newest requests"), "the first page has none");
+}
+
 /// The Requests page's server function with no filter set: form encoding omits the argument.
 #[tokio::test]
 async fn request_history_server_function_accepts_an_absent_filter() {

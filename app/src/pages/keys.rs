@@ -9,8 +9,8 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        ErrorNote, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp,
-        style::{BUTTON, INPUT},
+        Confirm, ErrorNote, LocalDateTimeInput, PageHeader, TimeOrNever, Timestamp,
+        style::{BUTTON, DANGER_BUTTON, INPUT},
     },
     model::{ApiKeyView, CreatedApiKey, KeyStatus},
     rpc::{CreateKey, RevokeKey, SetKeyEnabled, list_my_keys, list_my_pools},
@@ -183,14 +183,15 @@ fn KeyRow(
             </td>
             <td class="whitespace-nowrap px-3 py-2 text-right">
                 {switch}
+                // Behind a second step, as on the admin's page: a revoked key never works again.
                 {active.then(|| view! {
-                    <ActionForm action=revoke>
-                        <input type="hidden" name="id" value=key.id.to_string() />
-                        <button type="submit" aria-label=label.clone()
-                            class="rounded-md border border-red-200 px-2 py-1 text-xs text-red-700 hover:bg-red-50 focus-visible:outline-2 focus-visible:outline-red-700">
-                            "Revoke"
-                        </button>
-                    </ActionForm>
+                    <Confirm summary="Revoke…".to_owned()>
+                        <p>{format!("Key {} stops working at once, for good. Its records stay.", key.name)}</p>
+                        <ActionForm action=revoke attr:class="mt-2">
+                            <input type="hidden" name="id" value=key.id.to_string() />
+                            <button type="submit" class=DANGER_BUTTON>{label.clone()}</button>
+                        </ActionForm>
+                    </Confirm>
                 })}
             </td>
         </tr>

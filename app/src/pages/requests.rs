@@ -114,7 +114,16 @@ fn RequestHistory(everyone: bool) -> impl IntoView {
                             href
                         });
                         let filtered = FILTER_KEYS.iter().any(|k| query.read_untracked().get(k).is_some_and(|v| !v.is_empty()));
-                        Either::Left(view! { <RecordTable records=page.items everyone next filtered /> })
+                        // Back to the first page, same filters (the browser's history aside).
+                        let newest = query.read_untracked().get("cursor").filter(|c| !c.trim().is_empty()).map(|_| {
+                            let q = query.read_untracked();
+                            let kept: Vec<String> = FILTER_KEYS
+                                .iter()
+                                .filter_map(|k| q.get(k).filter(|v| !v.is_empty()).map(|v| format!("{k}={}", query_value(&v))))
+                                .collect();
+                            format!("?{}", kept.join("&"))
+                        });
+                        Either::Left(view! { <RecordTable records=page.items everyone next newest filtered /> })
                     }
                     Err(e) => Either::Right(view! { <ErrorNote message=e.message /> }),
                 }
@@ -186,6 +195,8 @@ fn RecordTable(
     records: Vec<RequestRecord>,
     everyone: bool,
     next: Option<String>,
+    /// The first page with the same filters, when this is a later one.
+    newest: Option<String>,
     filtered: bool,
 ) -> impl IntoView {
     let empty = records.is_empty();
@@ -212,9 +223,10 @@ fn RecordTable(
                 }}
             </p>
         })}
-        {next.map(|href| view! {
-            <div class="mt-3 text-right">
-                <a href=href class="text-sm text-slate-700 underline-offset-2 hover:underline">"Older requests →"</a>
+        {(next.is_some() || newest.is_some()).then(|| view! {
+            <div class="mt-3 flex justify-between text-sm text-slate-700">
+                <span>{newest.map(|href| view! { <a href=href class="underline-offset-2 hover:underline">"← Newest requests"</a> })}</span>
+                <span>{next.map(|href| view! { <a href=href class="underline-offset-2 hover:underline">"Older requests →"</a> })}</span>
             </div>
         })}
     }
