@@ -176,15 +176,16 @@ pub async fn credentials_unreadable(
     sealed: &[u8],
     clock: &dyn Clock,
 ) -> Result<()> {
+    let now = to_unix(clock.now());
     sqlx::query(
         "UPDATE accounts SET status = CASE status WHEN 'active' THEN 'error' ELSE status END,
                 reauth_required_at = ?, reauth_reason = ?, credential_version = credential_version + 1,
                 updated_at = ?
          WHERE id = ? AND sealed_credential = ? AND deleted_at IS NULL",
     )
-    .bind(to_unix(clock.now()))
+    .bind(now)
     .bind(KEY_REPLACED)
-    .bind(to_unix(clock.now()))
+    .bind(now)
     .bind(id)
     .bind(sealed)
     .execute(db)

@@ -83,8 +83,7 @@ async fn copy_before_migrating(
     file: &std::path::Path,
     migrator: &sqlx::migrate::Migrator,
 ) -> Result<(), DbError> {
-    let name = file.to_string_lossy();
-    if name.is_empty() || name == ":memory:" {
+    if in_memory(file) {
         return Ok(());
     }
     // (no table: a new database, nothing to keep)
@@ -119,10 +118,15 @@ async fn copy_before_migrating(
     Ok(())
 }
 
+/// Whether the database's file name is an in-memory database's: no file to lock or copy.
+fn in_memory(file: &std::path::Path) -> bool {
+    let name = file.to_string_lossy();
+    name.is_empty() || name == ":memory:"
+}
+
 /// Takes an exclusive advisory lock on `<db file>.lock`. In-memory databases need none.
 fn lock(db_file: PathBuf) -> Result<ProcessLock, DbError> {
-    let name = db_file.to_string_lossy();
-    if name.is_empty() || name == ":memory:" {
+    if in_memory(&db_file) {
         return Ok(ProcessLock { _file: None });
     }
     let mut lock_path = db_file.clone().into_os_string();

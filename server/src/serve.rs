@@ -111,6 +111,8 @@ pub enum StartError {
     KeyWrong { path: String, accounts: usize },
     #[error("cannot check the credentials key {path}: {source}")]
     KeyCheck { path: String, source: std::io::Error },
+    #[error("cannot read or mark the stored account credentials: {0}")]
+    StoredCredentials(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("cannot start the threads that serve connections: {0}")]
@@ -358,7 +360,7 @@ async fn credentials_key(
 ) -> Result<Sealer, StartError> {
     let path = config.data_dir.join("credentials.key");
     let shown = path.display().to_string();
-    let failed = |e: crate::error::Error| StartError::Bootstrap(e.public_message());
+    let failed = |e: crate::error::Error| StartError::StoredCredentials(e.public_message());
     let stored = accounts::sealed_credentials(db).await.map_err(failed)?;
     let in_use = stored.iter().filter(|(_, _, replaced)| !replaced).count();
     let missing =
